@@ -1,0 +1,1 @@
+//! Datasets, data loaders, samplers and augmentation (filled by the data issue).

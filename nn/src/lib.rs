@@ -1,0 +1,1 @@
+//! Neural-network modules with PyTorch state_dict names (filled by the nn issue).

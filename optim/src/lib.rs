@@ -1,0 +1,1 @@
+//! Optimizers and learning-rate schedules (filled by the nn + optim issue).

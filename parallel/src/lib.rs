@@ -1,0 +1,1 @@
+//! Communicators, collectives and parallel training (filled by the parallel issue).

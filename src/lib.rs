@@ -1,0 +1,13 @@
+//! # tessera
+//!
+//! A deep learning framework written in Rust from the tensor up. This facade
+//! re-exports the member crates; [`prelude`] brings the everyday names in.
+
+pub use tessera_autograd as autograd;
+pub use tessera_data as data;
+pub use tessera_nn as nn;
+pub use tessera_optim as optim;
+pub use tessera_parallel as parallel;
+pub use tessera_tensor as tensor;
+
+pub mod prelude;

@@ -1,0 +1,39 @@
+//! # tessera-tensor
+//!
+//! n-dimensional tensors with a runtime dtype ([`DType`]), shape and device
+//! ([`Device`]); strided views that never copy (transpose, narrow, slice,
+//! flip, expand, squeeze/unsqueeze, reshape of contiguous data); NumPy
+//! broadcasting for every binary op; and a multi-threaded CPU backend.
+//!
+//! Every fallible operation returns [`Result`]; the error names the op and
+//! the shapes or values involved. Only the arithmetic operators
+//! (`&a + &b`, ...) panic, with that same message, as Rust's indexing does.
+//!
+//! ```
+//! use tessera_tensor::Tensor;
+//! let a = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?;
+//! let t = a.t()?; // a view: no copy
+//! assert_eq!(t.shape(), &[3, 2]);
+//! assert_eq!(t.contiguous().to_vec::<f32>()?, vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+//! # Ok::<(), tessera_tensor::Error>(())
+//! ```
+
+mod device;
+mod dtype;
+mod error;
+mod layout;
+mod map;
+pub mod ops;
+mod special;
+mod storage;
+pub mod strided;
+mod tensor;
+
+pub use device::Device;
+pub use dtype::{DType, Element, FloatElement, FloatMath};
+pub use error::{Error, Result};
+pub use half::{bf16, f16};
+pub use layout::{broadcast_shapes, contiguous_strides, dim_index, dim_indices, infer_shape, Layout};
+pub use special::erf;
+pub use storage::{live_bytes, Storage};
+pub use tensor::Tensor;

@@ -1,0 +1,150 @@
+//! Elementwise mapping over one, two or three tensors with broadcasting: the
+//! shared engine of unary, binary, comparison, `where` and cast kernels.
+
+use crate::layout::broadcast_shapes;
+use crate::strided::fill_rows;
+use crate::tensor::convert_scalar;
+use crate::{DType, Element, Result, Tensor};
+
+impl Tensor {
+    /// A new tensor of the same shape with `f` applied to every element.
+    /// `T` must be the tensor's dtype: callers dispatch with
+    /// [`crate::with_dtype!`] first.
+    pub fn map<T: Element, U: Element>(&self, f: impl Fn(T) -> U + Sync) -> Tensor {
+        let src = self.storage().as_slice::<T>();
+        Tensor::build::<U>(self.shape(), |out| {
+            fill_rows(out, [self.layout()], |o, [off], [st]| {
+                if st == 1 {
+                    let n = o.len();
+                    for (y, &x) in o.iter_mut().zip(&src[off..off + n]) {
+                        *y = f(x);
+                    }
+                } else {
+                    let mut p = off as isize;
+                    for y in o.iter_mut() {
+                        *y = f(src[p as usize]);
+                        p += st;
+                    }
+                }
+            })
+        })
+    }
+
+    /// `f(a, b)` elementwise over the broadcast shape of `self` and `other`.
+    /// `A` and `B` must be the dtypes of `self` and `other`. Errors, naming
+    /// `op`, when the shapes do not broadcast or the devices differ.
+    pub fn zip_map<A: Element, B: Element, U: Element>(
+        &self,
+        other: &Tensor,
+        op: &'static str,
+        f: impl Fn(A, B) -> U + Sync,
+    ) -> Result<Tensor> {
+        self.device().same_as(other.device(), op)?;
+        let shape = broadcast_shapes(op, self.shape(), other.shape())?;
+        let la = self.layout().broadcast_to(&shape)?;
+        let lb = other.layout().broadcast_to(&shape)?;
+        let (sa, sb) = (self.storage().as_slice::<A>(), other.storage().as_slice::<B>());
+        Ok(Tensor::build::<U>(&shape, |out| {
+            fill_rows(out, [&la, &lb], |o, [oa, ob], [ta, tb]| {
+                if ta == 1 && tb == 1 {
+                    let n = o.len();
+                    let (xa, xb) = (&sa[oa..oa + n], &sb[ob..ob + n]);
+                    for ((y, &a), &b) in o.iter_mut().zip(xa).zip(xb) {
+                        *y = f(a, b);
+                    }
+                } else {
+                    let (mut pa, mut pb) = (oa as isize, ob as isize);
+                    for y in o.iter_mut() {
+                        *y = f(sa[pa as usize], sb[pb as usize]);
+                        pa += ta;
+                        pb += tb;
+                    }
+                }
+            })
+        }))
+    }
+
+    /// `f(a, b, c)` elementwise over the broadcast shape of three tensors
+    /// (used by `where`, `clamp` with tensor bounds, `lerp`). Errors, naming
+    /// `op`, when the shapes do not broadcast or the devices differ.
+    pub fn zip3_map<A: Element, B: Element, C: Element, U: Element>(
+        &self,
+        b: &Tensor,
+        c: &Tensor,
+        op: &'static str,
+        f: impl Fn(A, B, C) -> U + Sync,
+    ) -> Result<Tensor> {
+        self.device().same_as(b.device(), op)?;
+        self.device().same_as(c.device(), op)?;
+        let shape = broadcast_shapes(op, &broadcast_shapes(op, self.shape(), b.shape())?, c.shape())?;
+        let (la, lb, lc) = (
+            self.layout().broadcast_to(&shape)?,
+            b.layout().broadcast_to(&shape)?,
+            c.layout().broadcast_to(&shape)?,
+        );
+        let (sa, sb, sc) = (
+            self.storage().as_slice::<A>(),
+            b.storage().as_slice::<B>(),
+            c.storage().as_slice::<C>(),
+        );
+        Ok(Tensor::build::<U>(&shape, |out| {
+            fill_rows(out, [&la, &lb, &lc], |o, [oa, ob, oc], [ta, tb, tc]| {
+                let (mut pa, mut pb, mut pc) = (oa as isize, ob as isize, oc as isize);
+                for y in o.iter_mut() {
+                    *y = f(sa[pa as usize], sb[pb as usize], sc[pc as usize]);
+                    pa += ta;
+                    pb += tb;
+                    pc += tc;
+                }
+            })
+        }))
+    }
+
+    /// The tensor converted to `dtype`: floats round to nearest even (f16,
+    /// bf16), floats to integers truncate toward zero and saturate (NaN → 0),
+    /// anything non-zero becomes `true`. Returns `self` (no copy) when the
+    /// dtype already matches.
+    pub fn to_dtype(&self, dtype: DType) -> Tensor {
+        if dtype == self.dtype() {
+            return self.clone();
+        }
+        crate::with_dtype!(self.dtype(), S => crate::with_dtype!(dtype, T =>
+            self.map::<S, T>(convert_scalar::<S, T>)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Tensor;
+
+    #[test]
+    fn zip_map_broadcasts_strided_operands() {
+        let a = Tensor::from_vec((0..6).map(|x| x as f32).collect(), &[2, 3]).unwrap();
+        let b = Tensor::from_vec(vec![10.0f32, 20.0], &[2, 1]).unwrap();
+        let at = a.t().unwrap(); // [3,2]
+        let s = at
+            .zip_map::<f32, f32, f32>(&b.t().unwrap(), "add", |x, y| x + y)
+            .unwrap();
+        assert_eq!(s.shape(), &[3, 2]);
+        assert_eq!(
+            s.to_vec::<f32>().unwrap(),
+            vec![10.0, 23.0, 11.0, 24.0, 12.0, 25.0]
+        );
+        assert!(a.zip_map::<f32, f32, f32>(&at, "add", |x, y| x + y).is_err());
+    }
+
+    #[test]
+    fn casts_round_and_saturate() {
+        let a = Tensor::from_vec(vec![1.5f32, -2.7, 300.0, f32::NAN], &[4]).unwrap();
+        assert_eq!(
+            a.to_dtype(crate::DType::U8).to_vec::<u8>().unwrap(),
+            vec![1, 0, 255, 0]
+        );
+        assert_eq!(
+            a.to_dtype(crate::DType::I64).to_vec::<i64>().unwrap()[..3],
+            [1, -2, 300]
+        );
+        let b = a.to_dtype(crate::DType::Bool).to_vec::<bool>().unwrap();
+        assert_eq!(b, vec![true, true, true, true]);
+    }
+}

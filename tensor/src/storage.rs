@@ -1,0 +1,187 @@
+//! [`Storage`]: the flat, typed, 64-byte-aligned buffer behind tensors, either
+//! owned heap memory or a read-only window into a memory-mapped file.
+
+use std::alloc::{alloc_zeroed, dealloc, Layout as AllocLayout};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crate::{DType, Device, Element, Error, Result};
+
+/// Alignment of every owned buffer: a cache line, and enough for AVX-512 loads.
+pub const ALIGN: usize = 64;
+
+static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// Bytes held right now by owned tensor storage in this process (memory-mapped
+/// storage is not counted). Tests use it to check what autograd keeps alive.
+pub fn live_bytes() -> usize {
+    LIVE_BYTES.load(Ordering::Relaxed)
+}
+
+/// A tensor's elements: `len` values of one dtype on one device.
+pub struct Storage {
+    buf: Buffer,
+    dtype: DType,
+    len: usize,
+    device: Device,
+}
+
+enum Buffer {
+    Owned { ptr: NonNull<u8>, bytes: usize },
+    Mapped { map: Arc<memmap2::Mmap>, start: usize },
+}
+
+// SAFETY: the buffer is plain bytes owned by this value (or shared read-only
+// through the Arc'd mapping); mutation needs `&mut Storage`.
+unsafe impl Send for Storage {}
+unsafe impl Sync for Storage {}
+
+impl Storage {
+    /// `len` zero-valued elements of type `T` on the CPU.
+    pub fn zeros<T: Element>(len: usize) -> Self {
+        let bytes = len * T::DTYPE.size_in_bytes();
+        let ptr = if bytes == 0 {
+            // A dangling but aligned pointer: never dereferenced for 0 bytes.
+            NonNull::new(ALIGN as *mut u8).expect("ALIGN is non-zero")
+        } else {
+            let layout = AllocLayout::from_size_align(bytes, ALIGN).expect("size fits isize");
+            // SAFETY: bytes > 0 and the layout is valid.
+            let p = unsafe { alloc_zeroed(layout) };
+            NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout))
+        };
+        LIVE_BYTES.fetch_add(bytes, Ordering::Relaxed);
+        Storage {
+            buf: Buffer::Owned { ptr, bytes },
+            dtype: T::DTYPE,
+            len,
+            device: Device::Cpu,
+        }
+    }
+
+    /// A copy of `data` in a fresh aligned buffer.
+    pub fn from_slice<T: Element>(data: &[T]) -> Self {
+        let mut s = Self::zeros::<T>(data.len());
+        s.as_mut_slice::<T>().copy_from_slice(data);
+        s
+    }
+
+    /// `len` elements of `dtype` read in place from `map[start ..]`. Returns
+    /// `None` when the window is out of bounds, misaligned for the dtype, or
+    /// (for bool) holds a byte other than 0 or 1; callers then copy instead.
+    pub(crate) fn mapped(map: Arc<memmap2::Mmap>, start: usize, dtype: DType, len: usize) -> Option<Self> {
+        let bytes = len.checked_mul(dtype.size_in_bytes())?;
+        let window = map.get(start..start.checked_add(bytes)?)?;
+        if (window.as_ptr() as usize) % dtype.size_in_bytes() != 0 {
+            return None;
+        }
+        if dtype == DType::Bool && window.iter().any(|&b| b > 1) {
+            return None;
+        }
+        Some(Storage {
+            buf: Buffer::Mapped { map, start },
+            dtype,
+            len,
+            device: Device::Cpu,
+        })
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the storage holds no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The device the elements live on.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// The raw bytes, little-endian as in memory.
+    pub fn as_bytes(&self) -> &[u8] {
+        let bytes = self.len * self.dtype.size_in_bytes();
+        match &self.buf {
+            // SAFETY: the allocation holds `bytes` initialised bytes.
+            Buffer::Owned { ptr, .. } => unsafe { std::slice::from_raw_parts(ptr.as_ptr(), bytes) },
+            Buffer::Mapped { map, start } => &map[*start..*start + bytes],
+        }
+    }
+
+    /// The elements as a typed slice, or an error when `T` is not the dtype.
+    pub fn try_as_slice<T: Element>(&self) -> Result<&[T]> {
+        if T::DTYPE != self.dtype {
+            return Err(Error::dtype(
+                "as_slice",
+                format!("storage holds {} but {} was requested", self.dtype, T::DTYPE),
+            ));
+        }
+        let bytes = self.as_bytes();
+        // SAFETY: dtype matches T; the pointer is aligned (owned buffers are
+        // 64-aligned, mapped ones are checked at creation); bool bytes are
+        // kept 0/1 by every writer and checked when mapped.
+        Ok(unsafe { std::slice::from_raw_parts(bytes.as_ptr() as *const T, self.len) })
+    }
+
+    /// The elements as a typed slice. Kernels call this after dispatching on
+    /// the dtype, so a mismatch is a bug in tessera, not in user code.
+    pub(crate) fn as_slice<T: Element>(&self) -> &[T] {
+        self.try_as_slice().expect("kernel dispatched on the wrong dtype")
+    }
+
+    /// The elements as a mutable typed slice. A mapped storage is first
+    /// copied into owned memory (copy-on-write).
+    pub(crate) fn as_mut_slice<T: Element>(&mut self) -> &mut [T] {
+        assert_eq!(T::DTYPE, self.dtype, "kernel dispatched on the wrong dtype");
+        if let Buffer::Mapped { .. } = self.buf {
+            let mut owned = Storage::zeros::<T>(self.len);
+            owned.raw_bytes_mut().copy_from_slice(self.as_bytes());
+            *self = owned;
+        }
+        let len = self.len;
+        let bytes = self.raw_bytes_mut();
+        // SAFETY: as in `try_as_slice`; the buffer is owned and borrowed mutably.
+        unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr() as *mut T, len) }
+    }
+
+    fn raw_bytes_mut(&mut self) -> &mut [u8] {
+        match &mut self.buf {
+            // SAFETY: the allocation holds `bytes` initialised bytes, uniquely borrowed.
+            Buffer::Owned { ptr, bytes } => unsafe { std::slice::from_raw_parts_mut(ptr.as_ptr(), *bytes) },
+            Buffer::Mapped { .. } => unreachable!("mapped storage is copied before mutation"),
+        }
+    }
+}
+
+impl Clone for Storage {
+    fn clone(&self) -> Self {
+        crate::with_dtype!(self.dtype, T => Storage::from_slice::<T>(self.as_slice::<T>()))
+    }
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        if let Buffer::Owned { ptr, bytes } = self.buf {
+            LIVE_BYTES.fetch_sub(bytes, Ordering::Relaxed);
+            if bytes > 0 {
+                let layout = AllocLayout::from_size_align(bytes, ALIGN).expect("size fits isize");
+                // SAFETY: allocated in `zeros` with this exact layout.
+                unsafe { dealloc(ptr.as_ptr(), layout) };
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Storage({} x {} on {})", self.len, self.dtype, self.device)
+    }
+}

@@ -1,0 +1,384 @@
+//! [`Tensor`]: an immutable n-d array value — shared storage plus a layout.
+
+use std::sync::Arc;
+
+use crate::layout::infer_shape;
+use crate::strided::{fill_rows, read_row};
+use crate::{DType, Device, Element, Error, Layout, Result, Storage};
+
+/// An n-dimensional array with a runtime dtype, shape and device.
+///
+/// A `Tensor` is a value: cloning it is O(1) and shares the storage, and
+/// every operation returns a new tensor. View operations (transpose, narrow,
+/// flip, expand, ...) only rewrite the [`Layout`]; other operations write a
+/// fresh contiguous result.
+#[derive(Clone)]
+pub struct Tensor {
+    storage: Arc<Storage>,
+    layout: Layout,
+}
+
+impl Tensor {
+    /// A tensor of `shape` holding `data` in row-major order. Errors when the
+    /// element count does not match the shape.
+    pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
+        Self::from_slice(&data, shape)
+    }
+
+    /// A tensor of `shape` holding a copy of `data` in row-major order. Errors
+    /// when the element count does not match the shape.
+    pub fn from_slice<T: Element>(data: &[T], shape: &[usize]) -> Result<Tensor> {
+        let numel = checked_numel("from_slice", shape)?;
+        if numel != data.len() {
+            return Err(Error::shape(
+                "from_slice",
+                format!(
+                    "{} elements do not fill shape {shape:?} ({numel} elements)",
+                    data.len()
+                ),
+            ));
+        }
+        Ok(Self::from_storage(
+            Storage::from_slice(data),
+            Layout::contiguous(shape),
+        ))
+    }
+
+    /// A 0-dimensional tensor holding `v`.
+    pub fn scalar<T: Element>(v: T) -> Tensor {
+        Self::from_storage(Storage::from_slice(&[v]), Layout::contiguous(&[]))
+    }
+
+    /// A tensor over `storage` seen through `layout`. The layout must only
+    /// reach indices inside the storage.
+    pub fn from_storage(storage: Storage, layout: Layout) -> Tensor {
+        Self::from_shared(Arc::new(storage), layout)
+    }
+
+    /// A tensor sharing `storage`, seen through `layout`.
+    pub fn from_shared(storage: Arc<Storage>, layout: Layout) -> Tensor {
+        debug_assert!(layout.storage_range().is_none_or(|(_, hi)| hi <= storage.len()));
+        Tensor { storage, layout }
+    }
+
+    /// A new contiguous tensor of `shape` whose elements `fill` writes. The
+    /// buffer is passed zeroed; `fill` receives it in row-major order.
+    pub fn build<T: Element>(shape: &[usize], fill: impl FnOnce(&mut [T])) -> Tensor {
+        let numel = shape.iter().product();
+        let mut storage = Storage::zeros::<T>(numel);
+        fill(storage.as_mut_slice::<T>());
+        Self::from_storage(storage, Layout::contiguous(shape))
+    }
+
+    /// The sizes of the dimensions.
+    pub fn shape(&self) -> &[usize] {
+        self.layout.shape()
+    }
+
+    /// The size of dimension `dim` (negative counts from the end).
+    pub fn size(&self, dim: isize) -> Result<usize> {
+        Ok(self.shape()[crate::dim_index("size", dim, self.ndim())?])
+    }
+
+    /// The number of dimensions.
+    pub fn ndim(&self) -> usize {
+        self.layout.ndim()
+    }
+
+    /// The number of elements.
+    pub fn numel(&self) -> usize {
+        self.layout.numel()
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.storage.dtype()
+    }
+
+    /// The device holding the elements.
+    pub fn device(&self) -> Device {
+        self.storage.device()
+    }
+
+    /// The layout (shape, strides, offset) within the storage.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The strides of each dimension, in elements.
+    pub fn strides(&self) -> &[isize] {
+        self.layout.strides()
+    }
+
+    /// The shared storage.
+    pub fn storage(&self) -> &Arc<Storage> {
+        &self.storage
+    }
+
+    /// True when the elements are row-major without gaps.
+    pub fn is_contiguous(&self) -> bool {
+        self.layout.is_contiguous()
+    }
+
+    /// True when `self` and `other` share one storage buffer.
+    pub fn shares_storage(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.storage, &other.storage)
+    }
+
+    /// The same storage seen through another layout (views are built on this).
+    pub(crate) fn with_layout(&self, layout: Layout) -> Tensor {
+        Tensor {
+            storage: self.storage.clone(),
+            layout,
+        }
+    }
+
+    /// The elements in row-major order as a contiguous slice, when the
+    /// tensor is contiguous; errors when `T` is not the dtype or the tensor
+    /// is a non-contiguous view (call [`Tensor::contiguous`] first).
+    pub fn as_slice<T: Element>(&self) -> Result<&[T]> {
+        let all = self.storage.try_as_slice::<T>()?;
+        if !self.is_contiguous() {
+            return Err(Error::shape(
+                "as_slice",
+                format!(
+                    "tensor of shape {:?} with strides {:?} is not contiguous",
+                    self.shape(),
+                    self.strides()
+                ),
+            ));
+        }
+        let start = self.layout.offset();
+        Ok(&all[start..start + self.numel()])
+    }
+
+    /// The elements in row-major order. Errors when `T` is not the dtype
+    /// (use [`Tensor::to_dtype`] first).
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        if T::DTYPE != self.dtype() {
+            return Err(Error::dtype(
+                "to_vec",
+                format!("tensor is {} but Vec<{}> was requested", self.dtype(), T::DTYPE),
+            ));
+        }
+        if let Ok(s) = self.as_slice::<T>() {
+            return Ok(s.to_vec());
+        }
+        let mut out = vec![T::ZERO; self.numel()];
+        self.copy_into(&mut out);
+        Ok(out)
+    }
+
+    /// The single element of a one-element tensor (any shape), converted to
+    /// `T`. Errors when the tensor has more or fewer than one element.
+    pub fn to_scalar<T: Element>(&self) -> Result<T> {
+        if self.numel() != 1 {
+            return Err(Error::shape(
+                "to_scalar",
+                format!(
+                    "tensor of shape {:?} has {} elements, not 1",
+                    self.shape(),
+                    self.numel()
+                ),
+            ));
+        }
+        let off = self.layout.offset();
+        Ok(crate::with_dtype!(self.dtype(), S => convert_scalar::<S, T>(self.storage.as_slice::<S>()[off])))
+    }
+
+    /// A contiguous tensor with the same elements: `self` when already
+    /// contiguous (no copy), else a row-major copy.
+    pub fn contiguous(&self) -> Tensor {
+        if self.is_contiguous() {
+            return self.clone();
+        }
+        crate::with_dtype!(self.dtype(), T => Tensor::build::<T>(self.shape(), |out| self.copy_into(out)))
+    }
+
+    /// Writes the elements in row-major order into `out` (`out.len() ==
+    /// numel`, `T` the dtype — callers dispatch first).
+    pub(crate) fn copy_into<T: Element>(&self, out: &mut [T]) {
+        let src = self.storage.as_slice::<T>();
+        fill_rows(out, [&self.layout], |o, [off], [st]| {
+            read_row(src, off, st, o.len(), |i, x| o[i] = x)
+        });
+    }
+
+    /// The elements reshaped to `shape` (one entry may be -1). A view when
+    /// the strides allow it, else a copy (PyTorch's `reshape`).
+    pub fn reshape(&self, shape: &[isize]) -> Result<Tensor> {
+        let shape = infer_shape("reshape", self.shape(), shape)?;
+        Ok(match self.layout.reshaped(&shape) {
+            Some(l) => self.with_layout(l),
+            None => self.contiguous().with_layout(Layout::contiguous(&shape)),
+        })
+    }
+
+    /// Like [`Tensor::reshape`] but never copies: errors when the strides do
+    /// not allow a view (PyTorch's `view`).
+    pub fn view(&self, shape: &[isize]) -> Result<Tensor> {
+        let shape = infer_shape("view", self.shape(), shape)?;
+        match self.layout.reshaped(&shape) {
+            Some(l) => Ok(self.with_layout(l)),
+            None => Err(Error::shape(
+                "view",
+                format!(
+                    "shape {shape:?} is incompatible with the strides {:?} of shape {:?}; use reshape",
+                    self.strides(),
+                    self.shape()
+                ),
+            )),
+        }
+    }
+
+    /// Merges dimensions `start ..= end` into one (PyTorch's `flatten`).
+    pub fn flatten(&self, start: isize, end: isize) -> Result<Tensor> {
+        if self.ndim() == 0 {
+            return self.reshape(&[1]);
+        }
+        let s = crate::dim_index("flatten", start, self.ndim())?;
+        let e = crate::dim_index("flatten", end, self.ndim())?;
+        if s > e {
+            return Err(Error::arg(
+                "flatten",
+                format!("start dim {start} is after end dim {end}"),
+            ));
+        }
+        let mut shape: Vec<isize> = self.shape()[..s].iter().map(|&n| n as isize).collect();
+        shape.push(self.shape()[s..=e].iter().product::<usize>() as isize);
+        shape.extend(self.shape()[e + 1..].iter().map(|&n| n as isize));
+        self.reshape(&shape)
+    }
+
+    /// Swaps two dimensions (a view).
+    pub fn transpose(&self, d0: isize, d1: isize) -> Result<Tensor> {
+        Ok(self.with_layout(self.layout.transpose(d0, d1)?))
+    }
+
+    /// The transpose of a matrix (a view); 0-d and 1-d tensors are returned
+    /// as they are, like PyTorch's `t()`. Errors above 2 dimensions.
+    pub fn t(&self) -> Result<Tensor> {
+        match self.ndim() {
+            0 | 1 => Ok(self.clone()),
+            2 => self.transpose(0, 1),
+            n => Err(Error::shape(
+                "t",
+                format!("expects at most 2 dimensions, got {n} (shape {:?})", self.shape()),
+            )),
+        }
+    }
+
+    /// Reorders the dimensions (a view).
+    pub fn permute(&self, dims: &[isize]) -> Result<Tensor> {
+        Ok(self.with_layout(self.layout.permute(dims)?))
+    }
+
+    /// The range `start .. start + len` of dimension `dim` (a view).
+    pub fn narrow(&self, dim: isize, start: usize, len: usize) -> Result<Tensor> {
+        Ok(self.with_layout(self.layout.narrow(dim, start, len)?))
+    }
+
+    /// Every `step`-th element of `start .. end` along `dim` (a view; `end`
+    /// is clamped to the size like Python slicing).
+    pub fn slice(&self, dim: isize, start: usize, end: usize, step: usize) -> Result<Tensor> {
+        Ok(self.with_layout(self.layout.slice(dim, start, end, step)?))
+    }
+
+    /// Index `index` of dimension `dim`, with that dimension removed (a view;
+    /// PyTorch's `select`). Negative indices count from the end.
+    pub fn select(&self, dim: isize, index: isize) -> Result<Tensor> {
+        let d = crate::dim_index("select", dim, self.ndim())?;
+        let n = self.shape()[d] as isize;
+        let i = if index < 0 { index + n } else { index };
+        if i < 0 || i >= n {
+            return Err(Error::index(
+                "select",
+                format!("index {index} is out of range for dimension {d} of size {n}"),
+            ));
+        }
+        self.narrow(d as isize, i as usize, 1)?.squeeze(d as isize)
+    }
+
+    /// Reverses the elements along each of `dims` (a view with negative strides).
+    pub fn flip(&self, dims: &[isize]) -> Result<Tensor> {
+        Ok(self.with_layout(self.layout.flip(dims)?))
+    }
+
+    /// Broadcasts to `shape` (a view with zero strides; NumPy rules).
+    pub fn broadcast_to(&self, shape: &[usize]) -> Result<Tensor> {
+        Ok(self.with_layout(self.layout.broadcast_to(shape)?))
+    }
+
+    /// PyTorch's `expand`: like [`Tensor::broadcast_to`], where -1 keeps the
+    /// existing size.
+    pub fn expand(&self, shape: &[isize]) -> Result<Tensor> {
+        let lead = shape.len().checked_sub(self.ndim()).ok_or_else(|| {
+            Error::shape(
+                "expand",
+                format!("cannot expand shape {:?} to {shape:?}", self.shape()),
+            )
+        })?;
+        let mut target = Vec::with_capacity(shape.len());
+        for (k, &n) in shape.iter().enumerate() {
+            target.push(match n {
+                -1 if k >= lead => self.shape()[k - lead],
+                n if n >= 0 => n as usize,
+                _ => return Err(Error::arg("expand", format!("invalid size {n} in {shape:?}"))),
+            });
+        }
+        self.broadcast_to(&target)
+    }
+
+    /// Removes dimension `dim`, which must have size 1 (a view).
+    pub fn squeeze(&self, dim: isize) -> Result<Tensor> {
+        Ok(self.with_layout(self.layout.squeeze(dim)?))
+    }
+
+    /// Removes every size-1 dimension (a view).
+    pub fn squeeze_all(&self) -> Tensor {
+        self.with_layout(self.layout.squeeze_all())
+    }
+
+    /// Inserts a size-1 dimension at `dim` (a view).
+    pub fn unsqueeze(&self, dim: isize) -> Result<Tensor> {
+        Ok(self.with_layout(self.layout.unsqueeze(dim)?))
+    }
+}
+
+/// The product of `shape`, or an error naming `op` when it overflows.
+pub(crate) fn checked_numel(op: &'static str, shape: &[usize]) -> Result<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &n| acc.checked_mul(n))
+        .ok_or_else(|| {
+            Error::arg(
+                op,
+                format!("shape {shape:?} has more elements than memory can hold"),
+            )
+        })
+}
+
+/// Converts between element types the way [`crate::Tensor::to_dtype`] does:
+/// exactly through i64 between integer types, through f64 otherwise.
+#[inline(always)]
+pub(crate) fn convert_scalar<S: Element, T: Element>(x: S) -> T {
+    if S::DTYPE.is_float() || T::DTYPE.is_float() {
+        T::from_f64(x.to_f64())
+    } else {
+        T::from_i64(x.to_i64())
+    }
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Tensor(shape={:?}, strides={:?}, offset={}, dtype={}, device={})",
+            self.shape(),
+            self.strides(),
+            self.layout.offset(),
+            self.dtype(),
+            self.device()
+        )
+    }
+}
