@@ -423,7 +423,7 @@ pub fn infer_shape(op: &'static str, from: &[usize], shape: &[isize]) -> Result<
     let mut out: Vec<usize> = shape.iter().map(|&n| n.max(0) as usize).collect();
     match infer {
         Some(k) => {
-            if known == 0 || numel % known != 0 {
+            if known == 0 || !numel.is_multiple_of(known) {
                 return Err(mismatch());
             }
             out[k] = numel / known;

@@ -28,6 +28,8 @@ mod special;
 mod storage;
 pub mod strided;
 mod tensor;
+#[cfg(test)]
+pub(crate) mod test_util;
 
 pub use device::Device;
 pub use dtype::{DType, Element, FloatElement, FloatMath};
