@@ -125,6 +125,11 @@ impl Tensor {
         Arc::ptr_eq(&self.storage, &other.storage)
     }
 
+    /// Mutable access to the storage when this tensor is its only owner.
+    pub(crate) fn storage_mut(&mut self) -> Option<&mut Storage> {
+        Arc::get_mut(&mut self.storage)
+    }
+
     /// The same storage seen through another layout (views are built on this).
     pub(crate) fn with_layout(&self, layout: Layout) -> Tensor {
         Tensor {
