@@ -42,7 +42,11 @@ where
     // The node's inputs: the explicit ones, then what the segment read from
     // the graph outside it.
     let mut node_inputs: Vec<Var> = inputs.to_vec();
-    node_inputs.extend(captured.iter().map(|e| Var::from_edge(placeholder(), Some(e.clone()))));
+    node_inputs.extend(
+        captured
+            .iter()
+            .map(|e| Var::from_edge(placeholder(), Some(e.clone()))),
+    );
     let n_explicit = inputs.len();
     let saved: Vec<Tensor> = inputs.iter().map(|v| v.tensor().clone()).collect();
     let refs: Vec<&Var> = node_inputs.iter().collect();
@@ -60,7 +64,10 @@ where
     F: Fn(&Var) -> Result<Var> + Send + Sync + 'static,
 {
     if every == 0 {
-        return Err(Error::arg("checkpoint_sequential", "segment length must be at least 1"));
+        return Err(Error::arg(
+            "checkpoint_sequential",
+            "segment length must be at least 1",
+        ));
     }
     let mut blocks: Vec<Arc<F>> = blocks.into_iter().map(Arc::new).collect();
     let mut x = input.clone();
@@ -102,7 +109,13 @@ where
     let fresh: Vec<Var> = saved
         .iter()
         .zip(needs_explicit)
-        .map(|(t, &need)| if need { Var::leaf(t.clone()) } else { Var::constant(t.clone()) })
+        .map(|(t, &need)| {
+            if need {
+                Var::leaf(t.clone())
+            } else {
+                Var::constant(t.clone())
+            }
+        })
         .collect();
     let outer_rng = rng::default_state();
     rng::set_default_state(rng_state);
@@ -112,7 +125,11 @@ where
     if outputs.len() != grads.len() {
         return Err(Error::arg(
             "checkpoint",
-            format!("the recomputed segment returned {} outputs, the forward {}", outputs.len(), grads.len()),
+            format!(
+                "the recomputed segment returned {} outputs, the forward {}",
+                outputs.len(),
+                grads.len()
+            ),
         ));
     }
     let seeds: Vec<(Edge, Tensor)> = outputs

@@ -195,7 +195,11 @@ pub(crate) fn run(seeds: Vec<(Edge, Tensor)>, boundary: u64) -> Result<Outcome> 
             if in_grads.len() != inputs.len() {
                 return Err(Error::arg(
                     "backward",
-                    format!("`{name}` returned {} gradients for {} inputs", in_grads.len(), inputs.len()),
+                    format!(
+                        "`{name}` returned {} gradients for {} inputs",
+                        in_grads.len(),
+                        inputs.len()
+                    ),
                 ));
             }
             for (e, g) in inputs.iter().zip(in_grads) {

@@ -66,7 +66,9 @@ pub(crate) fn collect_edges<R>(f: impl FnOnce() -> R) -> (R, Vec<Edge>) {
     let mut restore = Restore(Some(prev));
     let r = f();
     let prev = restore.0.take().expect("set once");
-    let edges = COLLECTOR.with(|c| std::mem::replace(&mut *c.borrow_mut(), prev)).unwrap_or_default();
+    let edges = COLLECTOR
+        .with(|c| std::mem::replace(&mut *c.borrow_mut(), prev))
+        .unwrap_or_default();
     (r, edges)
 }
 

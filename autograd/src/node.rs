@@ -73,7 +73,12 @@ impl Node {
         })
     }
 
-    pub fn op(name: &'static str, inputs: Vec<Option<Edge>>, outputs: Vec<Meta>, backward: BackwardFn) -> Arc<Node> {
+    pub fn op(
+        name: &'static str,
+        inputs: Vec<Option<Edge>>,
+        outputs: Vec<Meta>,
+        backward: BackwardFn,
+    ) -> Arc<Node> {
         Arc::new(Node {
             id: next_id(),
             kind: NodeKind::Op {

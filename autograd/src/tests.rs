@@ -17,7 +17,10 @@ fn vals(t: &Tensor) -> Vec<f64> {
 
 /// Elementwise product of same-shaped f64 values.
 fn mul(a: &Var, b: &Var) -> Var {
-    let y = a.tensor().zip_map::<f64, f64, f64>(b.tensor(), "mul", |x, y| x * y).unwrap();
+    let y = a
+        .tensor()
+        .zip_map::<f64, f64, f64>(b.tensor(), "mul", |x, y| x * y)
+        .unwrap();
     let (sa, sb) = (a.tensor().clone(), b.tensor().clone());
     record("mul", y, &[a, b], move |g, needs| {
         let ga = needs[0].then(|| g.zip_map::<f64, f64, f64>(&sb, "mul", |x, y| x * y).unwrap());
@@ -32,16 +35,26 @@ fn sum(a: &Var) -> Var {
     let shape = a.shape().to_vec();
     record("sum", Tensor::scalar(s), &[a], move |g, _| {
         let gv = g.to_scalar::<f64>()?;
-        Ok(vec![Some(Tensor::from_vec(vec![gv; shape.iter().product()], &shape)?)])
+        Ok(vec![Some(Tensor::from_vec(
+            vec![gv; shape.iter().product()],
+            &shape,
+        )?)])
     })
 }
 
 /// Multiplies by a fresh random mask from the default generator, like dropout.
 fn noisy(a: &Var) -> Var {
     let mask = tessera_tensor::Tensor::rand(a.shape(), tessera_tensor::DType::F64).unwrap();
-    let y = a.tensor().zip_map::<f64, f64, f64>(&mask, "noisy", |x, m| x * m).unwrap();
+    let y = a
+        .tensor()
+        .zip_map::<f64, f64, f64>(&mask, "noisy", |x, m| x * m)
+        .unwrap();
     record("noisy", y, &[a], move |g, _| {
-        Ok(vec![Some(g.zip_map::<f64, f64, f64>(&mask, "noisy", |x, m| x * m)?)])
+        Ok(vec![Some(g.zip_map::<f64, f64, f64>(
+            &mask,
+            "noisy",
+            |x, m| x * m,
+        )?)])
     })
 }
 
@@ -53,7 +66,9 @@ fn reused_value_accumulates_and_constants_get_nothing() {
     let y = mul(&mul(&x, &x), &c);
     let loss = sum(&crate::record::record(
         "add",
-        y.tensor().zip_map::<f64, f64, f64>(x.tensor(), "add", |a, b| a + b).unwrap(),
+        y.tensor()
+            .zip_map::<f64, f64, f64>(x.tensor(), "add", |a, b| a + b)
+            .unwrap(),
         &[&y, &x],
         |g, _| Ok(vec![Some(g.clone()), Some(g.clone())]),
     ));
@@ -121,7 +136,10 @@ fn saved_tensors_are_freed_by_backward() {
     // Other tests run concurrently and allocate too, so allow slack but far
     // less than one activation (512 KiB).
     let live = tessera_tensor::live_bytes() as i64 - (before + grad_bytes) as i64;
-    assert!(live.abs() < 64 * 1024, "{live} bytes beyond inputs and gradients still live");
+    assert!(
+        live.abs() < 64 * 1024,
+        "{live} bytes beyond inputs and gradients still live"
+    );
 }
 
 fn run_twice<F: Fn() -> Result<Vec<f64>>>(f: F) -> (Vec<f64>, Vec<f64>) {
@@ -139,9 +157,16 @@ fn checkpoint_matches_plain_run_bitwise_with_randomness() {
     };
     let go = |ckpt: bool| -> Result<Vec<f64>> {
         tessera_tensor::rng::manual_seed(7);
-        let h = if ckpt { checkpoint(segment.clone(), &[x.clone()])?.remove(0) } else { segment(&[x.clone()])?.remove(0) };
+        let h = if ckpt {
+            checkpoint(segment.clone(), &[x.clone()])?.remove(0)
+        } else {
+            segment(&[x.clone()])?.remove(0)
+        };
         let g = sum(&mul(&h, &h)).backward()?;
-        Ok([&x, &w1, &w2].iter().flat_map(|v| vals(g.get(v).unwrap())).collect())
+        Ok([&x, &w1, &w2]
+            .iter()
+            .flat_map(|v| vals(g.get(v).unwrap()))
+            .collect())
     };
     let (plain, plain2) = run_twice(|| go(false));
     assert_eq!(plain, plain2);
@@ -171,7 +196,10 @@ fn checkpoint_keeps_only_inputs() {
     let base = tessera_tensor::live_bytes();
     let ck = checkpoint(seg, &[x.clone()]).unwrap().remove(0);
     let ck_bytes = tessera_tensor::live_bytes() - base;
-    assert!(ck_bytes * 3 < plain_bytes, "checkpoint kept {ck_bytes} bytes, plain {plain_bytes}");
+    assert!(
+        ck_bytes * 3 < plain_bytes,
+        "checkpoint kept {ck_bytes} bytes, plain {plain_bytes}"
+    );
     let g = sum(&ck).backward().unwrap();
     assert_eq!(vals(g.get(&x).unwrap())[0], 1.5f64.powi(6));
     assert!((vals(g.get(&w).unwrap())[0] - 6.0 * 2.0 * 1.5f64.powi(5)).abs() < 1e-9);

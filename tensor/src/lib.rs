@@ -18,6 +18,7 @@
 //! # Ok::<(), tessera_tensor::Error>(())
 //! ```
 
+pub mod alloc;
 mod device;
 mod dtype;
 mod error;
@@ -31,6 +32,7 @@ mod tensor;
 #[cfg(test)]
 pub(crate) mod test_util;
 
+pub use alloc::ALIGN;
 pub use device::Device;
 pub use dtype::{DType, Element, FloatElement, FloatMath};
 pub use error::{Error, Result};

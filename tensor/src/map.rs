@@ -12,7 +12,7 @@ impl Tensor {
     /// [`crate::with_dtype!`] first.
     pub fn map<T: Element, U: Element>(&self, f: impl Fn(T) -> U + Sync) -> Tensor {
         let src = self.storage().as_slice::<T>();
-        Tensor::build::<U>(self.shape(), |out| {
+        Tensor::build_overwrite::<U>(self.shape(), |out| {
             fill_rows(out, [self.layout()], |o, [off], [st]| {
                 if st == 1 {
                     let n = o.len();
@@ -44,7 +44,7 @@ impl Tensor {
         let la = self.layout().broadcast_to(&shape)?;
         let lb = other.layout().broadcast_to(&shape)?;
         let (sa, sb) = (self.storage().as_slice::<A>(), other.storage().as_slice::<B>());
-        Ok(Tensor::build::<U>(&shape, |out| {
+        Ok(Tensor::build_overwrite::<U>(&shape, |out| {
             fill_rows(out, [&la, &lb], |o, [oa, ob], [ta, tb]| {
                 if ta == 1 && tb == 1 {
                     let n = o.len();
@@ -87,7 +87,7 @@ impl Tensor {
             b.storage().as_slice::<B>(),
             c.storage().as_slice::<C>(),
         );
-        Ok(Tensor::build::<U>(&shape, |out| {
+        Ok(Tensor::build_overwrite::<U>(&shape, |out| {
             fill_rows(out, [&la, &lb, &lc], |o, [oa, ob, oc], [ta, tb, tc]| {
                 let (mut pa, mut pb, mut pc) = (oa as isize, ob as isize, oc as isize);
                 for y in o.iter_mut() {

@@ -70,6 +70,16 @@ impl Tensor {
         Self::from_storage(storage, Layout::contiguous(shape))
     }
 
+    /// Like [`Tensor::build`], but the buffer passed to `fill` holds
+    /// unspecified values (a reused cached block): for kernels that write
+    /// every element, so no time goes into zeroing first.
+    pub fn build_overwrite<T: Element>(shape: &[usize], fill: impl FnOnce(&mut [T])) -> Tensor {
+        let numel = shape.iter().product();
+        let mut storage = Storage::for_overwrite::<T>(numel);
+        fill(storage.as_mut_slice::<T>());
+        Self::from_storage(storage, Layout::contiguous(shape))
+    }
+
     /// The sizes of the dimensions.
     pub fn shape(&self) -> &[usize] {
         self.layout.shape()
@@ -197,7 +207,7 @@ impl Tensor {
         if self.is_contiguous() {
             return self.clone();
         }
-        crate::with_dtype!(self.dtype(), T => Tensor::build::<T>(self.shape(), |out| self.copy_into(out)))
+        crate::with_dtype!(self.dtype(), T => Tensor::build_overwrite::<T>(self.shape(), |out| self.copy_into(out)))
     }
 
     /// Writes the elements in row-major order into `out` (`out.len() ==
