@@ -163,7 +163,7 @@ mod tests {
             123_456_789,
         ] {
             let c = size_class(bytes);
-            assert!(c >= bytes && c % ALIGN == 0, "{bytes} -> {c}");
+            assert!(c >= bytes && c.is_multiple_of(ALIGN), "{bytes} -> {c}");
             if bytes >= MIN_CACHED {
                 assert!(c - bytes <= bytes / 4, "{bytes} -> {c}");
             }

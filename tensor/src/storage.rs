@@ -84,7 +84,7 @@ impl Storage {
     pub(crate) fn mapped(map: Arc<memmap2::Mmap>, start: usize, dtype: DType, len: usize) -> Option<Self> {
         let bytes = len.checked_mul(dtype.size_in_bytes())?;
         let window = map.get(start..start.checked_add(bytes)?)?;
-        if (window.as_ptr() as usize) % dtype.size_in_bytes() != 0 {
+        if !(window.as_ptr() as usize).is_multiple_of(dtype.size_in_bytes()) {
             return None;
         }
         if dtype == DType::Bool && window.iter().any(|&b| b > 1) {
