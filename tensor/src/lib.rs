@@ -19,11 +19,14 @@
 //! ```
 
 mod device;
+mod display;
 mod dtype;
 mod error;
 mod layout;
 mod map;
 pub mod ops;
+pub mod rng;
+pub mod safetensors;
 mod special;
 mod storage;
 pub mod strided;
@@ -35,6 +38,8 @@ pub use device::Device;
 pub use dtype::{DType, Element, FloatElement, FloatMath};
 pub use error::{Error, Result};
 pub use half::{bf16, f16};
+pub use ops::creation::TensorOptions;
+pub use rng::{manual_seed, Generator};
 pub use layout::{broadcast_shapes, contiguous_strides, dim_index, dim_indices, infer_shape, Layout};
 pub use special::erf;
 pub use storage::{live_bytes, Storage};
