@@ -280,8 +280,14 @@ mod tests {
     // Every expected string below was printed by PyTorch 2.x.
     #[test]
     fn small_tensors_match_pytorch() {
-        assert_eq!(show(&f32s(&[1., 2., 3., 4.], &[2, 2])), "tensor([[1., 2.],\n        [3., 4.]])");
-        assert_eq!(show(&f32s(&[1e-5, 1.0], &[2])), "tensor([1.0000e-05, 1.0000e+00])");
+        assert_eq!(
+            show(&f32s(&[1., 2., 3., 4.], &[2, 2])),
+            "tensor([[1., 2.],\n        [3., 4.]])"
+        );
+        assert_eq!(
+            show(&f32s(&[1e-5, 1.0], &[2])),
+            "tensor([1.0000e-05, 1.0000e+00])"
+        );
         let d = Tensor::from_vec(vec![1.0f64, 2.0], &[2]).unwrap();
         assert_eq!(show(&d), "tensor([1., 2.], dtype=torch.float64)");
         assert_eq!(show(&Tensor::scalar(3.5f32)), "tensor(3.5000)");
@@ -289,14 +295,23 @@ mod tests {
         assert_eq!(show(&b), "tensor([ True, False])");
         let u = Tensor::from_vec(vec![1u8, 236], &[2]).unwrap();
         assert_eq!(show(&u), "tensor([  1, 236], dtype=torch.uint8)");
-        assert_eq!(show(&f32s(&[f32::NAN, 1.5, f32::INFINITY], &[3])), "tensor([   nan, 1.5000,    inf])");
+        assert_eq!(
+            show(&f32s(&[f32::NAN, 1.5, f32::INFINITY], &[3])),
+            "tensor([   nan, 1.5000,    inf])"
+        );
         let h = Tensor::from_vec(vec![f32::NAN, 1.0, f32::NEG_INFINITY], &[3])
             .unwrap()
             .to_dtype(DType::BF16);
         assert_eq!(show(&h), "tensor([nan, 1., -inf], dtype=torch.bfloat16)");
-        assert_eq!(show(&f32s(&[0.0, 5e8, 1e9], &[3])), "tensor([0.0000e+00, 5.0000e+08, 1.0000e+09])");
+        assert_eq!(
+            show(&f32s(&[0.0, 5e8, 1e9], &[3])),
+            "tensor([0.0000e+00, 5.0000e+08, 1.0000e+09])"
+        );
         assert_eq!(show(&f32s(&[0., 0.], &[1, 2])), "tensor([[0., 0.]])");
-        assert_eq!(show(&Tensor::from_vec(vec![0i64, 0], &[2]).unwrap()), "tensor([0, 0])");
+        assert_eq!(
+            show(&Tensor::from_vec(vec![0i64, 0], &[2]).unwrap()),
+            "tensor([0, 0])"
+        );
     }
 
     #[test]
@@ -345,7 +360,11 @@ mod tests {
         assert_eq!(py_sci(1e-300), "1.0000e-300");
         assert_eq!(py_tuple(&[2, 0, 1]), "(2, 0, 1)");
         assert_eq!(py_tuple(&[]), "()");
-        let long = add_suffixes(format!("tensor([{}])", "1".repeat(70)), &["dtype=torch.uint8".into()], 7);
+        let long = add_suffixes(
+            format!("tensor([{}])", "1".repeat(70)),
+            &["dtype=torch.uint8".into()],
+            7,
+        );
         assert!(long.ends_with("]),\n       dtype=torch.uint8)"), "{long}");
     }
 }

@@ -42,7 +42,9 @@ pub fn load(path: impl AsRef<Path>) -> Result<HashMap<String, Tensor>> {
 
 /// As [`load`], also returning the file's `__metadata__` map (empty when
 /// the file has none).
-pub fn load_with_metadata(path: impl AsRef<Path>) -> Result<(HashMap<String, Tensor>, HashMap<String, String>)> {
+pub fn load_with_metadata(
+    path: impl AsRef<Path>,
+) -> Result<(HashMap<String, Tensor>, HashMap<String, String>)> {
     let path = path.as_ref();
     let err = |msg: String| Error::io(LOAD, format!("{}: {msg}", path.display()));
     little_endian_only(LOAD)?;
@@ -53,12 +55,17 @@ pub fn load_with_metadata(path: impl AsRef<Path>) -> Result<(HashMap<String, Ten
     // saving over a loaded file is safe.
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| err(e.to_string()))?;
     let map = Arc::new(map);
-    let (header_len, meta) = SafeTensors::read_metadata(&map).map_err(|e| err(format!("corrupt file: {e}")))?;
+    let (header_len, meta) =
+        SafeTensors::read_metadata(&map).map_err(|e| err(format!("corrupt file: {e}")))?;
     let data_start = 8 + header_len;
     let mut tensors = HashMap::new();
     for (name, info) in meta.tensors() {
-        let dtype = from_st_dtype(info.dtype)
-            .ok_or_else(|| err(format!("tensor {name:?} has dtype {:?}, which tessera does not support", info.dtype)))?;
+        let dtype = from_st_dtype(info.dtype).ok_or_else(|| {
+            err(format!(
+                "tensor {name:?} has dtype {:?}, which tessera does not support",
+                info.dtype
+            ))
+        })?;
         // read_metadata checked that the offsets match the shape and dtype
         // and lie inside the file.
         let (begin, end) = info.data_offsets;
@@ -69,7 +76,10 @@ pub fn load_with_metadata(path: impl AsRef<Path>) -> Result<(HashMap<String, Ten
             None => copy_storage(&map[start..data_start + end], dtype)
                 .ok_or_else(|| err(format!("bool tensor {name:?} holds a byte other than 0 or 1")))?,
         };
-        tensors.insert(name, Tensor::from_storage(storage, Layout::contiguous(&info.shape)));
+        tensors.insert(
+            name,
+            Tensor::from_storage(storage, Layout::contiguous(&info.shape)),
+        );
     }
     let metadata = meta.metadata().clone().unwrap_or_default();
     Ok((tensors, metadata))
@@ -80,7 +90,10 @@ pub fn load_with_metadata(path: impl AsRef<Path>) -> Result<(HashMap<String, Ten
 /// a sibling temporary file, then rename). Non-contiguous tensors are
 /// written in row-major order. Errors, naming the file, for a duplicate or
 /// reserved (`__metadata__`) name, a tensor not on the CPU, or an I/O failure.
-pub fn save<'a, K: AsRef<str>>(path: impl AsRef<Path>, tensors: impl IntoIterator<Item = (K, &'a Tensor)>) -> Result<()> {
+pub fn save<'a, K: AsRef<str>>(
+    path: impl AsRef<Path>,
+    tensors: impl IntoIterator<Item = (K, &'a Tensor)>,
+) -> Result<()> {
     save_impl(path.as_ref(), tensors, None)
 }
 
@@ -106,13 +119,18 @@ fn save_impl<'a, K: AsRef<str>>(
     for (name, t) in tensors {
         let name = name.as_ref().to_string();
         if name == "__metadata__" {
-            return Err(err("the name \"__metadata__\" is reserved for the metadata map".into()));
+            return Err(err(
+                "the name \"__metadata__\" is reserved for the metadata map".into()
+            ));
         }
         if !seen.insert(name.clone()) {
             return Err(err(format!("the name {name:?} appears twice")));
         }
         if !t.device().is_cpu() {
-            return Err(err(format!("tensor {name:?} is on {}; move it to the CPU first", t.device())));
+            return Err(err(format!(
+                "tensor {name:?} is on {}; move it to the CPU first",
+                t.device()
+            )));
         }
         views.push((name, TensorBytes(t.contiguous())));
     }

@@ -8,7 +8,9 @@ impl TempPath {
     fn new(tag: &str) -> Self {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        TempPath(std::env::temp_dir().join(format!("tessera-st-{}-{tag}-{k}.safetensors", std::process::id())))
+        TempPath(
+            std::env::temp_dir().join(format!("tessera-st-{}-{tag}-{k}.safetensors", std::process::id())),
+        )
     }
 }
 
@@ -22,7 +24,10 @@ fn all_dtypes_sample(shape: &[usize], seed: u64) -> Vec<(String, Tensor)> {
     let n: usize = shape.iter().product();
     // Values every dtype holds exactly: multiples of 1/4 in [-8, 8), and
     // non-negative integers for the unsigned dtypes.
-    let vals: Vec<f64> = rand_f64(seed, n).iter().map(|x| (x * 32.0).floor() / 4.0).collect();
+    let vals: Vec<f64> = rand_f64(seed, n)
+        .iter()
+        .map(|x| (x * 32.0).floor() / 4.0)
+        .collect();
     let uvals: Vec<f64> = vals.iter().map(|x| (x * 4.0).abs()).collect();
     let bools: Vec<f64> = vals.iter().map(|&x| (x > 0.0) as u8 as f64).collect();
     DType::ALL
@@ -92,7 +97,10 @@ fn saving_over_a_loaded_file_keeps_its_tensors() {
     let b = Tensor::from_vec(vec![5.0f32, 6.0, 7.0], &[3]).unwrap();
     save(&p.0, [("x", &b)]).unwrap();
     assert_eq!(before["x"].to_vec::<f32>().unwrap(), vec![1.0, 2.0]);
-    assert_eq!(load(&p.0).unwrap()["x"].to_vec::<f32>().unwrap(), vec![5.0, 6.0, 7.0]);
+    assert_eq!(
+        load(&p.0).unwrap()["x"].to_vec::<f32>().unwrap(),
+        vec![5.0, 6.0, 7.0]
+    );
 }
 
 /// A file with a hand-written header: `tensors` are (json entry, bytes).
@@ -142,18 +150,30 @@ fn corrupt_files_are_errors_naming_the_file() {
     std::fs::write(&p.0, b"").unwrap();
     expect_err("empty file");
     let mut bad = good.clone();
-    bad[10] = b'#';
+    bad[8] = b'#';
     std::fs::write(&p.0, &bad).unwrap();
     expect_err("corrupted header");
     let mut huge = good.clone();
     huge[..8].copy_from_slice(&u64::MAX.to_le_bytes());
     std::fs::write(&p.0, &huge).unwrap();
     expect_err("header length too large");
-    handmade(&p, r#"{"a":{"dtype":"I8","shape":[2],"data_offsets":[0,2]}}"#, &[1, 2]);
+    handmade(
+        &p,
+        r#"{"a":{"dtype":"I8","shape":[2],"data_offsets":[0,2]}}"#,
+        &[1, 2],
+    );
     expect_err("unsupported dtype");
-    handmade(&p, r#"{"a":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}}"#, &[1, 2]);
+    handmade(
+        &p,
+        r#"{"a":{"dtype":"BOOL","shape":[2],"data_offsets":[0,2]}}"#,
+        &[1, 2],
+    );
     expect_err("bool byte 2");
-    handmade(&p, r#"{"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}}"#, &[0; 8]);
+    handmade(
+        &p,
+        r#"{"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}}"#,
+        &[0; 8],
+    );
     expect_err("offsets do not match the shape");
     std::fs::remove_file(&p.0).unwrap();
     expect_err("missing file");
@@ -162,7 +182,10 @@ fn corrupt_files_are_errors_naming_the_file() {
 #[test]
 fn random_corruption_never_panics() {
     let p = TempPath::new("fuzz");
-    let t = Tensor::arange(0.0, 6.0, 1.0, DType::F64).unwrap().reshape(&[2, 3]).unwrap();
+    let t = Tensor::arange(0.0, 6.0, 1.0, DType::F64)
+        .unwrap()
+        .reshape(&[2, 3])
+        .unwrap();
     let b = Tensor::from_vec(vec![true, false], &[2]).unwrap();
     save(&p.0, [("t", &t), ("b", &b)]).unwrap();
     let good = std::fs::read(&p.0).unwrap();
@@ -191,7 +214,9 @@ fn invalid_saves_are_errors() {
     let a = Tensor::scalar(1.0f32);
     assert!(save(&p.0, [("x", &a), ("x", &a)]).is_err());
     assert!(save(&p.0, [("__metadata__", &a)]).is_err());
-    let dir = std::env::temp_dir().join("tessera-no-such-dir").join("f.safetensors");
+    let dir = std::env::temp_dir()
+        .join("tessera-no-such-dir")
+        .join("f.safetensors");
     let e = save(&dir, [("x", &a)]).unwrap_err();
     assert!(e.to_string().contains("tessera-no-such-dir"), "{e}");
 }

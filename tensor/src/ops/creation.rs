@@ -359,12 +359,21 @@ mod tests {
     fn linspace_hits_both_ends() {
         let t = Tensor::linspace(-1.0, 1.0, 5, DType::F64).unwrap();
         assert_eq!(t.to_vec::<f64>().unwrap(), vec![-1.0, -0.5, 0.0, 0.5, 1.0]);
-        let t = Tensor::linspace(0.1, 0.7, 7, DType::F64).unwrap().to_vec::<f64>().unwrap();
+        let t = Tensor::linspace(0.1, 0.7, 7, DType::F64)
+            .unwrap()
+            .to_vec::<f64>()
+            .unwrap();
         assert_eq!((t[0], t[6]), (0.1, 0.7));
         for (i, x) in t.iter().enumerate() {
             assert!((x - (0.1 + 0.1 * i as f64)).abs() < 1e-15);
         }
-        assert_eq!(Tensor::linspace(3.0, 9.0, 1, DType::F32).unwrap().to_vec::<f32>().unwrap(), vec![3.0]);
+        assert_eq!(
+            Tensor::linspace(3.0, 9.0, 1, DType::F32)
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap(),
+            vec![3.0]
+        );
         assert_eq!(Tensor::linspace(3.0, 9.0, 0, DType::F32).unwrap().numel(), 0);
         let i = Tensor::linspace(0.0, 10.0, 4, DType::I64).unwrap();
         assert_eq!(i.to_vec::<i64>().unwrap(), vec![0, 3, 6, 10]);
@@ -379,7 +388,10 @@ mod tests {
             vec![1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
         );
         let r = Tensor::eye(2, Some(3), DType::Bool).unwrap();
-        assert_eq!(r.to_vec::<bool>().unwrap(), vec![true, false, false, false, true, false]);
+        assert_eq!(
+            r.to_vec::<bool>().unwrap(),
+            vec![true, false, false, false, true, false]
+        );
         assert_eq!(Tensor::eye(0, Some(4), DType::I64).unwrap().shape(), &[0, 4]);
     }
 }

@@ -108,11 +108,19 @@ impl Tensor {
         Tensor::randn(self.shape(), self.like_options(dtype.into()))
     }
 
-    fn rand_impl(shape: &[usize], opts: impl Into<TensorOptions>, gen: Option<&mut Generator>) -> Result<Tensor> {
+    fn rand_impl(
+        shape: &[usize],
+        opts: impl Into<TensorOptions>,
+        gen: Option<&mut Generator>,
+    ) -> Result<Tensor> {
         Self::uniform_impl(shape, 0.0, 1.0, opts, gen)
     }
 
-    fn randn_impl(shape: &[usize], opts: impl Into<TensorOptions>, gen: Option<&mut Generator>) -> Result<Tensor> {
+    fn randn_impl(
+        shape: &[usize],
+        opts: impl Into<TensorOptions>,
+        gen: Option<&mut Generator>,
+    ) -> Result<Tensor> {
         Self::normal_impl(shape, 0.0, 1.0, opts, gen)
     }
 
@@ -128,7 +136,10 @@ impl Tensor {
         let n = opts.check(op, shape)?;
         float_only(op, opts.dtype)?;
         if !(a.is_finite() && b.is_finite() && (b - a).is_finite() && a <= b) {
-            return Err(Error::arg(op, format!("bounds [{a}, {b}] must be finite with a <= b")));
+            return Err(Error::arg(
+                op,
+                format!("bounds [{a}, {b}] must be finite with a <= b"),
+            ));
         }
         let (a, w) = (a, b - a);
         if opts.dtype == DType::F64 {
@@ -264,13 +275,20 @@ impl Tensor {
         }, else unreachable!("checked float above"))
     }
 
-    fn randperm_impl(n: usize, opts: impl Into<TensorOptions>, gen: Option<&mut Generator>) -> Result<Tensor> {
+    fn randperm_impl(
+        n: usize,
+        opts: impl Into<TensorOptions>,
+        gen: Option<&mut Generator>,
+    ) -> Result<Tensor> {
         let opts = opts.into();
         let op = "randperm";
         opts.check(op, &[n])?;
         let (_, hi) = exact_int_range(opts.dtype);
         if n as i128 - 1 > hi {
-            return Err(Error::dtype(op, format!("{} cannot hold {} exactly", opts.dtype, n - 1)));
+            return Err(Error::dtype(
+                op,
+                format!("{} cannot hold {} exactly", opts.dtype, n - 1),
+            ));
         }
         let s = reserve(gen, n, 2);
         let mut keyed = vec![(0u64, 0usize); n];
@@ -338,7 +356,7 @@ fn box_muller(blk: &[u32; 4], l: usize) -> f64 {
 }
 
 /// The inverse error function on [-1, 1] (±inf at ±1, NaN outside): Giles'
-/// single-precision approximation refined by two Newton steps on `erf`.
+/// single-precision approximation refined by three Halley steps on `erf`.
 fn erfinv(y: f64) -> f64 {
     if !(-1.0..=1.0).contains(&y) {
         return f64::NAN;
@@ -377,9 +395,11 @@ fn erfinv(y: f64) -> f64 {
         .fold(-2.002_142_57e-4, |p, &c| c + p * w)
     };
     let mut x = p * y;
-    let two_over_sqrt_pi = std::f64::consts::FRAC_2_SQRT_PI;
-    for _ in 0..2 {
-        let step = (crate::erf(x) - y) / (two_over_sqrt_pi * (-x * x).exp());
+    // Halley steps: erf'' / erf' = -2x, so the step is r / (1 + x r) with
+    // r the Newton step. Plain Newton converges slowly in the flat tails.
+    for _ in 0..3 {
+        let r = (crate::erf(x) - y) / (std::f64::consts::FRAC_2_SQRT_PI * (-x * x).exp());
+        let step = r / (1.0 + x * r);
         if step.is_finite() {
             x -= step;
         }

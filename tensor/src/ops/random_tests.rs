@@ -78,7 +78,12 @@ fn normal_and_uniform_scale() {
     assert!(v.iter().all(|&x| (-2.0..=6.0).contains(&x)));
     let (m, var) = mean_var(&v);
     within_6_sigma("uniform mean", m, 2.0, (64.0 / 12.0 / N as f64).sqrt());
-    within_6_sigma("uniform var", var, 64.0 / 12.0, 64.0 * (1.0 / 180.0 / N as f64).sqrt());
+    within_6_sigma(
+        "uniform var",
+        var,
+        64.0 / 12.0,
+        64.0 * (1.0 / 180.0 / N as f64).sqrt(),
+    );
     let z = Tensor::normal_with(&[5], 1.5, 0.0, DType::F32, g).unwrap();
     assert_eq!(z.to_vec::<f32>().unwrap(), vec![1.5; 5]);
 }
@@ -121,20 +126,31 @@ fn erfinv_inverts_erf() {
 #[test]
 fn randint_covers_range_uniformly() {
     let g = &mut Generator::new(17);
-    let v = Tensor::randint_with(-3, 4, &[N], DType::I64, g).unwrap().to_vec::<i64>().unwrap();
+    let v = Tensor::randint_with(-3, 4, &[N], DType::I64, g)
+        .unwrap()
+        .to_vec::<i64>()
+        .unwrap();
     let mut counts = [0usize; 7];
     for x in v {
         counts[(x + 3) as usize] += 1;
     }
     let p = 1.0 / 7.0;
     for c in counts {
-        within_6_sigma("randint bin", c as f64, N as f64 * p, (N as f64 * p * (1.0 - p)).sqrt());
+        within_6_sigma(
+            "randint bin",
+            c as f64,
+            N as f64 * p,
+            (N as f64 * p * (1.0 - p)).sqrt(),
+        );
     }
     let u = Tensor::randint_with(0, 256, &[1000], DType::U8, g).unwrap();
     assert_eq!(u.dtype(), DType::U8);
     let full = Tensor::randint_with(i64::MIN, i64::MAX, &[4], DType::I64, g).unwrap();
     assert_eq!(full.numel(), 4);
-    let b = Tensor::randint_with(0, 2, &[100], DType::Bool, g).unwrap().to_vec::<bool>().unwrap();
+    let b = Tensor::randint_with(0, 2, &[100], DType::Bool, g)
+        .unwrap()
+        .to_vec::<bool>()
+        .unwrap();
     assert!(b.iter().any(|&x| x) && b.iter().any(|&x| !x));
     assert!(Tensor::randint_with(0, 257, &[1], DType::U8, g).is_err());
     assert!(Tensor::randint_with(-1, 5, &[1], DType::U32, g).is_err());
@@ -155,7 +171,13 @@ fn bernoulli_scalar_and_tensor_probabilities() {
 
     // Per-element probabilities read through a transposed view.
     let ps: Vec<f32> = (0..N).map(|i| if i % 2 == 0 { 0.0 } else { 0.8 }).collect();
-    let p = Tensor::from_vec(ps, &[N / 2, 2]).unwrap().t().unwrap().contiguous().t().unwrap();
+    let p = Tensor::from_vec(ps, &[N / 2, 2])
+        .unwrap()
+        .t()
+        .unwrap()
+        .contiguous()
+        .t()
+        .unwrap();
     let s = p.bernoulli_with(g).unwrap();
     assert_eq!((s.shape(), s.dtype()), (&[N / 2, 2][..], DType::F32));
     let v = s.to_vec::<f32>().unwrap();
@@ -166,14 +188,20 @@ fn bernoulli_scalar_and_tensor_probabilities() {
     let before = g.state();
     assert!(bad.bernoulli_with(g).is_err());
     assert_eq!(g.state(), before, "an error draws nothing");
-    assert!(Tensor::from_vec(vec![1i64], &[1]).unwrap().bernoulli_with(g).is_err());
+    assert!(Tensor::from_vec(vec![1i64], &[1])
+        .unwrap()
+        .bernoulli_with(g)
+        .is_err());
 }
 
 #[test]
 fn randperm_is_a_permutation() {
     let g = &mut Generator::new(23);
     for n in [0, 1, 2, 10, 1000, PAR_THRESHOLD + 7] {
-        let mut v = Tensor::randperm_with(n, DType::I64, g).unwrap().to_vec::<i64>().unwrap();
+        let mut v = Tensor::randperm_with(n, DType::I64, g)
+            .unwrap()
+            .to_vec::<i64>()
+            .unwrap();
         if n >= 10 {
             assert_ne!(v, (0..n as i64).collect::<Vec<_>>());
         }
@@ -183,7 +211,10 @@ fn randperm_is_a_permutation() {
     // Position of element 0 over many draws is uniform.
     let mut counts = [0usize; 5];
     for _ in 0..5000 {
-        let v = Tensor::randperm_with(5, DType::U8, g).unwrap().to_vec::<u8>().unwrap();
+        let v = Tensor::randperm_with(5, DType::U8, g)
+            .unwrap()
+            .to_vec::<u8>()
+            .unwrap();
         counts[v.iter().position(|&x| x == 0).unwrap()] += 1;
     }
     for c in counts {
@@ -228,7 +259,10 @@ fn stream_is_a_function_of_seed_and_offset() {
     assert_eq!(g.offset(), 5);
     // Restoring the state replays b; a different seed differs.
     g.set_state(RngState { seed: 1, offset: 3 });
-    assert_eq!(values_f64(&Tensor::randn_with(&[3], DType::F32, &mut g).unwrap()), values_f64(&b));
+    assert_eq!(
+        values_f64(&Tensor::randn_with(&[3], DType::F32, &mut g).unwrap()),
+        values_f64(&b)
+    );
     let c = Tensor::rand_with(&[10], DType::F32, &mut Generator::new(2)).unwrap();
     assert_ne!(values_f64(&a), values_f64(&c));
     // A prefix of a longer draw is the shorter draw.
@@ -236,7 +270,10 @@ fn stream_is_a_function_of_seed_and_offset() {
     assert_eq!(values_f64(&long)[..10], values_f64(&a)[..]);
     // rand of f32 is the top 24 bits of Philox block words.
     let w = crate::rng::philox4x32_10([0, 0, 0, 0], [1, 0]);
-    assert_eq!(a.to_vec::<f32>().unwrap()[1], (w[1] >> 8) as f32 / (1u32 << 24) as f32);
+    assert_eq!(
+        a.to_vec::<f32>().unwrap()[1],
+        (w[1] >> 8) as f32 / (1u32 << 24) as f32
+    );
 }
 
 #[test]
@@ -252,21 +289,38 @@ fn default_generator_is_seedable_and_restorable() {
             let before = default_state();
             let t = Tensor::randn(&[6], DType::F64).unwrap();
             let after = default_state();
-            if after == (RngState { seed: before.seed, offset: before.offset + 3 }) {
+            if after
+                == (RngState {
+                    seed: before.seed,
+                    offset: before.offset + 3,
+                })
+            {
                 return (before, t);
             }
         }
         panic!("the default generator never went undisturbed");
     };
     let (state, t) = clean_draw(Some(1234));
-    assert_eq!(state, RngState { seed: 1234, offset: 0 });
+    assert_eq!(
+        state,
+        RngState {
+            seed: 1234,
+            offset: 0
+        }
+    );
     let mut g = Generator::new(0);
     g.set_state(state);
-    assert_eq!(values_f64(&t), values_f64(&Tensor::randn_with(&[6], DType::F64, &mut g).unwrap()));
+    assert_eq!(
+        values_f64(&t),
+        values_f64(&Tensor::randn_with(&[6], DType::F64, &mut g).unwrap())
+    );
     set_default_state(RngState { seed: 99, offset: 40 });
     let (state, t) = clean_draw(None);
     g.set_state(state);
-    assert_eq!(values_f64(&t), values_f64(&Tensor::randn_with(&[6], DType::F64, &mut g).unwrap()));
+    assert_eq!(
+        values_f64(&t),
+        values_f64(&Tensor::randn_with(&[6], DType::F64, &mut g).unwrap())
+    );
     let like = t.rand_like(DType::F32).unwrap();
     assert_eq!((like.shape(), like.dtype()), (&[6usize][..], DType::F32));
     assert_eq!(t.randn_like(None).unwrap().dtype(), DType::F64);
