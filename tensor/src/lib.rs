@@ -20,11 +20,14 @@
 
 pub mod alloc;
 mod device;
+mod display;
 mod dtype;
 mod error;
 mod layout;
 mod map;
 pub mod ops;
+pub mod rng;
+pub mod safetensors;
 mod special;
 mod storage;
 pub mod strided;
@@ -38,6 +41,8 @@ pub use dtype::{DType, Element, FloatElement, FloatMath};
 pub use error::{Error, Result};
 pub use half::{bf16, f16};
 pub use layout::{broadcast_shapes, contiguous_strides, dim_index, dim_indices, infer_shape, Layout};
+pub use ops::creation::TensorOptions;
+pub use rng::{manual_seed, Generator};
 pub use special::erf;
 pub use storage::{live_bytes, Storage};
 pub use tensor::Tensor;

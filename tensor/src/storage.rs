@@ -113,6 +113,11 @@ impl Storage {
         self.len == 0
     }
 
+    /// True when the elements are read in place from a memory-mapped file.
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.buf, Buffer::Mapped { .. })
+    }
+
     /// The device the elements live on.
     pub fn device(&self) -> Device {
         self.device
