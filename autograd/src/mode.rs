@@ -55,20 +55,17 @@ impl Drop for GradModeGuard {
 /// recording off inside this, to learn which outside values (parameters,
 /// earlier activations) the segment reads.
 pub(crate) fn collect_edges<R>(f: impl FnOnce() -> R) -> (R, Vec<Edge>) {
-    let prev = COLLECTOR.with(|c| c.replace(Some(Vec::new())));
-    struct Restore(Option<Option<Vec<Edge>>>);
+    /// Puts the enclosing collector back, also when `f` panics.
+    struct Restore(Option<Vec<Edge>>);
     impl Drop for Restore {
         fn drop(&mut self) {
-            let prev = self.0.take().expect("set once");
+            let prev = self.0.take();
             COLLECTOR.with(|c| *c.borrow_mut() = prev);
         }
     }
-    let mut restore = Restore(Some(prev));
+    let _restore = Restore(COLLECTOR.with(|c| c.replace(Some(Vec::new()))));
     let r = f();
-    let prev = restore.0.take().expect("set once");
-    let edges = COLLECTOR
-        .with(|c| std::mem::replace(&mut *c.borrow_mut(), prev))
-        .unwrap_or_default();
+    let edges = COLLECTOR.with(|c| c.borrow_mut().take()).unwrap_or_default();
     (r, edges)
 }
 

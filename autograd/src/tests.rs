@@ -111,9 +111,9 @@ fn hooks_fire_once_when_final_in_reverse_use_order() {
         v.register_hook(move |g| log.lock().unwrap().push((name, g.to_scalar::<f64>().unwrap())))
             .unwrap();
     }
-    // a is used first and last: its gradient is final only at the very end.
-    let h = mul(&a, &b);
-    let h = mul(&h, &a);
+    // loss = (a·a)·b: b's gradient is final after the last op, a's one op later.
+    let h = mul(&a, &a);
+    let h = mul(&h, &b);
     sum(&h).backward().unwrap();
     assert_eq!(*log.lock().unwrap(), vec![("b", 1.0), ("a", 4.0)]);
     assert!(Var::constant(t(&[1.0], &[1])).register_hook(|_| {}).is_err());
