@@ -158,9 +158,9 @@ fn checkpoint_matches_plain_run_bitwise_with_randomness() {
     let go = |ckpt: bool| -> Result<Vec<f64>> {
         tessera_tensor::rng::manual_seed(7);
         let h = if ckpt {
-            checkpoint(segment.clone(), &[x.clone()])?.remove(0)
+            checkpoint(segment.clone(), std::slice::from_ref(&x))?.remove(0)
         } else {
-            segment(&[x.clone()])?.remove(0)
+            segment(std::slice::from_ref(&x))?.remove(0)
         };
         let g = sum(&mul(&h, &h)).backward()?;
         Ok([&x, &w1, &w2]
@@ -190,11 +190,11 @@ fn checkpoint_keeps_only_inputs() {
         }
     };
     let base = tessera_tensor::live_bytes();
-    let plain = seg(&[x.clone()]).unwrap().remove(0);
+    let plain = seg(std::slice::from_ref(&x)).unwrap().remove(0);
     let plain_bytes = tessera_tensor::live_bytes() - base;
     drop(plain);
     let base = tessera_tensor::live_bytes();
-    let ck = checkpoint(seg, &[x.clone()]).unwrap().remove(0);
+    let ck = checkpoint(seg, std::slice::from_ref(&x)).unwrap().remove(0);
     let ck_bytes = tessera_tensor::live_bytes() - base;
     assert!(
         ck_bytes * 3 < plain_bytes,
