@@ -16,6 +16,7 @@
 
 mod checkpoint;
 mod engine;
+mod gradcheck;
 mod mode;
 mod node;
 mod record;
@@ -23,6 +24,7 @@ mod var;
 
 pub use checkpoint::{checkpoint, checkpoint_sequential};
 pub use engine::{backward_many, Gradients};
+pub use gradcheck::{gradcheck, op_names, GradcheckOptions, GradcheckReport};
 pub use mode::{enable_grad, is_grad_enabled, no_grad, GradModeGuard};
 pub use node::{BackwardFn, Hook};
 pub use record::{record, record_multi};

@@ -224,3 +224,39 @@ fn threads_build_independent_graphs() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Var>();
 }
+
+#[test]
+fn gradcheck_passes_correct_and_catches_wrong_gradients() {
+    let x = t(&[0.3, -1.2, 2.5], &[3]);
+    let y = t(&[1.1, 0.4, -0.7], &[3]);
+    let report = crate::gradcheck(
+        |v| Ok(mul(&mul(&v[0], &v[1]), &v[0])),
+        &[x.clone(), y.clone()],
+        Default::default(),
+    )
+    .unwrap();
+    assert_eq!(report.ops.iter().copied().collect::<Vec<_>>(), vec!["mul"]);
+
+    // An op whose backward is off by a factor of 2 must be caught.
+    let wrong = |v: &[Var]| -> Result<Var> {
+        let out = v[0].tensor().map::<f64, f64>(|a| a * a);
+        let saved = v[0].tensor().clone();
+        Ok(record("square", out, &[&v[0]], move |g, _| {
+            Ok(vec![Some(g.zip_map::<f64, f64, f64>(
+                &saved,
+                "square",
+                |g, a| g * a,
+            )?)])
+        }))
+    };
+    let err = crate::gradcheck(wrong, &[x], Default::default())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("input 0"), "{err}");
+    assert!(crate::gradcheck(
+        wrong,
+        &[y.to_dtype(tessera_tensor::DType::F32)],
+        Default::default()
+    )
+    .is_err());
+}
