@@ -96,7 +96,7 @@ pub fn gradcheck(
             let numeric = (at(opts.eps)? - at(-opts.eps)?) / (2.0 * opts.eps);
             let err = (analytic[j] - numeric).abs();
             max_abs_err = max_abs_err.max(err);
-            if !(err <= opts.atol + opts.rtol * numeric.abs()) {
+            if err.is_nan() || err > opts.atol + opts.rtol * numeric.abs() {
                 return Err(Error::arg(
                     "gradcheck",
                     format!(
