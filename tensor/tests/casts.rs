@@ -17,17 +17,17 @@ fn f32_to_f16_rounds_ties_to_even() {
     let e = |k: i32| 2f32.powi(k);
     // (input, expected): f16 has 10 fraction bits, so 2^-10 is one ulp at 1.
     let cases = [
-        (1.0 + e(-11), 1.0),                        // tie, 1.0 is even
-        (1.0 + 3.0 * e(-11), 1.0 + e(-9)),          // tie, rounds up to even
-        (1.0 + e(-11) + e(-20), 1.0 + e(-10)),      // just above the tie
-        (-(1.0 + e(-11)), -1.0),                    // ties are symmetric
+        (1.0 + e(-11), 1.0),                   // tie, 1.0 is even
+        (1.0 + 3.0 * e(-11), 1.0 + e(-9)),     // tie, rounds up to even
+        (1.0 + e(-11) + e(-20), 1.0 + e(-10)), // just above the tie
+        (-(1.0 + e(-11)), -1.0),               // ties are symmetric
         (-(1.0 + 3.0 * e(-11)), -(1.0 + e(-9))),
-        (2048.0 + 1.0, 2048.0),                     // ulp 2 at 2048
+        (2048.0 + 1.0, 2048.0), // ulp 2 at 2048
         (2048.0 + 3.0, 2052.0),
-        (65504.0 + 8.0, 65504.0),                   // below the overflow tie
-        (65520.0, f32::INFINITY),                   // tie with 2^16: overflows
-        (e(-25), 0.0),                              // half the least subnormal
-        (3.0 * e(-25), e(-23)),                     // subnormal tie to even
+        (65504.0 + 8.0, 65504.0), // below the overflow tie
+        (65520.0, f32::INFINITY), // tie with 2^16: overflows
+        (e(-25), 0.0),            // half the least subnormal
+        (3.0 * e(-25), e(-23)),   // subnormal tie to even
         (5.0 * e(-25), e(-23)),
     ];
     let input: Vec<f32> = cases.iter().map(|c| c.0).collect();
@@ -56,7 +56,10 @@ fn f32_to_bf16_rounds_ties_to_even() {
     for ((x, want), g) in cases.iter().zip(got) {
         assert_eq!(g.to_f32(), *want, "bf16({x:e})");
     }
-    let nan = f32s(&[f32::NAN, -f32::NAN]).to_dtype(DType::BF16).to_vec::<bf16>().unwrap();
+    let nan = f32s(&[f32::NAN, -f32::NAN])
+        .to_dtype(DType::BF16)
+        .to_vec::<bf16>()
+        .unwrap();
     assert!(nan.iter().all(|x| x.is_nan()), "NaN must not round to infinity");
 }
 
@@ -74,7 +77,10 @@ fn f64_to_half_types_round_through_f32_like_pytorch() {
     // Away from such double ties, f64 rounds to the nearest half value.
     let z = 1.0 + 2f64.powi(-11) + 2f64.powi(-20);
     let t = Tensor::from_vec(vec![z], &[1]).unwrap();
-    assert_eq!(t.to_dtype(DType::F16).to_vec::<f16>().unwrap()[0].to_f64(), 1.0 + 2f64.powi(-10));
+    assert_eq!(
+        t.to_dtype(DType::F16).to_vec::<f16>().unwrap()[0].to_f64(),
+        1.0 + 2f64.powi(-10)
+    );
 }
 
 /// Whether `v` is exactly representable in `dtype`.
@@ -85,9 +91,35 @@ fn exact_in(v: f64, dtype: DType) -> bool {
 #[test]
 fn every_dtype_pair_round_trips_exact_values() {
     let candidates = [
-        0.0, 1.0, 2.0, 3.0, 7.0, 100.0, 255.0, 256.0, 1000.0, 2048.0, 2049.0, 65504.0, 65536.0,
-        16_777_216.0, 16_777_217.0, 2_147_483_648.0, 4_294_967_295.0, 9_007_199_254_740_992.0, -1.0,
-        -2.0, -256.0, -65504.0, 0.5, -0.25, 1.5, 0.1, 1e-3, 3.0e38, 1e300,
+        0.0,
+        1.0,
+        2.0,
+        3.0,
+        7.0,
+        100.0,
+        255.0,
+        256.0,
+        1000.0,
+        2048.0,
+        2049.0,
+        65504.0,
+        65536.0,
+        16_777_216.0,
+        16_777_217.0,
+        2_147_483_648.0,
+        4_294_967_295.0,
+        9_007_199_254_740_992.0,
+        -1.0,
+        -2.0,
+        -256.0,
+        -65504.0,
+        0.5,
+        -0.25,
+        1.5,
+        0.1,
+        1e-3,
+        3.0e38,
+        1e300,
     ];
     let mut checked_pairs = 0;
     for src in DType::ALL {
@@ -125,6 +157,12 @@ fn integer_casts_are_exact_beyond_f64_precision() {
     // Out-of-range integers saturate (documented; PyTorch would wrap).
     let s = Tensor::from_vec(vec![300i64, -1, 5_000_000_000], &[3]).unwrap();
     assert_eq!(s.to_dtype(DType::U8).to_vec::<u8>().unwrap(), vec![255, 0, 255]);
-    assert_eq!(s.to_dtype(DType::U32).to_vec::<u32>().unwrap(), vec![300, 0, u32::MAX]);
-    assert_eq!(s.to_dtype(DType::Bool).to_vec::<bool>().unwrap(), vec![true, true, true]);
+    assert_eq!(
+        s.to_dtype(DType::U32).to_vec::<u32>().unwrap(),
+        vec![300, 0, u32::MAX]
+    );
+    assert_eq!(
+        s.to_dtype(DType::Bool).to_vec::<bool>().unwrap(),
+        vec![true, true, true]
+    );
 }
