@@ -81,7 +81,8 @@ impl Tensor {
     }
 
     /// A tensor of `shape` filled with `value` converted to the dtype (as
-    /// [`Tensor::to_dtype`] converts). Errors as [`Tensor::zeros`].
+    /// [`Tensor::to_dtype`] converts; an i64 beyond 2^53 rounds through f64).
+    /// Errors as [`Tensor::zeros`].
     pub fn full(shape: &[usize], value: f64, opts: impl Into<TensorOptions>) -> Result<Tensor> {
         Self::full_named("full", shape, value, opts.into())
     }
