@@ -315,6 +315,36 @@ mod tests {
     }
 
     #[test]
+    fn higher_ranks_and_integers_match_pytorch() {
+        let v: Vec<f32> = (0..12).map(|i| i as f32 - 5.5).collect();
+        assert_eq!(
+            show(&f32s(&v, &[2, 2, 3])),
+            "tensor([[[-5.5000, -4.5000, -3.5000],\n         [-2.5000, -1.5000, -0.5000]],\n\n        \
+             [[ 0.5000,  1.5000,  2.5000],\n         [ 3.5000,  4.5000,  5.5000]]])"
+        );
+        let i = Tensor::from_vec((0..3000i64).collect(), &[3, 1000]).unwrap();
+        assert_eq!(
+            show(&i),
+            "tensor([[   0,    1,    2,  ...,  997,  998,  999],\n        \
+             [1000, 1001, 1002,  ..., 1997, 1998, 1999],\n        \
+             [2000, 2001, 2002,  ..., 2997, 2998, 2999]])"
+        );
+        let h = f32s(&[1e-3, 123.456, -7.0, 0.0], &[2, 2]).to_dtype(DType::F16);
+        assert_eq!(
+            show(&h),
+            "tensor([[ 1.0004e-03,  1.2344e+02],\n        [-7.0000e+00,  0.0000e+00]], dtype=torch.float16)"
+        );
+        let u = Tensor::from_vec((0..8u8).collect(), &[2, 2, 2, 1]).unwrap();
+        assert_eq!(
+            show(&u),
+            "tensor([[[[0],\n          [1]],\n\n         [[2],\n          [3]]],\n\n\n        \
+             [[[4],\n          [5]],\n\n         [[6],\n          [7]]]], dtype=torch.uint8)"
+        );
+        let b = Tensor::from_vec(Vec::<bool>::new(), &[2, 0]).unwrap();
+        assert_eq!(show(&b), "tensor([], size=(2, 0), dtype=torch.bool)");
+    }
+
+    #[test]
     fn empty_tensors_show_size_and_dtype() {
         assert_eq!(show(&f32s(&[], &[0, 3])), "tensor([], size=(0, 3))");
         assert_eq!(show(&f32s(&[], &[0])), "tensor([])");

@@ -81,7 +81,8 @@ impl Tensor {
     }
 
     /// A tensor of `shape` filled with `value` converted to the dtype (as
-    /// [`Tensor::to_dtype`] converts). Errors as [`Tensor::zeros`].
+    /// [`Tensor::to_dtype`] converts; an i64 beyond 2^53 rounds through f64).
+    /// Errors as [`Tensor::zeros`].
     pub fn full(shape: &[usize], value: f64, opts: impl Into<TensorOptions>) -> Result<Tensor> {
         Self::full_named("full", shape, value, opts.into())
     }
@@ -378,6 +379,58 @@ mod tests {
         let i = Tensor::linspace(0.0, 10.0, 4, DType::I64).unwrap();
         assert_eq!(i.to_vec::<i64>().unwrap(), vec![0, 3, 6, 10]);
         assert!(Tensor::linspace(0.0, f64::NAN, 3, DType::F32).is_err());
+    }
+
+    #[test]
+    fn extreme_arguments_are_ok_or_err_never_panic() {
+        let specials = [
+            0.0,
+            1.0,
+            -1.0,
+            0.5,
+            1e-300,
+            -1e300,
+            f64::MAX,
+            f64::MIN,
+            f64::MIN_POSITIVE,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+        ];
+        for &s in &specials {
+            for &e in &specials {
+                for &st in &specials {
+                    // Skip only valid requests too large to allocate in a test.
+                    if ((e - s) / st).ceil() > 1e6 {
+                        continue;
+                    }
+                    let _ = Tensor::arange(s, e, st, DType::F32);
+                }
+                let _ = Tensor::linspace(s, e, 5, DType::F16);
+            }
+        }
+        let ints = [i64::MIN, i64::MIN + 1, -7, -1, 0, 1, 3, i64::MAX - 1, i64::MAX];
+        for &s in &ints {
+            for &e in &ints {
+                for &st in &ints {
+                    let n = (e as i128 - s as i128) / (st as i128).max(1);
+                    if n.abs() > 1_000_000 && st.unsigned_abs() < 1 << 40 {
+                        continue;
+                    }
+                    for dt in DType::ALL {
+                        let _ = Tensor::arange_int(s, e, st, dt);
+                    }
+                }
+            }
+        }
+    }
+
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn non_cpu_devices_are_errors_until_the_cuda_backend_exists() {
+        let e = Tensor::zeros(&[2], (DType::F32, Device::Cuda(0))).unwrap_err();
+        assert!(matches!(e, Error::Device { .. }), "{e}");
+        assert!(Tensor::arange(0.0, 3.0, 1.0, (DType::F32, Device::Cuda(1))).is_err());
     }
 
     #[test]

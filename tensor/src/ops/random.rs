@@ -290,6 +290,9 @@ impl Tensor {
                 format!("{} cannot hold {} exactly", opts.dtype, n - 1),
             ));
         }
+        if n.checked_mul(16).is_none_or(|b| b > isize::MAX as usize) {
+            return Err(Error::arg(op, format!("n = {n} is too large to sort")));
+        }
         let s = reserve(gen, n, 2);
         let mut keyed = vec![(0u64, 0usize); n];
         s.fill(&mut keyed, |i, blk, l| (u64_from(blk[2 * l], blk[2 * l + 1]), i));

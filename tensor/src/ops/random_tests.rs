@@ -339,6 +339,7 @@ fn invalid_arguments_are_errors() {
     assert!(Tensor::trunc_normal_with(&[3], 0.0, 0.0, -2.0, 2.0, DType::F32, g).is_err());
     assert!(Tensor::trunc_normal_with(&[3], 0.0, 1.0, 2.0, 2.0, DType::F32, g).is_err());
     assert!(Tensor::trunc_normal_with(&[3], 0.0, 1.0, f64::NAN, 2.0, DType::F32, g).is_err());
+    assert!(Tensor::randperm_with(usize::MAX / 16, DType::I64, g).is_err());
     assert_eq!(g.offset(), 0);
     let e = Tensor::rand_with(&[0, 4], DType::F32, g).unwrap();
     assert_eq!((e.shape(), g.offset()), (&[0usize, 4][..], 0));
