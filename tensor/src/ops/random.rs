@@ -1,7 +1,7 @@
 //! Random tensors and init fills from the Philox [`Generator`]: rand, randn,
 //! randint, bernoulli, randperm, normal, uniform and truncated normal.
 //!
-//! Each op has two forms: `op(..)` draws from the process-wide default
+//! Each op has two forms: `op(..)` draws from this thread's default
 //! generator (see [`crate::rng::manual_seed`]) and `op_with(.., &mut gen)`
 //! from an explicit one. Arguments are checked before any randomness is
 //! drawn, so an `Err` leaves the generator's offset unchanged. How many

@@ -21,13 +21,13 @@
 //!
 //! [`Generator::state`] is the whole state (`seed`, `offset`); restoring it
 //! with [`Generator::set_state`] replays exactly the same tensors. The
-//! process-wide default generator (used by the methods without a `_with`
+//! per-thread default generator (used by the methods without a `_with`
 //! suffix) is reseeded with [`manual_seed`] and saved/restored with
 //! [`default_state`] / [`set_default_state`].
 
 mod philox;
 
-use std::sync::Mutex;
+use std::cell::RefCell;
 
 use rayon::prelude::*;
 
@@ -110,14 +110,19 @@ impl Default for Generator {
     }
 }
 
-static DEFAULT: Mutex<Generator> = Mutex::new(Generator::new(DEFAULT_SEED));
+thread_local! {
+    static DEFAULT: RefCell<Generator> = const { RefCell::new(Generator::new(DEFAULT_SEED)) };
+}
 
-/// Runs `f` with the process-wide default generator locked. The random
-/// methods without a `_with` suffix draw from it.
+/// Runs `f` with this thread's default generator. The random methods
+/// without a `_with` suffix draw from it.
+///
+/// Unlike PyTorch's process-wide generator, each thread has its own, starting
+/// at [`DEFAULT_SEED`]: data-parallel replicas and pipeline stages run as
+/// threads here, and a shared generator would make their draws depend on how
+/// the threads interleave.
 pub fn with_default_generator<R>(f: impl FnOnce(&mut Generator) -> R) -> R {
-    // A panic while the lock was held cannot leave the two integers torn.
-    let mut g = DEFAULT.lock().unwrap_or_else(|e| e.into_inner());
-    f(&mut g)
+    DEFAULT.with(|g| f(&mut g.borrow_mut()))
 }
 
 /// Reseeds the default generator with `seed` at offset 0 (PyTorch's
