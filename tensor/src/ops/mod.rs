@@ -2,3 +2,6 @@
 //! [`crate::Tensor`]; its CPU kernels sit beside it (`cpu.rs`), so a faster
 //! kernel or a CUDA launch can replace one without touching callers.
 pub mod reduce;
+pub mod cumsum;
+pub(crate) mod lanes;
+pub mod softmax;
