@@ -58,7 +58,11 @@ mod tests {
             let base = lane / inner * inner * n + lane % inner;
             for i in 1..n {
                 let (p, c) = (base + (i - 1) * inner, base + i * inner);
-                out[c] = if prod { out[p] * values[c] } else { out[p] + values[c] };
+                out[c] = if prod {
+                    out[p] * values[c]
+                } else {
+                    out[p] + values[c]
+                };
             }
         }
         out
@@ -77,10 +81,19 @@ mod tests {
                 for d in 0..shape.len() {
                     for prod in [false, true] {
                         let want = naive(&values, shape, d, prod);
-                        let r = if prod { t.cumprod(d as isize) } else { t.cumsum(d as isize - shape.len() as isize) }.unwrap();
+                        let r = if prod {
+                            t.cumprod(d as isize)
+                        } else {
+                            t.cumsum(d as isize - shape.len() as isize)
+                        }
+                        .unwrap();
                         assert_eq!((r.shape(), r.dtype()), (shape, out_dtype));
                         for (g, w) in values_f64(&r).iter().zip(&want) {
-                            assert!((g - w).abs() <= tol * (1.0 + w.abs()), "{:?} {shape:?} {d} {prod}: {g} vs {w}", T::DTYPE);
+                            assert!(
+                                (g - w).abs() <= tol * (1.0 + w.abs()),
+                                "{:?} {shape:?} {d} {prod}: {g} vs {w}",
+                                T::DTYPE
+                            );
                         }
                     }
                 }
@@ -100,6 +113,9 @@ mod tests {
         let s = Tensor::scalar(4u8);
         assert_eq!(s.cumsum(0).unwrap().to_scalar::<i64>().unwrap(), 4);
         assert!(s.cumsum(1).is_err());
-        assert!(Tensor::from_vec(vec![1.0f32; 4], &[2, 2]).unwrap().cumsum(-3).is_err());
+        assert!(Tensor::from_vec(vec![1.0f32; 4], &[2, 2])
+            .unwrap()
+            .cumsum(-3)
+            .is_err());
     }
 }

@@ -1,7 +1,11 @@
 //! Tensor operations, one module per family. Each module adds methods to
 //! [`crate::Tensor`]; its CPU kernels sit beside it (`cpu.rs`), so a faster
 //! kernel or a CUDA launch can replace one without touching callers.
-pub mod reduce;
+pub mod batch_norm;
 pub mod cumsum;
+pub mod group_norm;
 pub(crate) mod lanes;
+pub mod layer_norm;
+pub(crate) mod norm_common;
+pub mod reduce;
 pub mod softmax;

@@ -74,7 +74,11 @@ mod tests {
             let m = xs.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let s: f64 = xs.iter().map(|x| (x - m).exp()).sum();
             for i in 0..n {
-                out[base + i * inner] = if log { xs[i] - m - s.ln() } else { (xs[i] - m).exp() / s };
+                out[base + i * inner] = if log {
+                    xs[i] - m - s.ln()
+                } else {
+                    (xs[i] - m).exp() / s
+                };
             }
         }
         out
@@ -90,12 +94,20 @@ mod tests {
                 for d in 0..shape.len() {
                     for log in [false, true] {
                         let want = naive(&values, shape, d, log);
-                        let dim = if d % 2 == 0 { d as isize } else { d as isize - shape.len() as isize };
+                        let dim = if d % 2 == 0 {
+                            d as isize
+                        } else {
+                            d as isize - shape.len() as isize
+                        };
                         let r = if log { t.log_softmax(dim) } else { t.softmax(dim) }.unwrap();
                         assert_eq!((r.shape(), r.dtype()), (shape, T::DTYPE));
                         for (g, w) in values_f64(&r).iter().zip(&want) {
                             assert!(g.is_finite(), "{:?} {shape:?} dim {d}", T::DTYPE);
-                            assert!((g - w).abs() <= tol * (1.0 + w.abs()), "{:?} {shape:?} dim {d} log {log}: {g} vs {w}", T::DTYPE);
+                            assert!(
+                                (g - w).abs() <= tol * (1.0 + w.abs()),
+                                "{:?} {shape:?} dim {d} log {log}: {g} vs {w}",
+                                T::DTYPE
+                            );
                         }
                     }
                 }
@@ -116,7 +128,10 @@ mod tests {
 
     #[test]
     fn rows_sum_to_one_and_edge_cases() {
-        let v: Vec<f32> = rand_f64(4, 300 * 200).iter().map(|&x| (x * 1000.0) as f32).collect();
+        let v: Vec<f32> = rand_f64(4, 300 * 200)
+            .iter()
+            .map(|&x| (x * 1000.0) as f32)
+            .collect();
         let t = Tensor::from_vec(v, &[300, 200]).unwrap();
         for dim in [0, 1] {
             let s = t.softmax(dim).unwrap().sum(&[dim], false).unwrap();
@@ -126,8 +141,18 @@ mod tests {
         let s = x.softmax(1).unwrap().to_vec::<f32>().unwrap();
         assert_eq!(&s[..2], &[0.0, 1.0]);
         assert!(s[2].is_nan() && s[3].is_nan());
-        assert_eq!(x.log_softmax(1).unwrap().to_vec::<f32>().unwrap()[..2], [f32::NEG_INFINITY, 0.0]);
-        assert_eq!(Tensor::scalar(3.0f64).softmax(-1).unwrap().to_scalar::<f64>().unwrap(), 1.0);
+        assert_eq!(
+            x.log_softmax(1).unwrap().to_vec::<f32>().unwrap()[..2],
+            [f32::NEG_INFINITY, 0.0]
+        );
+        assert_eq!(
+            Tensor::scalar(3.0f64)
+                .softmax(-1)
+                .unwrap()
+                .to_scalar::<f64>()
+                .unwrap(),
+            1.0
+        );
         assert!(t.softmax(2).is_err());
         assert!(Tensor::from_vec(vec![1i64], &[1]).unwrap().softmax(0).is_err());
     }
