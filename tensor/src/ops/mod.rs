@@ -7,5 +7,7 @@ pub mod group_norm;
 pub(crate) mod lanes;
 pub mod layer_norm;
 pub(crate) mod norm_common;
+#[cfg(test)]
+mod norm_tests;
 pub mod reduce;
 pub mod softmax;
