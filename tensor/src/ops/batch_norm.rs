@@ -40,8 +40,8 @@ impl Tensor {
         ))
     }
 
-    /// Batch normalization of `x` (`[N, C, *]`): y = (x − mean)·invstd·weight
-    /// + bias per channel. In training the batch statistics are used and the
+    /// Batch normalization of `x` (`[N, C, *]`), per channel:
+    /// y = (x − mean)·invstd·weight plus bias. In training the batch statistics are used and the
     /// running stats (when given) come back updated:
     /// r ← (1 − momentum)·r + momentum·stat, with the unbiased batch variance
     /// for the running variance. In eval the running stats are used and are
