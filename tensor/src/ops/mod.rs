@@ -4,3 +4,13 @@
 
 pub mod creation;
 pub mod random;
+pub mod batch_norm;
+pub mod cumsum;
+pub mod group_norm;
+pub(crate) mod lanes;
+pub mod layer_norm;
+pub(crate) mod norm_common;
+#[cfg(test)]
+mod norm_tests;
+pub mod reduce;
+pub mod softmax;
