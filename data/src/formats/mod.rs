@@ -1,1 +1,8 @@
-//! File formats.
+//! File formats: MNIST IDX, CIFAR binary, tessera's record shards and
+//! WebDataset-style tar shards.
+
+pub mod cifar;
+pub mod idx;
+
+pub use cifar::{Cifar, CIFAR10_CLASSES};
+pub use idx::{parse_idx, read_idx, write_idx, IdxArray, IdxData, Mnist, FASHION_MNIST_DIR};
