@@ -6,3 +6,6 @@ pub mod idx;
 
 pub use cifar::{Cifar, CIFAR10_CLASSES};
 pub use idx::{parse_idx, read_idx, write_idx, IdxArray, IdxData, Mnist, FASHION_MNIST_DIR};
+pub mod shard;
+
+pub use shard::{write_shards, Field, FieldKind, Record, ShardReader, ShardSet, ShardWriter, Value};
