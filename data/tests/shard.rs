@@ -201,3 +201,27 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn format_md_example_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let fields = [Field::new("image", FieldKind::ImageU8), Field::new("label", FieldKind::I64)];
+    let mut w = ShardWriter::create(dir.path().join("e.tshard"), &fields).unwrap();
+    w.append(&[Value::Image(Image::filled(28, 28, 1, 9)), Value::I64(7)]).unwrap();
+    let b = std::fs::read(w.finish().unwrap()).unwrap();
+    assert_eq!(b.len(), 960);
+    assert_eq!(&b[..8], b"TSRSHARD");
+    let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+    let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+    assert_eq!((u32_at(8), u32_at(12), u64_at(16)), (1, 2, 1));
+    assert_eq!((u64_at(24), u32_at(32), u64_at(40), u64_at(48)), (128, 32, 160, 960));
+    assert_eq!((b[64], &b[72..77], b[77]), (1, &b"image"[..], 0));
+    assert_eq!((b[96], &b[104..109]), (2, &b"label"[..]));
+    assert_eq!((u64_at(128), u64_at(136), u64_at(152)), (160, 796, 7));
+    let mut h = crc32fast::Hasher::new();
+    h.update(&b[160..956]);
+    h.update(&7i64.to_le_bytes());
+    assert_eq!(u32_at(144), h.finalize());
+    assert_eq!((u32_at(160), u32_at(164), u32_at(168)), (28, 28, 1));
+    assert!(b[172..956].iter().all(|&p| p == 9) && b[956..].iter().all(|&p| p == 0));
+}

@@ -9,3 +9,8 @@ pub use idx::{parse_idx, read_idx, write_idx, IdxArray, IdxData, Mnist, FASHION_
 pub mod shard;
 
 pub use shard::{write_shards, Field, FieldKind, Record, ShardReader, ShardSet, ShardWriter, Value};
+pub mod tar;
+pub mod webdataset;
+
+pub use tar::{TarEntry, TarReader, TarWriter};
+pub use webdataset::{split_key, BufferShuffle, GroupByKey, TarSample, TarShards};
