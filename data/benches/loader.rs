@@ -63,11 +63,19 @@ fn samples() -> Vec<(Image, i64)> {
 fn main() -> Result<()> {
     let dir = std::env::temp_dir().join(format!("tessera-loader-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| tessera_data::Error::io(&dir, e))?;
-    let fields = [Field::new("image", FieldKind::ImageU8), Field::new("label", FieldKind::I64)];
+    let fields = [
+        Field::new("image", FieldKind::ImageU8),
+        Field::new("label", FieldKind::I64),
+    ];
     let data = samples();
-    let paths = write_shards(&VecDataset::new(data.clone()), &fields, &dir, "mnistlike", 10_000, |(im, y)| {
-        Ok(vec![Value::Image(im), Value::I64(y)])
-    })?;
+    let paths = write_shards(
+        &VecDataset::new(data.clone()),
+        &fields,
+        &dir,
+        "mnistlike",
+        10_000,
+        |(im, y)| Ok(vec![Value::Image(im), Value::I64(y)]),
+    )?;
 
     let bound = throughput(VecDataset::new(data), 0);
     line("loader_records", "in_memory_w0", "throughput", bound, "samples/s");
@@ -78,9 +86,21 @@ fn main() -> Result<()> {
         if workers == 0 {
             shard_w0 = t;
         }
-        line("loader_records", &format!("shard_w{workers}"), "throughput", t, "samples/s");
+        line(
+            "loader_records",
+            &format!("shard_w{workers}"),
+            "throughput",
+            t,
+            "samples/s",
+        );
     }
-    line("loader_records", "shard_w0/in_memory_w0", "ratio", shard_w0 / bound, "x");
+    line(
+        "loader_records",
+        "shard_w0/in_memory_w0",
+        "ratio",
+        shard_w0 / bound,
+        "x",
+    );
     std::fs::remove_dir_all(&dir).map_err(|e| tessera_data::Error::io(&dir, e))?;
 
     let slow = |workers| {

@@ -245,14 +245,11 @@ impl<T: Clone + Send + Sync + 'static> Dataset for VecDataset<T> {
         self.items.len()
     }
     fn get(&self, index: usize) -> Result<T> {
-        self.items
-            .get(index)
-            .cloned()
-            .ok_or(Error::Index {
-                op: "VecDataset::get",
-                index,
-                len: self.items.len(),
-            })
+        self.items.get(index).cloned().ok_or(Error::Index {
+            op: "VecDataset::get",
+            index,
+            len: self.items.len(),
+        })
     }
 }
 
@@ -271,9 +268,10 @@ impl TensorDataset {
         let first = tensors
             .first()
             .ok_or_else(|| Error::arg("TensorDataset::new", "needs at least one tensor"))?;
-        let len = *first.shape().first().ok_or_else(|| {
-            Error::arg("TensorDataset::new", "tensor 0 is 0-dimensional")
-        })?;
+        let len = *first
+            .shape()
+            .first()
+            .ok_or_else(|| Error::arg("TensorDataset::new", "tensor 0 is 0-dimensional"))?;
         for (k, t) in tensors.iter().enumerate() {
             if t.shape().first() != Some(&len) {
                 return Err(Error::arg(

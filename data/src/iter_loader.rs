@@ -198,9 +198,12 @@ impl<T: Collate> Iterator for Batcher<'_, T> {
     }
 }
 
+/// A worker's batch channel (`None` once it is exhausted) and its thread.
+type WorkerSlot<B> = (Option<Receiver<Result<B>>>, JoinHandle<()>);
+
 /// Takes one batch from each live worker in turn.
 struct RoundRobin<B> {
-    workers: Vec<(Option<Receiver<Result<B>>>, JoinHandle<()>)>,
+    workers: Vec<WorkerSlot<B>>,
     next: usize,
     done: bool,
 }
@@ -261,13 +264,19 @@ mod tests {
 
     #[test]
     fn round_robin_over_worker_splits() {
-        assert_eq!(collect(0, false), vec![vec![0, 1], vec![2, 3], vec![4, 5], vec![6, 7], vec![8, 9]]);
+        assert_eq!(
+            collect(0, false),
+            vec![vec![0, 1], vec![2, 3], vec![4, 5], vec![6, 7], vec![8, 9]]
+        );
         // worker 0 reads 0,3,6,9; worker 1 reads 1,4,7; worker 2 reads 2,5,8.
         assert_eq!(
             collect(3, false),
             vec![vec![0, 3], vec![1, 4], vec![2, 5], vec![6, 9], vec![7], vec![8]]
         );
-        assert_eq!(collect(3, true), vec![vec![0, 3], vec![1, 4], vec![2, 5], vec![6, 9]]);
+        assert_eq!(
+            collect(3, true),
+            vec![vec![0, 3], vec![1, 4], vec![2, 5], vec![6, 9]]
+        );
     }
 
     #[test]
@@ -278,7 +287,11 @@ mod tests {
             }
             Ok(x)
         });
-        let mut l = IterableLoader::builder(ds).batch_size(2).num_workers(2).build().unwrap();
+        let mut l = IterableLoader::builder(ds)
+            .batch_size(2)
+            .num_workers(2)
+            .build()
+            .unwrap();
         let got: Vec<_> = l.iter().collect();
         let err = got.iter().find_map(|r| r.as_ref().err()).expect("an error");
         assert!(err.to_string().contains("bad sample 5"), "{err}");

@@ -15,7 +15,10 @@ pub struct WorkerInfo {
 
 impl WorkerInfo {
     /// The main-thread view: one worker, index 0.
-    pub const SINGLE: WorkerInfo = WorkerInfo { id: 0, num_workers: 1 };
+    pub const SINGLE: WorkerInfo = WorkerInfo {
+        id: 0,
+        num_workers: 1,
+    };
 }
 
 /// A boxed stream of samples.

@@ -19,12 +19,30 @@
 //!
 //! Randomness comes from [`Rng`], a counter-based generator keyed by
 //! `(seed, epoch, index)`: results never depend on the worker count.
+//!
+//! ```
+//! use tessera_data::transforms::random_hflip;
+//! use tessera_data::{DataLoader, Dataset, Image, VecDataset};
+//!
+//! let samples: Vec<(Image, i64)> = (0..10).map(|i| (Image::filled(4, 4, 1, i as u8), i)).collect();
+//! let ds = VecDataset::new(samples).map_random(0, |(img, y), ctx| Ok((random_hflip(img, 0.5, &mut ctx.rng), y)));
+//! let mut loader = DataLoader::builder(ds).batch_size(4).shuffle(true).num_workers(2).build()?;
+//! for epoch in 0..2 {
+//!     loader.set_epoch(epoch);
+//!     for batch in loader.iter() {
+//!         let (images, labels) = batch?; // u8 [B, 4, 4, 1], i64 [B]
+//!         assert_eq!(images.shape()[1..], [4, 4, 1]);
+//!         assert_eq!(labels.shape()[0], images.shape()[0]);
+//!     }
+//! }
+//! # Ok::<(), tessera_data::Error>(())
+//! ```
 
 mod collate;
 mod dataset;
 mod error;
-mod iterable;
 mod iter_loader;
+mod iterable;
 mod loader;
 mod rng;
 mod sample;

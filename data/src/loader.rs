@@ -123,9 +123,7 @@ where
         }
         let n = self.dataset.len();
         let sampler: Arc<dyn Sampler> = match (self.sampler, self.shuffle) {
-            (Some(_), true) => {
-                return Err(Error::arg(OP, "sampler is mutually exclusive with shuffle"))
-            }
+            (Some(_), true) => return Err(Error::arg(OP, "sampler is mutually exclusive with shuffle")),
             (Some(s), false) => s,
             (None, true) => Arc::new(RandomSampler::new(n, self.seed)),
             (None, false) => Arc::new(SequentialSampler::new(n)),
@@ -348,7 +346,11 @@ where
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let left = if self.done { 0 } else { self.batches.len() - self.next_yield };
+        let left = if self.done {
+            0
+        } else {
+            self.batches.len() - self.next_yield
+        };
         (left, Some(left))
     }
 }

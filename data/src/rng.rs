@@ -154,10 +154,12 @@ mod tests {
 
     #[test]
     fn same_key_same_stream_and_coords_matter() {
-        let a: Vec<u64> = (0..8).map({
-            let mut r = Rng::for_sample(1, 2, 3);
-            move |_| r.next_u64()
-        }).collect();
+        let a: Vec<u64> = (0..8)
+            .map({
+                let mut r = Rng::for_sample(1, 2, 3);
+                move |_| r.next_u64()
+            })
+            .collect();
         let mut r = Rng::for_sample(1, 2, 3);
         assert_eq!(a, (0..8).map(|_| r.next_u64()).collect::<Vec<_>>());
         let mut r = Rng::for_sample(1, 3, 2);

@@ -20,9 +20,7 @@ pub struct Image {
 impl Image {
     /// An image over `data` (HWC); errors when `data.len() != h·w·c`.
     pub fn new(height: usize, width: usize, channels: usize, data: Vec<u8>) -> Result<Self> {
-        let want = height
-            .checked_mul(width)
-            .and_then(|n| n.checked_mul(channels));
+        let want = height.checked_mul(width).and_then(|n| n.checked_mul(channels));
         if want != Some(data.len()) {
             return Err(Error::arg(
                 "Image::new",

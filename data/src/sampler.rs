@@ -190,7 +190,11 @@ mod tests {
 
     fn ranks(n: usize, r: usize, drop_last: bool) -> Vec<Vec<usize>> {
         (0..r)
-            .map(|k| DistributedSampler::new(n, r, k, false, 0, drop_last).unwrap().indices(0))
+            .map(|k| {
+                DistributedSampler::new(n, r, k, false, 0, drop_last)
+                    .unwrap()
+                    .indices(0)
+            })
             .collect()
     }
 
@@ -206,11 +210,23 @@ mod tests {
         // drop_last: num_samples = ceil(6/4) = 2, total 8.
         let s = DistributedSampler::new(10, 4, 0, false, 0, true).unwrap();
         assert_eq!((s.num_samples(), s.total_size()), (2, 8));
-        assert_eq!(ranks(10, 4, true), vec![vec![0, 4], vec![1, 5], vec![2, 6], vec![3, 7]]);
+        assert_eq!(
+            ranks(10, 4, true),
+            vec![vec![0, 4], vec![1, 5], vec![2, 6], vec![3, 7]]
+        );
         // Padding longer than N repeats the whole list: N=3, R=8.
         assert_eq!(
             ranks(3, 8, false),
-            vec![vec![0], vec![1], vec![2], vec![0], vec![1], vec![2], vec![0], vec![1]]
+            vec![
+                vec![0],
+                vec![1],
+                vec![2],
+                vec![0],
+                vec![1],
+                vec![2],
+                vec![0],
+                vec![1]
+            ]
         );
         // drop_last with N < R gives nothing; N % R == 0 is unchanged by drop_last.
         assert!(ranks(3, 4, true).iter().all(Vec::is_empty));

@@ -46,9 +46,15 @@ fn epoch_batches<D: Dataset<Item = i64> + 'static>(l: &mut DataLoader<D>) -> Vec
 
 #[test]
 fn batches_in_order_with_random_delays_any_worker_count() {
-    let want: Vec<Vec<i64>> = (0..23i64).collect::<Vec<_>>().chunks(4).map(<[i64]>::to_vec).collect();
+    let want: Vec<Vec<i64>> = (0..23i64)
+        .collect::<Vec<_>>()
+        .chunks(4)
+        .map(<[i64]>::to_vec)
+        .collect();
     for workers in [0, 1, 3] {
-        let mut b = DataLoader::builder(Slow::new(23)).batch_size(4).num_workers(workers);
+        let mut b = DataLoader::builder(Slow::new(23))
+            .batch_size(4)
+            .num_workers(workers);
         if workers > 0 {
             b = b.prefetch_factor(3);
         }
@@ -66,7 +72,10 @@ fn drop_last_and_len() {
         .build()
         .unwrap();
     assert_eq!(l.len(), 3);
-    assert_eq!(epoch_batches(&mut l), vec![vec![0, 1, 2], vec![3, 4, 5], vec![6, 7, 8]]);
+    assert_eq!(
+        epoch_batches(&mut l),
+        vec![vec![0, 1, 2], vec![3, 4, 5], vec![6, 7, 8]]
+    );
 }
 
 #[test]
@@ -100,9 +109,15 @@ fn shuffle_is_a_function_of_seed_and_epoch() {
 fn random_transforms_identical_for_any_worker_count() {
     let run = |workers| {
         let ds = VecDataset::new((0..40u64).collect()).map_random(5, |x, c| Ok(x as f64 + c.rng.uniform()));
-        let mut l = DataLoader::builder(ds).batch_size(6).num_workers(workers).build().unwrap();
+        let mut l = DataLoader::builder(ds)
+            .batch_size(6)
+            .num_workers(workers)
+            .build()
+            .unwrap();
         l.set_epoch(3);
-        l.iter().map(|b| b.unwrap().to_vec::<f64>().unwrap()).collect::<Vec<_>>()
+        l.iter()
+            .map(|b| b.unwrap().to_vec::<f64>().unwrap())
+            .collect::<Vec<_>>()
     };
     let base = run(0);
     assert_eq!(base, run(1));
@@ -140,10 +155,18 @@ fn worker_error_and_panic_reach_the_caller() {
                 .build()
                 .unwrap();
             let got: Vec<_> = l.iter().collect();
-            assert_eq!(got.len(), 3, "two good batches then the error, then the epoch ends");
+            assert_eq!(
+                got.len(),
+                3,
+                "two good batches then the error, then the epoch ends"
+            );
             assert!(got[0].is_ok() && got[1].is_ok());
             let err = got[2].as_ref().unwrap_err().to_string();
-            let want = if panic { "transform exploded on 9" } else { "cannot read sample 9" };
+            let want = if panic {
+                "transform exploded on 9"
+            } else {
+                "cannot read sample 9"
+            };
             assert!(err.contains(want), "{err}");
             if panic {
                 assert!(err.contains("batch 2"), "{err}");
@@ -208,7 +231,10 @@ fn invalid_options_are_errors() {
     let ds = || VecDataset::new(vec![0i64; 4]);
     assert!(DataLoader::builder(ds()).batch_size(0).build().is_err());
     assert!(DataLoader::builder(ds()).prefetch_factor(2).build().is_err());
-    assert!(DataLoader::builder(ds()).persistent_workers(true).build().is_err());
+    assert!(DataLoader::builder(ds())
+        .persistent_workers(true)
+        .build()
+        .is_err());
     assert!(DataLoader::builder(ds())
         .shuffle(true)
         .sampler(tessera_data::SequentialSampler::new(4))

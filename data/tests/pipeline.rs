@@ -1,7 +1,9 @@
 //! A full augmentation pipeline through the loader: per-epoch image size
 //! (progressive resizing) and identical batches for any worker count.
 
-use tessera_data::transforms::{normalize, random_crop, random_hflip, random_resized_crop, Padding, ProgressiveResize, RandAugment};
+use tessera_data::transforms::{
+    normalize, random_crop, random_hflip, random_resized_crop, Padding, ProgressiveResize, RandAugment,
+};
 use tessera_data::{Array, DataLoader, Dataset, Image, VecDataset};
 
 fn images(n: usize) -> VecDataset<(Image, i64)> {
@@ -20,9 +22,16 @@ fn progressive_resizing_changes_the_batch_shape_by_epoch() {
     let sched = ProgressiveResize::new(64, 128, 1, 3).unwrap();
     let ds = images(8).map_random(1, move |(img, y), ctx| {
         let r = sched.resolution(ctx.epoch);
-        Ok((random_resized_crop(&img, r, r, (0.35, 1.0), (0.75, 4.0 / 3.0), &mut ctx.rng)?, y))
+        Ok((
+            random_resized_crop(&img, r, r, (0.35, 1.0), (0.75, 4.0 / 3.0), &mut ctx.rng)?,
+            y,
+        ))
     });
-    let mut l = DataLoader::builder(ds).batch_size(4).num_workers(2).build().unwrap();
+    let mut l = DataLoader::builder(ds)
+        .batch_size(4)
+        .num_workers(2)
+        .build()
+        .unwrap();
     for (epoch, side) in [(0, 64), (1, 64), (2, 96), (3, 128)] {
         l.set_epoch(epoch);
         for b in l.iter() {
@@ -42,7 +51,11 @@ fn augmented_batches_identical_for_any_worker_count() {
             let x: Array<f32> = normalize(&img, &[0.4914, 0.4822, 0.4465], &[0.2470, 0.2435, 0.2616])?;
             Ok((x, y))
         });
-        let mut b = DataLoader::builder(ds).batch_size(6).shuffle(true).seed(3).num_workers(workers);
+        let mut b = DataLoader::builder(ds)
+            .batch_size(6)
+            .shuffle(true)
+            .seed(3)
+            .num_workers(workers);
         if workers > 0 {
             b = b.prefetch_factor(1);
         }

@@ -77,17 +77,29 @@ fn empty_shard_and_schema_errors() {
 fn converter_and_loader_over_shards() {
     let dir = tempfile::tempdir().unwrap();
     let items: Vec<(Image, i64)> = (0..10).map(|i| (Image::filled(4, 4, 1, i as u8), i)).collect();
-    let fields = [Field::new("image", FieldKind::ImageU8), Field::new("label", FieldKind::I64)];
-    let paths = write_shards(&VecDataset::new(items), &fields, dir.path(), "train", 4, |(im, l)| {
-        Ok(vec![Value::Image(im), Value::I64(l)])
-    })
+    let fields = [
+        Field::new("image", FieldKind::ImageU8),
+        Field::new("label", FieldKind::I64),
+    ];
+    let paths = write_shards(
+        &VecDataset::new(items),
+        &fields,
+        dir.path(),
+        "train",
+        4,
+        |(im, l)| Ok(vec![Value::Image(im), Value::I64(l)]),
+    )
     .unwrap();
     assert_eq!(paths.len(), 3);
     assert!(paths[2].ends_with("train-00002.tshard"));
     let set = ShardSet::open(&paths).unwrap();
     assert_eq!(set.len(), 10);
     let ds = set.map(|mut r| Ok((r.take_image("image")?, r.i64("label")?)));
-    let mut l = DataLoader::builder(ds).batch_size(3).num_workers(2).build().unwrap();
+    let mut l = DataLoader::builder(ds)
+        .batch_size(3)
+        .num_workers(2)
+        .build()
+        .unwrap();
     let mut labels = Vec::new();
     for b in l.iter() {
         let (x, y) = b.unwrap();
@@ -127,7 +139,10 @@ fn flipped_payload_byte_is_detected_with_file_and_record() {
     let e = r.get(3).unwrap_err();
     assert!(matches!(e, Error::Corrupt { record: 3, .. }), "{e}");
     let msg = e.to_string();
-    assert!(msg.contains("s.tshard") && msg.contains("record 3") && msg.contains("checksum"), "{msg}");
+    assert!(
+        msg.contains("s.tshard") && msg.contains("record 3") && msg.contains("checksum"),
+        "{msg}"
+    );
     // With checks off the flip goes unnoticed (it is the CRC that caught it).
     let unchecked = ShardReader::open(&path).unwrap().verify_checksums(false);
     assert!(unchecked.get(3).is_ok());
@@ -141,9 +156,33 @@ fn header_index_and_truncation_damage_is_detected() {
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         ("truncated", clean[..clean.len() - 3].to_vec(), "truncated"),
         ("short header", clean[..40].to_vec(), "truncated"),
-        ("magic", { let mut b = clean.clone(); b[0] = b'X'; b }, "magic"),
-        ("field name", { let mut b = clean.clone(); b[64 + 9] ^= 1; b }, "header checksum"),
-        ("record count", { let mut b = clean.clone(); b[16] ^= 1; b }, "header checksum"),
+        (
+            "magic",
+            {
+                let mut b = clean.clone();
+                b[0] = b'X';
+                b
+            },
+            "magic",
+        ),
+        (
+            "field name",
+            {
+                let mut b = clean.clone();
+                b[64 + 9] ^= 1;
+                b
+            },
+            "header checksum",
+        ),
+        (
+            "record count",
+            {
+                let mut b = clean.clone();
+                b[16] ^= 1;
+                b
+            },
+            "header checksum",
+        ),
     ];
     for (what, bytes, want) in cases {
         std::fs::write(&path, &bytes).unwrap();
@@ -157,7 +196,10 @@ fn header_index_and_truncation_damage_is_detected() {
     b[index_offset + 2 * row + 9] = 0xff; // record 2's length
     std::fs::write(&path, &b).unwrap();
     let msg = corrupt_message(&path, 2);
-    assert!(msg.contains("record 2") && msg.contains("outside the payload"), "{msg}");
+    assert!(
+        msg.contains("record 2") && msg.contains("outside the payload"),
+        "{msg}"
+    );
     // An inline label flip fails that record's checksum.
     let mut b = clean;
     b[index_offset + 4 * row + 24] ^= 4;
@@ -205,16 +247,23 @@ proptest! {
 #[test]
 fn format_md_example_bytes() {
     let dir = tempfile::tempdir().unwrap();
-    let fields = [Field::new("image", FieldKind::ImageU8), Field::new("label", FieldKind::I64)];
+    let fields = [
+        Field::new("image", FieldKind::ImageU8),
+        Field::new("label", FieldKind::I64),
+    ];
     let mut w = ShardWriter::create(dir.path().join("e.tshard"), &fields).unwrap();
-    w.append(&[Value::Image(Image::filled(28, 28, 1, 9)), Value::I64(7)]).unwrap();
+    w.append(&[Value::Image(Image::filled(28, 28, 1, 9)), Value::I64(7)])
+        .unwrap();
     let b = std::fs::read(w.finish().unwrap()).unwrap();
     assert_eq!(b.len(), 960);
     assert_eq!(&b[..8], b"TSRSHARD");
     let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
     let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
     assert_eq!((u32_at(8), u32_at(12), u64_at(16)), (1, 2, 1));
-    assert_eq!((u64_at(24), u32_at(32), u64_at(40), u64_at(48)), (128, 32, 160, 960));
+    assert_eq!(
+        (u64_at(24), u32_at(32), u64_at(40), u64_at(48)),
+        (128, 32, 160, 960)
+    );
     assert_eq!((b[64], &b[72..77], b[77]), (1, &b"image"[..], 0));
     assert_eq!((b[96], &b[104..109]), (2, &b"label"[..]));
     assert_eq!((u64_at(128), u64_at(136), u64_at(152)), (160, 796, 7));

@@ -12,8 +12,10 @@ fn write_shards(dir: &std::path::Path, shards: usize, per: usize) -> Vec<PathBuf
             let mut w = TarWriter::new(Vec::new(), 0);
             for k in 0..per {
                 let id = s * per + k;
-                w.append(&format!("sample{id:04}.cls"), id.to_string().as_bytes()).unwrap();
-                w.append(&format!("sample{id:04}.seg.png"), &[id as u8; 3]).unwrap();
+                w.append(&format!("sample{id:04}.cls"), id.to_string().as_bytes())
+                    .unwrap();
+                w.append(&format!("sample{id:04}.seg.png"), &[id as u8; 3])
+                    .unwrap();
             }
             let p = dir.join(format!("shard-{s:03}.tar"));
             std::fs::write(&p, w.finish().unwrap()).unwrap();
@@ -27,7 +29,10 @@ fn ids(t: &TarShards, epoch: u64, worker: WorkerInfo) -> Vec<i64> {
         .map(|s| {
             let s = s.unwrap();
             assert_eq!(s.files["seg.png"].len(), 3);
-            String::from_utf8(s.files["cls"].clone()).unwrap().parse().unwrap()
+            String::from_utf8(s.files["cls"].clone())
+                .unwrap()
+                .parse()
+                .unwrap()
         })
         .collect()
 }
@@ -62,12 +67,16 @@ fn loader_over_tar_shards_with_workers() {
     let dir = tempfile::tempdir().unwrap();
     let urls = write_shards(dir.path(), 4, 6);
     let ds = TarShards::new(urls).map(|s| {
-        let v: i64 = String::from_utf8_lossy(&s.files["cls"]).parse().map_err(|_| {
-            tessera_data::Error::arg("parse", format!("bad label in {}", s.key))
-        })?;
+        let v: i64 = String::from_utf8_lossy(&s.files["cls"])
+            .parse()
+            .map_err(|_| tessera_data::Error::arg("parse", format!("bad label in {}", s.key)))?;
         Ok(v)
     });
-    let mut l = IterableLoader::builder(ds).batch_size(4).num_workers(2).build().unwrap();
+    let mut l = IterableLoader::builder(ds)
+        .batch_size(4)
+        .num_workers(2)
+        .build()
+        .unwrap();
     let batches: Vec<Vec<i64>> = l.iter().map(|b| b.unwrap().to_vec::<i64>().unwrap()).collect();
     // Worker 0 reads shards 0 and 2, worker 1 shards 1 and 3; batches alternate.
     assert_eq!(batches[0], vec![0, 1, 2, 3]);
@@ -80,6 +89,11 @@ fn loader_over_tar_shards_with_workers() {
 #[test]
 fn missing_shard_is_an_error_naming_it() {
     let t = TarShards::new(vec![PathBuf::from("/nonexistent/shard-9.tar")]);
-    let e = t.iter(0, WorkerInfo::SINGLE).next().unwrap().unwrap_err().to_string();
+    let e = t
+        .iter(0, WorkerInfo::SINGLE)
+        .next()
+        .unwrap()
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("shard-9.tar"), "{e}");
 }

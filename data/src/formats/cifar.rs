@@ -9,7 +9,16 @@ const PIXELS: usize = 3 * 32 * 32;
 
 /// CIFAR-10 class names, by label.
 pub const CIFAR10_CLASSES: [&str; 10] = [
-    "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
+    "airplane",
+    "automobile",
+    "bird",
+    "cat",
+    "deer",
+    "dog",
+    "frog",
+    "horse",
+    "ship",
+    "truck",
 ];
 
 /// CIFAR images with their labels. Samples are `(Image 32×32×3 HWC, label)`,
@@ -71,13 +80,20 @@ impl Cifar {
         if bytes.len() % rec != 0 {
             return Err(Error::format(
                 path,
-                format!("{} bytes is not a whole number of {rec}-byte records", bytes.len()),
+                format!(
+                    "{} bytes is not a whole number of {rec}-byte records",
+                    bytes.len()
+                ),
             ));
         }
         for (k, r) in bytes.chunks_exact(rec).enumerate() {
             let (fine, max) = if cifar100 { (r[1], 100) } else { (r[0], 10) };
             if fine >= max || (cifar100 && r[0] >= 20) {
-                return Err(Error::corrupt(path, k as u64, format!("label bytes {:?} out of range", &r[..head])));
+                return Err(Error::corrupt(
+                    path,
+                    k as u64,
+                    format!("label bytes {:?} out of range", &r[..head]),
+                ));
             }
             self.labels.push(fine as i64);
             if let Some(c) = &mut self.coarse {
@@ -161,7 +177,9 @@ mod tests {
         assert_eq!(c.labels(), &[99, 5]);
         assert_eq!(c.coarse_labels().unwrap(), &[19, 0]);
         let bad: Vec<u8> = [record(&[1, 5], 1), record(&[20, 5], 1)].concat();
-        let e = Cifar::parse(&bad, Path::new("t.bin"), true).unwrap_err().to_string();
+        let e = Cifar::parse(&bad, Path::new("t.bin"), true)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("t.bin: record 1"), "{e}");
         assert!(Cifar::parse(&bytes[..100], Path::new("t.bin"), true).is_err());
     }

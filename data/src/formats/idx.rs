@@ -88,7 +88,10 @@ pub fn read_idx(path: impl AsRef<Path>) -> Result<IdxArray> {
 pub fn parse_idx(bytes: &[u8], path: &Path) -> Result<IdxArray> {
     let bad = |msg: String| Error::format(path, msg);
     if bytes.len() < 4 || bytes[0] != 0 || bytes[1] != 0 {
-        return Err(bad(format!("not an IDX file (magic {:02x?})", &bytes[..bytes.len().min(4)])));
+        return Err(bad(format!(
+            "not an IDX file (magic {:02x?})",
+            &bytes[..bytes.len().min(4)]
+        )));
     }
     let (code, ndim) = (bytes[2], bytes[3] as usize);
     let size = match code {
@@ -100,14 +103,19 @@ pub fn parse_idx(bytes: &[u8], path: &Path) -> Result<IdxArray> {
     };
     let header = 4 + 4 * ndim;
     if bytes.len() < header {
-        return Err(bad(format!("truncated header: {ndim} dimensions need {header} bytes, file has {}", bytes.len())));
+        return Err(bad(format!(
+            "truncated header: {ndim} dimensions need {header} bytes, file has {}",
+            bytes.len()
+        )));
     }
     let dims: Vec<usize> = bytes[4..header]
         .chunks_exact(4)
         .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]) as usize)
         .collect();
     let numel = dims.iter().try_fold(1usize, |a, &n| a.checked_mul(n));
-    let want = numel.and_then(|n| n.checked_mul(size)).and_then(|n| n.checked_add(header));
+    let want = numel
+        .and_then(|n| n.checked_mul(size))
+        .and_then(|n| n.checked_add(header));
     if want != Some(bytes.len()) {
         return Err(bad(format!(
             "dimensions {dims:?} of {size}-byte elements need {} bytes, file has {}",
@@ -119,9 +127,21 @@ pub fn parse_idx(bytes: &[u8], path: &Path) -> Result<IdxArray> {
     let data = match code {
         0x08 => IdxData::U8(body.to_vec()),
         0x09 => IdxData::I8(body.iter().map(|&b| b as i8).collect()),
-        0x0B => IdxData::I16(body.chunks_exact(2).map(|c| i16::from_be_bytes([c[0], c[1]])).collect()),
-        0x0C => IdxData::I32(body.chunks_exact(4).map(|c| i32::from_be_bytes([c[0], c[1], c[2], c[3]])).collect()),
-        0x0D => IdxData::F32(body.chunks_exact(4).map(|c| f32::from_be_bytes([c[0], c[1], c[2], c[3]])).collect()),
+        0x0B => IdxData::I16(
+            body.chunks_exact(2)
+                .map(|c| i16::from_be_bytes([c[0], c[1]]))
+                .collect(),
+        ),
+        0x0C => IdxData::I32(
+            body.chunks_exact(4)
+                .map(|c| i32::from_be_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        ),
+        0x0D => IdxData::F32(
+            body.chunks_exact(4)
+                .map(|c| f32::from_be_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        ),
         _ => IdxData::F64(
             body.chunks_exact(8)
                 .map(|c| f64::from_be_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
@@ -137,7 +157,8 @@ pub fn write_idx(path: impl AsRef<Path>, array: &IdxArray, gzip: bool) -> Result
     let path = path.as_ref();
     let mut out = vec![0, 0, array.type_code(), array.dims.len() as u8];
     for &d in &array.dims {
-        let d = u32::try_from(d).map_err(|_| Error::arg("write_idx", format!("dimension {d} exceeds u32")))?;
+        let d =
+            u32::try_from(d).map_err(|_| Error::arg("write_idx", format!("dimension {d} exceeds u32")))?;
         out.extend_from_slice(&d.to_be_bytes());
     }
     let numel: usize = array.dims.iter().product();
@@ -153,7 +174,10 @@ pub fn write_idx(path: impl AsRef<Path>, array: &IdxArray, gzip: bool) -> Result
         IdxData::F64(v) => extend_be(&mut out, v, |x| x.to_be_bytes()),
     };
     if len != numel {
-        return Err(Error::arg("write_idx", format!("{len} elements do not fill dimensions {:?}", array.dims)));
+        return Err(Error::arg(
+            "write_idx",
+            format!("{len} elements do not fill dimensions {:?}", array.dims),
+        ));
     }
     let file = std::fs::File::create(path).map_err(|e| Error::io(path, e))?;
     let res = if gzip {
@@ -212,7 +236,10 @@ impl Mnist {
             return Err(Error::format(labels, "expected a 1-d u8 IDX array of labels"));
         };
         if n != m {
-            return Err(Error::format(labels, format!("{m} labels for {n} images in {}", images.display())));
+            return Err(Error::format(
+                labels,
+                format!("{m} labels for {n} images in {}", images.display()),
+            ));
         }
         Ok(Mnist {
             images: img,
@@ -224,7 +251,10 @@ impl Mnist {
 
     /// All images as a u8 tensor `[N, 1, rows, cols]`.
     pub fn images_tensor(&self) -> Result<Tensor> {
-        Ok(Tensor::from_slice(&self.images, &[self.labels.len(), 1, self.rows, self.cols])?)
+        Ok(Tensor::from_slice(
+            &self.images,
+            &[self.labels.len(), 1, self.rows, self.cols],
+        )?)
     }
 
     /// All labels as an i64 tensor `[N]`.
@@ -253,12 +283,18 @@ impl Dataset for Mnist {
         Error::check_index("Mnist::get", index, self.labels.len())?;
         let per = self.rows * self.cols;
         let px = self.images[index * per..(index + 1) * per].to_vec();
-        Ok((Image::new(self.rows, self.cols, 1, px)?, self.labels[index] as i64))
+        Ok((
+            Image::new(self.rows, self.cols, 1, px)?,
+            self.labels[index] as i64,
+        ))
     }
 }
 
 fn find_file(dir: &Path, split: &str, what: &str, kind: &str) -> Result<PathBuf> {
-    let stems = [format!("{split}-{what}-{kind}-ubyte"), format!("{split}-{what}.{kind}-ubyte")];
+    let stems = [
+        format!("{split}-{what}-{kind}-ubyte"),
+        format!("{split}-{what}.{kind}-ubyte"),
+    ];
     let mut tried = Vec::new();
     for stem in &stems {
         for ext in ["", ".gz"] {
@@ -266,7 +302,11 @@ fn find_file(dir: &Path, split: &str, what: &str, kind: &str) -> Result<PathBuf>
             if p.is_file() {
                 return Ok(p);
             }
-            tried.push(p.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default());
+            tried.push(
+                p.file_name()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            );
         }
     }
     Err(Error::io(
@@ -291,7 +331,10 @@ mod tests {
             IdxData::F64(vec![1.5, -2.0, 0.0, 1e-300, 7.0, 3.25]),
         ];
         for (k, data) in arrays.into_iter().enumerate() {
-            let a = IdxArray { dims: vec![2, 3], data };
+            let a = IdxArray {
+                dims: vec![2, 3],
+                data,
+            };
             for gz in [false, true] {
                 let p = dir.path().join(format!("a{k}{gz}"));
                 write_idx(&p, &a, gz).unwrap();

@@ -72,7 +72,10 @@ impl TarReader {
             .read_to_end(&mut data)
             .map_err(|e| Error::io(&self.path, e))?;
         if (data.len() as u64) < padded {
-            return Err(self.bad(format!("truncated data: {} of {size} bytes", data.len().min(size as usize))));
+            return Err(self.bad(format!(
+                "truncated data: {} of {size} bytes",
+                data.len().min(size as usize)
+            )));
         }
         data.truncate(size as usize);
         Ok(data)
@@ -86,12 +89,18 @@ impl TarReader {
         let mut long_name: Option<String> = None;
         let mut pax: HashMap<String, String> = HashMap::new();
         loop {
-            let Some(h) = self.read_block("header")? else { return Ok(None) };
+            let Some(h) = self.read_block("header")? else {
+                return Ok(None);
+            };
             if h.iter().all(|&b| b == 0) {
                 return Ok(None);
             }
             let stored = parse_octal(&h[148..156]).ok_or_else(|| self.bad("bad checksum field".into()))?;
-            let sum: u64 = h.iter().enumerate().map(|(i, &b)| if (148..156).contains(&i) { 32 } else { b as u64 }).sum();
+            let sum: u64 = h
+                .iter()
+                .enumerate()
+                .map(|(i, &b)| if (148..156).contains(&i) { 32 } else { b as u64 })
+                .sum();
             if stored != sum {
                 return Err(self.bad(format!("header checksum {stored} does not match {sum}")));
             }
@@ -125,7 +134,11 @@ impl TarReader {
                 (None, Some(l)) => l,
                 (None, None) => {
                     let base = cstr(&h[..100]);
-                    let prefix = if &h[257..262] == b"ustar" { cstr(&h[345..500]) } else { String::new() };
+                    let prefix = if &h[257..262] == b"ustar" {
+                        cstr(&h[345..500])
+                    } else {
+                        String::new()
+                    };
                     if prefix.is_empty() {
                         base
                     } else {
@@ -223,7 +236,14 @@ impl<W: Write> TarWriter<W> {
             }
             rec = format!("{len}{rec}");
             self.entry("././@PaxHeader", b'x', rec.as_bytes())?;
-            let short: String = name.chars().rev().take(99).collect::<Vec<_>>().into_iter().rev().collect();
+            let short: String = name
+                .chars()
+                .rev()
+                .take(99)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
             return self.entry(&short, b'0', data);
         }
         self.entry(name, b'0', data)
@@ -272,7 +292,8 @@ mod tests {
         let mut bytes = w.finish().unwrap();
         // Prepend a GNU long-name entry by hand: type 'L' then a short-named file.
         let mut g = TarWriter::new(Vec::new(), 0);
-        g.entry("././@LongLink", b'L', b"gnu/very/long/name.cls\0").unwrap();
+        g.entry("././@LongLink", b'L', b"gnu/very/long/name.cls\0")
+            .unwrap();
         g.entry("short", b'0', b"7").unwrap();
         g.entry("dir/", b'5', b"").unwrap();
         let mut all = g.out;
@@ -308,7 +329,12 @@ mod tests {
         let e = r[1].as_ref().unwrap_err().to_string();
         assert!(e.contains("c.tar") && e.contains("checksum"), "{e}");
         std::fs::write(&p, &good[..BLOCK + 100]).unwrap();
-        let e = TarReader::open(&p).unwrap().next().unwrap().unwrap_err().to_string();
+        let e = TarReader::open(&p)
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("truncated"), "{e}");
     }
 }

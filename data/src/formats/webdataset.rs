@@ -74,7 +74,9 @@ impl<I: Iterator<Item = Result<TarEntry>>> Iterator for GroupByKey<I> {
             if !entry.name.contains('/') && entry.name.starts_with("__") && entry.name.ends_with("__") {
                 continue;
             }
-            let Some((key, ext)) = split_key(&entry.name) else { continue };
+            let Some((key, ext)) = split_key(&entry.name) else {
+                continue;
+            };
             let same = self.current.as_ref().is_some_and(|c| c.key == key);
             let finished = if same { None } else { self.current.take() };
             let cur = self.current.get_or_insert_with(|| TarSample {
@@ -196,7 +198,10 @@ impl TarShards {
     /// Reads only this rank's shards; errors when `rank >= world_size`.
     pub fn split_by_node(mut self, rank: usize, world_size: usize) -> Result<Self> {
         if rank >= world_size {
-            return Err(Error::arg("TarShards::split_by_node", format!("rank {rank} is not below world size {world_size}")));
+            return Err(Error::arg(
+                "TarShards::split_by_node",
+                format!("rank {rank} is not below world size {world_size}"),
+            ));
         }
         self.rank = rank;
         self.world_size = world_size;
@@ -241,12 +246,15 @@ impl IterableDataset for TarShards {
     type Item = TarSample;
 
     fn iter(&self, epoch: u64, worker: WorkerInfo) -> SampleIter<'_, TarSample> {
-        let samples = self.shards_for(epoch, worker).into_iter().flat_map(|p| -> SampleIter<'static, TarSample> {
-            match TarReader::open(&p) {
-                Ok(r) => Box::new(GroupByKey::new(r, p.display().to_string())),
-                Err(e) => Box::new(std::iter::once(Err(e))),
-            }
-        });
+        let samples =
+            self.shards_for(epoch, worker)
+                .into_iter()
+                .flat_map(|p| -> SampleIter<'static, TarSample> {
+                    match TarReader::open(&p) {
+                        Ok(r) => Box::new(GroupByKey::new(r, p.display().to_string())),
+                        Err(e) => Box::new(std::iter::once(Err(e))),
+                    }
+                });
         match self.buffer {
             None => Box::new(samples),
             Some((size, initial)) => {
@@ -274,22 +282,45 @@ mod tests {
     fn entries(names: &[&str]) -> Vec<Result<TarEntry>> {
         names
             .iter()
-            .map(|n| Ok(TarEntry { name: n.to_string(), data: n.as_bytes().to_vec() }))
+            .map(|n| {
+                Ok(TarEntry {
+                    name: n.to_string(),
+                    data: n.as_bytes().to_vec(),
+                })
+            })
             .collect()
     }
 
     #[test]
     fn grouping_edge_cases() {
         let g: Vec<TarSample> = GroupByKey::new(
-            entries(&["__meta__", "a.jpg", "a.cls", "a.seg.png", "README", "b.jpg", "a.txt"]).into_iter(),
+            entries(&[
+                "__meta__",
+                "a.jpg",
+                "a.cls",
+                "a.seg.png",
+                "README",
+                "b.jpg",
+                "a.txt",
+            ])
+            .into_iter(),
             "s0",
         )
         .map(|r| r.unwrap())
         .collect();
-        let keys: Vec<(&str, Vec<&str>)> =
-            g.iter().map(|s| (s.key.as_str(), s.files.keys().map(String::as_str).collect())).collect();
+        let keys: Vec<(&str, Vec<&str>)> = g
+            .iter()
+            .map(|s| (s.key.as_str(), s.files.keys().map(String::as_str).collect()))
+            .collect();
         // A key reappearing later starts a new sample (samples must be contiguous).
-        assert_eq!(keys, vec![("a", vec!["cls", "jpg", "seg.png"]), ("b", vec!["jpg"]), ("a", vec!["txt"])]);
+        assert_eq!(
+            keys,
+            vec![
+                ("a", vec!["cls", "jpg", "seg.png"]),
+                ("b", vec!["jpg"]),
+                ("a", vec!["txt"])
+            ]
+        );
         let dup: Vec<_> = GroupByKey::new(entries(&["a.jpg", "a.JPG"]).into_iter(), "s1.tar").collect();
         let e = dup[0].as_ref().unwrap_err().to_string();
         assert!(e.contains("s1.tar") && e.contains("\"jpg\""), "{e}");
@@ -315,10 +346,17 @@ mod tests {
         let w = |id| WorkerInfo { id, num_workers: 2 };
         let r1 = TarShards::new(urls.clone()).split_by_node(1, 3).unwrap();
         // rank 1 of 3 owns s1 s4 s7 s10; worker 1 of 2 takes s4 s10.
-        assert_eq!(r1.shards_for(0, w(1)), vec![PathBuf::from("s4"), PathBuf::from("s10")]);
+        assert_eq!(
+            r1.shards_for(0, w(1)),
+            vec![PathBuf::from("s4"), PathBuf::from("s10")]
+        );
         let mut all = Vec::new();
         for rank in 0..3 {
-            let t = TarShards::new(urls.clone()).split_by_node(rank, 3).unwrap().shuffle_shards(true).seed(4);
+            let t = TarShards::new(urls.clone())
+                .split_by_node(rank, 3)
+                .unwrap()
+                .shuffle_shards(true)
+                .seed(4);
             for id in 0..2 {
                 all.extend(t.shards_for(5, w(id)));
             }
@@ -328,6 +366,9 @@ mod tests {
         want.sort();
         assert_eq!(all, want, "each shard exactly once per epoch");
         let t = TarShards::new(urls).shuffle_shards(true);
-        assert_ne!(t.shards_for(0, WorkerInfo::SINGLE), t.shards_for(1, WorkerInfo::SINGLE));
+        assert_ne!(
+            t.shards_for(0, WorkerInfo::SINGLE),
+            t.shards_for(1, WorkerInfo::SINGLE)
+        );
     }
 }

@@ -76,15 +76,31 @@ pub enum Padding {
 /// Pads `p` pixels on every side. Errors when reflecting by `p` ≥ a side.
 pub fn pad(img: &Image, p: usize, mode: Padding) -> Result<Image> {
     match mode {
-        Padding::Constant(v) => crop(img, -(p as isize), -(p as isize), img.height() + 2 * p, img.width() + 2 * p, v),
+        Padding::Constant(v) => crop(
+            img,
+            -(p as isize),
+            -(p as isize),
+            img.height() + 2 * p,
+            img.width() + 2 * p,
+            v,
+        ),
         Padding::Reflect => {
             let (h, w, c) = (img.height(), img.width(), img.channels());
             if p >= h || p >= w {
-                return Err(Error::arg("pad", format!("reflect padding {p} needs a side longer than {p}, image is {h}x{w}")));
+                return Err(Error::arg(
+                    "pad",
+                    format!("reflect padding {p} needs a side longer than {p}, image is {h}x{w}"),
+                ));
             }
             let reflect = |i: isize, n: usize| -> usize {
                 let n = n as isize;
-                let r = if i < 0 { -i } else if i >= n { 2 * (n - 1) - i } else { i };
+                let r = if i < 0 {
+                    -i
+                } else if i >= n {
+                    2 * (n - 1) - i
+                } else {
+                    i
+                };
                 r as usize
             };
             let (oh, ow) = (h + 2 * p, w + 2 * p);
@@ -105,11 +121,25 @@ pub fn pad(img: &Image, p: usize, mode: Padding) -> Result<Image> {
 /// torchvision's `RandomCrop(size, padding)`: pad by `padding`, then take
 /// an `h × w` window at a uniform position. Errors when the padded image is
 /// smaller than the window.
-pub fn random_crop(img: &Image, h: usize, w: usize, padding: usize, mode: Padding, rng: &mut Rng) -> Result<Image> {
-    let padded = if padding > 0 { pad(img, padding, mode)? } else { img.clone() };
+pub fn random_crop(
+    img: &Image,
+    h: usize,
+    w: usize,
+    padding: usize,
+    mode: Padding,
+    rng: &mut Rng,
+) -> Result<Image> {
+    let padded = if padding > 0 {
+        pad(img, padding, mode)?
+    } else {
+        img.clone()
+    };
     let (ph, pw) = (padded.height(), padded.width());
     if ph < h || pw < w {
-        return Err(Error::arg("random_crop", format!("crop {h}x{w} is larger than the padded image {ph}x{pw}")));
+        return Err(Error::arg(
+            "random_crop",
+            format!("crop {h}x{w} is larger than the padded image {ph}x{pw}"),
+        ));
     }
     let top = rng.below((ph - h + 1) as u64) as isize;
     let left = rng.below((pw - w + 1) as u64) as isize;
@@ -123,7 +153,11 @@ pub fn hflip(img: &Image) -> Image {
     if w == 0 || c == 0 {
         return out;
     }
-    for (src, dst) in img.data().chunks_exact(w * c).zip(out.data_mut().chunks_exact_mut(w * c)) {
+    for (src, dst) in img
+        .data()
+        .chunks_exact(w * c)
+        .zip(out.data_mut().chunks_exact_mut(w * c))
+    {
         for x in 0..w {
             dst[x * c..(x + 1) * c].copy_from_slice(&src[(w - 1 - x) * c..(w - x) * c]);
         }
@@ -146,7 +180,10 @@ pub fn random_hflip(img: Image, p: f64, rng: &mut Rng) -> Image {
 pub fn resize(img: &Image, h: usize, w: usize) -> Result<Image> {
     let (ih, iw, c) = (img.height(), img.width(), img.channels());
     if h == 0 || w == 0 || ih == 0 || iw == 0 {
-        return Err(Error::arg("resize", format!("cannot resize {ih}x{iw} to {h}x{w}")));
+        return Err(Error::arg(
+            "resize",
+            format!("cannot resize {ih}x{iw} to {h}x{w}"),
+        ));
     }
     let taps = |out: usize, inp: usize| -> Vec<(usize, usize, f32)> {
         let scale = inp as f64 / out as f64;
@@ -253,7 +290,11 @@ mod tests {
         for y in 0..3 {
             for x in 0..5 {
                 let (sy, sx) = (y as isize - 1, x as isize + 2);
-                let want = if sy < 0 || sx >= 6 { 9 } else { img.at(sy as usize, sx as usize, 1) };
+                let want = if sy < 0 || sx >= 6 {
+                    9
+                } else {
+                    img.at(sy as usize, sx as usize, 1)
+                };
                 assert_eq!(c.at(y, x, 1), want, "({y},{x})");
             }
         }
@@ -263,7 +304,10 @@ mod tests {
         let cc = center_crop(&img, 3, 3).unwrap();
         assert_eq!(cc.at(0, 0, 0), img.at(1, 2, 0)); // round(2/2)=1, round(3/2)=2 (ties to even)
         let r = pad(&img, 2, Padding::Reflect).unwrap();
-        assert_eq!((r.at(0, 0, 0), r.at(2, 2, 0), r.at(8, 9, 0)), (img.at(2, 2, 0), img.at(0, 0, 0), img.at(2, 3, 0)));
+        assert_eq!(
+            (r.at(0, 0, 0), r.at(2, 2, 0), r.at(8, 9, 0)),
+            (img.at(2, 2, 0), img.at(0, 0, 0), img.at(2, 3, 0))
+        );
         let mut rng = Rng::new(0);
         for _ in 0..20 {
             let rc = random_crop(&img, 5, 6, 2, Padding::Constant(0), &mut rng).unwrap();
@@ -288,7 +332,10 @@ mod tests {
                         let p = |a, b| img.at(a, b, k) as f64;
                         let v = (1.0 - ly) * ((1.0 - lx) * p(y0, x0) + lx * p(y0, x1))
                             + ly * ((1.0 - lx) * p(y1, x0) + lx * p(y1, x1));
-                        assert!((r.at(y, x, k) as f64 - v).abs() <= 0.5 + 1e-3, "{h}x{w} ({y},{x},{k})");
+                        assert!(
+                            (r.at(y, x, k) as f64 - v).abs() <= 0.5 + 1e-3,
+                            "{h}x{w} ({y},{x},{k})"
+                        );
                     }
                 }
             }
@@ -304,8 +351,12 @@ mod tests {
             assert!(h >= 1 && w >= 1 && t + h <= 40 && l + w <= 60);
         }
         // Impossible ratio → centre fallback with the ratio clamped.
-        assert_eq!(random_resized_crop_params(10, 100, (1.0, 1.0), (0.5, 2.0), &mut rng), (0, 40, 10, 20));
-        let out = random_resized_crop(&ramp(40, 60, 3), 16, 16, (0.08, 1.0), (0.75, 4.0 / 3.0), &mut rng).unwrap();
+        assert_eq!(
+            random_resized_crop_params(10, 100, (1.0, 1.0), (0.5, 2.0), &mut rng),
+            (0, 40, 10, 20)
+        );
+        let out =
+            random_resized_crop(&ramp(40, 60, 3), 16, 16, (0.08, 1.0), (0.75, 4.0 / 3.0), &mut rng).unwrap();
         assert_eq!(out.shape(), [16, 16, 3]);
     }
 }

@@ -68,12 +68,21 @@ impl Mixup {
         }
         let shape = images.shape().to_vec();
         if shape.len() < 3 || labels.shape() != [shape[0]] {
-            return Err(Error::arg(OP, format!("images {shape:?} need [B, ..., H, W] and labels [B], got labels {:?}", labels.shape())));
+            return Err(Error::arg(
+                OP,
+                format!(
+                    "images {shape:?} need [B, ..., H, W] and labels [B], got labels {:?}",
+                    labels.shape()
+                ),
+            ));
         }
         let (b, h, w) = (shape[0], shape[shape.len() - 2], shape[shape.len() - 1]);
         let lab = labels.to_vec::<i64>()?;
         if let Some(&bad) = lab.iter().find(|&&l| l < 0 || l as usize >= self.num_classes) {
-            return Err(Error::arg(OP, format!("label {bad} is outside [0, {})", self.num_classes)));
+            return Err(Error::arg(
+                OP,
+                format!("label {bad} is outside [0, {})", self.num_classes),
+            ));
         }
 
         let mut lam = 1.0;
@@ -84,7 +93,11 @@ impl Mixup {
             } else {
                 self.cutmix_alpha > 0.0
             };
-            let alpha = if cutmix { self.cutmix_alpha } else { self.mixup_alpha };
+            let alpha = if cutmix {
+                self.cutmix_alpha
+            } else {
+                self.mixup_alpha
+            };
             lam = rng.beta(alpha, alpha);
         }
         let x = images.contiguous();
@@ -120,7 +133,12 @@ fn cut_box(h: usize, w: usize, lam: f64, rng: &mut Rng) -> (usize, usize, usize,
     let cy = rng.below(h as u64) as isize;
     let cx = rng.below(w as u64) as isize;
     let clip = |v: isize, n: usize| v.clamp(0, n as isize) as usize;
-    (clip(cy - ch / 2, h), clip(cy + ch / 2, h), clip(cx - cw / 2, w), clip(cx + cw / 2, w))
+    (
+        clip(cy - ch / 2, h),
+        clip(cy + ch / 2, h),
+        clip(cx - cw / 2, w),
+        clip(cx + cw / 2, w),
+    )
 }
 
 /// `λ·x + (1−λ)·x.flip(0)`.
@@ -129,7 +147,10 @@ fn blend_flip<T: Element>(x: &Tensor, per: usize, lam: f64) -> Result<Tensor> {
     let b = x.shape()[0];
     Ok(Tensor::build::<T>(x.shape(), |out| {
         for i in 0..b {
-            let (a, f) = (&src[i * per..(i + 1) * per], &src[(b - 1 - i) * per..(b - i) * per]);
+            let (a, f) = (
+                &src[i * per..(i + 1) * per],
+                &src[(b - 1 - i) * per..(b - i) * per],
+            );
             for (o, (&u, &v)) in out[i * per..(i + 1) * per].iter_mut().zip(a.iter().zip(f)) {
                 *o = T::from_f64(lam * u.to_f64() + (1.0 - lam) * v.to_f64());
             }
@@ -138,7 +159,13 @@ fn blend_flip<T: Element>(x: &Tensor, per: usize, lam: f64) -> Result<Tensor> {
 }
 
 /// `x` with box `(y0, y1, x0, x1)` of every plane replaced by `x.flip(0)`'s.
-fn paste<T: Element>(x: &Tensor, per: usize, h: usize, w: usize, bx: (usize, usize, usize, usize)) -> Result<Tensor> {
+fn paste<T: Element>(
+    x: &Tensor,
+    per: usize,
+    h: usize,
+    w: usize,
+    bx: (usize, usize, usize, usize),
+) -> Result<Tensor> {
     let src = x.as_slice::<T>()?;
     let b = x.shape()[0];
     let plane = h * w;
@@ -183,13 +210,19 @@ mod tests {
         // Sample i is constant i+1: pasted pixels are exactly the changed ones.
         let x: Vec<f32> = (0..b).flat_map(|i| vec![(i + 1) as f32; c * h * w]).collect();
         let y: Vec<i64> = (0..b as i64).map(|i| i % 5).collect();
-        (Tensor::from_vec(x, &[b, c, h, w]).unwrap(), Tensor::from_vec(y, &[b]).unwrap())
+        (
+            Tensor::from_vec(x, &[b, c, h, w]).unwrap(),
+            Tensor::from_vec(y, &[b]).unwrap(),
+        )
     }
 
     #[test]
     fn mixup_blends_with_the_flipped_batch_and_targets_sum_to_one() {
         let (x, y) = batch(6, 2, 3, 4);
-        let m = Mixup { num_classes: 5, ..Mixup::default() };
+        let m = Mixup {
+            num_classes: 5,
+            ..Mixup::default()
+        };
         for seed in 0..10 {
             let out = m.apply(&x, &y, &mut Rng::new(seed)).unwrap();
             let v = out.images.to_vec::<f32>().unwrap();
@@ -212,7 +245,13 @@ mod tests {
     #[test]
     fn cutmix_pasted_area_matches_lambda() {
         let (x, y) = batch(4, 3, 16, 20);
-        let m = Mixup { mixup_alpha: 0.0, cutmix_alpha: 1.0, num_classes: 5, label_smoothing: 0.0, ..Mixup::default() };
+        let m = Mixup {
+            mixup_alpha: 0.0,
+            cutmix_alpha: 1.0,
+            num_classes: 5,
+            label_smoothing: 0.0,
+            ..Mixup::default()
+        };
         let mut seen_box = 0;
         for seed in 0..30 {
             let out = m.apply(&x, &y, &mut Rng::new(seed)).unwrap();
@@ -222,7 +261,10 @@ mod tests {
                 let plane = &v[i * 960..i * 960 + 320];
                 let changed = plane.iter().zip(&orig[i * 960..]).filter(|(a, b)| a != b).count();
                 assert!(plane.iter().all(|&p| p == (i + 1) as f32 || p == (4 - i) as f32));
-                assert!((changed as f64 / 320.0 - (1.0 - out.lam)).abs() < 1e-12, "seed {seed}");
+                assert!(
+                    (changed as f64 / 320.0 - (1.0 - out.lam)).abs() < 1e-12,
+                    "seed {seed}"
+                );
             }
             if let Some((y0, y1, x0, x1)) = out.cut_box {
                 seen_box += 1;
@@ -237,15 +279,24 @@ mod tests {
     #[test]
     fn errors_and_no_op() {
         let (x, y) = batch(2, 1, 2, 2);
-        let m = Mixup { num_classes: 2, prob: 0.0, ..Mixup::default() };
+        let m = Mixup {
+            num_classes: 2,
+            prob: 0.0,
+            ..Mixup::default()
+        };
         let out = m.apply(&x, &y, &mut Rng::new(0)).unwrap();
         assert_eq!(out.lam, 1.0);
         assert_eq!(out.images.to_vec::<f32>().unwrap(), x.to_vec::<f32>().unwrap());
         let bad = Tensor::from_vec(vec![0i64, 7], &[2]).unwrap();
         assert!(m.apply(&x, &bad, &mut Rng::new(0)).is_err());
         let u8x = Tensor::from_vec(vec![1u8; 8], &[2, 1, 2, 2]).unwrap();
-        let mu = Mixup { num_classes: 2, ..Mixup::default() };
+        let mu = Mixup {
+            num_classes: 2,
+            ..Mixup::default()
+        };
         assert!(mu.apply(&u8x, &y, &mut Rng::new(0)).is_err());
-        assert!(mu.apply(&x, &Tensor::from_vec(vec![0i64], &[1]).unwrap(), &mut Rng::new(0)).is_err());
+        assert!(mu
+            .apply(&x, &Tensor::from_vec(vec![0i64], &[1]).unwrap(), &mut Rng::new(0))
+            .is_err());
     }
 }

@@ -26,7 +26,12 @@ impl ProgressiveResize {
                 format!("needs start_ramp < end_ramp and min_res <= max_res, got {start_ramp}..{end_ramp}, {min_res}..{max_res}"),
             ));
         }
-        Ok(ProgressiveResize { min_res, max_res, start_ramp, end_ramp })
+        Ok(ProgressiveResize {
+            min_res,
+            max_res,
+            start_ramp,
+            end_ramp,
+        })
     }
 
     /// The side for `epoch`: `min_res` up to `start_ramp`, `max_res` from
@@ -52,7 +57,10 @@ mod tests {
     fn ffcv_rn50_schedule() {
         // rn50 88-epoch config: 160 → 192 over epochs 65 → 76.
         let s = ProgressiveResize::new(160, 192, 65, 76).unwrap();
-        let res: Vec<usize> = [0, 65, 66, 70, 71, 72, 75, 76, 88].iter().map(|&e| s.resolution(e)).collect();
+        let res: Vec<usize> = [0, 65, 66, 70, 71, 72, 75, 76, 88]
+            .iter()
+            .map(|&e| s.resolution(e))
+            .collect();
         // 70: 160 + 32·5/11 = 174.5 → 5.45 → 160; 71: 177.5 → 5.55 → 192.
         assert_eq!(res, vec![160, 160, 160, 160, 192, 192, 192, 192, 192]);
         assert!(ProgressiveResize::new(160, 192, 5, 5).is_err());

@@ -105,7 +105,11 @@ impl AugOp {
                 let t = (s * 30.0 * level).to_radians();
                 affine(img, [t.cos(), -t.sin(), 0.0, t.sin(), t.cos(), 0.0], fill)
             }
-            AugOp::Brightness => blend(&Image::filled(img.height(), img.width(), img.channels(), 0), img, 1.0 + s * 0.9 * level),
+            AugOp::Brightness => blend(
+                &Image::filled(img.height(), img.width(), img.channels(), 0),
+                img,
+                1.0 + s * 0.9 * level,
+            ),
             AugOp::Color => blend(&grey(img), img, 1.0 + s * 0.9 * level),
             AugOp::Contrast => {
                 let g = grey(img);
@@ -116,7 +120,11 @@ impl AugOp {
                     let sum: u64 = g.data().iter().step_by(chans).map(|&v| v as u64).sum();
                     ((sum as f64 / (g.data().len() / chans) as f64) + 0.5) as u8
                 };
-                blend(&Image::filled(img.height(), img.width(), img.channels(), mean), img, 1.0 + s * 0.9 * level)
+                blend(
+                    &Image::filled(img.height(), img.width(), img.channels(), mean),
+                    img,
+                    1.0 + s * 0.9 * level,
+                )
             }
             AugOp::Sharpness => blend(&smooth(img), img, 1.0 + s * 0.9 * level),
             AugOp::Posterize => {
@@ -130,7 +138,13 @@ impl AugOp {
             }
             AugOp::SolarizeAdd => {
                 let add = (110.0 * level) as u16;
-                lut(img, |v| if v < 128 { (v as u16 + add).min(255) as u8 } else { v })
+                lut(img, |v| {
+                    if v < 128 {
+                        (v as u16 + add).min(255) as u8
+                    } else {
+                        v
+                    }
+                })
             }
             AugOp::Invert => lut(img, |v| 255 - v),
             AugOp::AutoContrast => per_channel(img, autocontrast_lut),
@@ -162,7 +176,10 @@ impl RandAugment {
     /// outside `[0, 10]`.
     pub fn new(n: usize, m: f64) -> Result<Self> {
         if !(0.0..=10.0).contains(&m) {
-            return Err(Error::arg("RandAugment::new", format!("magnitude {m} is not in [0, 10]")));
+            return Err(Error::arg(
+                "RandAugment::new",
+                format!("magnitude {m} is not in [0, 10]"),
+            ));
         }
         Ok(RandAugment {
             num_ops: n,
@@ -190,7 +207,9 @@ impl RandAugment {
     pub fn apply(&self, img: &Image, rng: &mut Rng) -> Image {
         let mut out = img.clone();
         for _ in 0..self.num_ops {
-            let Some(&op) = self.ops.get(rng.below(self.ops.len() as u64) as usize) else { break };
+            let Some(&op) = self.ops.get(rng.below(self.ops.len() as u64) as usize) else {
+                break;
+            };
             if !rng.bernoulli(self.prob) {
                 continue;
             }
@@ -228,7 +247,11 @@ fn affine(img: &Image, m: [f64; 6], fill: u8) -> Image {
 /// `degenerate + f·(img − degenerate)`, rounded and clamped (PIL's blend).
 fn blend(degenerate: &Image, img: &Image, f: f64) -> Image {
     let mut out = img.clone();
-    for (o, (&d, &v)) in out.data_mut().iter_mut().zip(degenerate.data().iter().zip(img.data())) {
+    for (o, (&d, &v)) in out
+        .data_mut()
+        .iter_mut()
+        .zip(degenerate.data().iter().zip(img.data()))
+    {
         *o = (d as f64 + f * (v as f64 - d as f64)).round().clamp(0.0, 255.0) as u8;
     }
     out
@@ -339,7 +362,13 @@ mod tests {
     use super::*;
 
     fn rgb(h: usize, w: usize) -> Image {
-        Image::new(h, w, 3, (0..h * w * 3).map(|i| ((i * 37 + 11) % 200 + 20) as u8).collect()).unwrap()
+        Image::new(
+            h,
+            w,
+            3,
+            (0..h * w * 3).map(|i| ((i * 37 + 11) % 200 + 20) as u8).collect(),
+        )
+        .unwrap()
     }
 
     #[test]
@@ -364,7 +393,10 @@ mod tests {
     #[test]
     fn colour_ops_match_pil_definitions() {
         let img = rgb(4, 6);
-        assert_eq!(AugOp::Invert.apply(&AugOp::Invert.apply(&img, 0.0, false, 0), 0.0, false, 0), img);
+        assert_eq!(
+            AugOp::Invert.apply(&AugOp::Invert.apply(&img, 0.0, false, 0), 0.0, false, 0),
+            img
+        );
         assert_eq!(AugOp::Brightness.apply(&img, 0.0, false, 0), img);
         assert_eq!(AugOp::Color.apply(&img, 0.0, false, 0), img);
         assert_eq!(AugOp::Sharpness.apply(&img, 0.0, false, 0), img);
@@ -374,7 +406,11 @@ mod tests {
         let p = AugOp::Posterize.apply(&img, 1.0, false, 0);
         assert!(p.data().iter().zip(img.data()).all(|(&a, &b)| a == b & 0xF0));
         let s = AugOp::Solarize.apply(&img, 0.5, false, 0);
-        assert!(s.data().iter().zip(img.data()).all(|(&a, &b)| a == if b as f64 >= 127.5 { 255 - b } else { b }));
+        assert!(s
+            .data()
+            .iter()
+            .zip(img.data())
+            .all(|(&a, &b)| a == if b as f64 >= 127.5 { 255 - b } else { b }));
         let ac = AugOp::AutoContrast.apply(&img, 0.0, false, 0);
         for k in 0..3 {
             let ch: Vec<u8> = ac.data().iter().skip(k).step_by(3).copied().collect();
@@ -386,7 +422,11 @@ mod tests {
         // A ramp with 256·4 pixels equalizes to itself (uniform histogram).
         let ramp = Image::new(32, 32, 1, (0..1024).map(|i| (i / 4) as u8).collect()).unwrap();
         let eq = AugOp::Equalize.apply(&ramp, 0.0, false, 0);
-        assert!(eq.data().iter().zip(ramp.data()).all(|(&a, &b)| (a as i32 - b as i32).abs() <= 1));
+        assert!(eq
+            .data()
+            .iter()
+            .zip(ramp.data())
+            .all(|(&a, &b)| (a as i32 - b as i32).abs() <= 1));
     }
 
     #[test]
@@ -396,12 +436,18 @@ mod tests {
         let a = ra.apply(&img, &mut Rng::new(5));
         assert_eq!(a, ra.apply(&img, &mut Rng::new(5)));
         assert_eq!(a.shape(), img.shape());
-        let distinct = (0..20).map(|s| ra.apply(&img, &mut Rng::new(s))).filter(|o| o != &img).count();
+        let distinct = (0..20)
+            .map(|s| ra.apply(&img, &mut Rng::new(s)))
+            .filter(|o| o != &img)
+            .count();
         assert!(distinct > 10);
         assert!(RandAugment::new(2, 11.0).is_err());
         let t = RandAugment::timm(2, 9.0).unwrap();
         assert_eq!((t.ops.len(), t.prob, t.fill), (15, 0.5, 128));
-        assert_eq!(RandAugment::new(0, 9.0).unwrap().apply(&img, &mut Rng::new(1)), img);
+        assert_eq!(
+            RandAugment::new(0, 9.0).unwrap().apply(&img, &mut Rng::new(1)),
+            img
+        );
         for op in AugOp::STANDARD.iter().chain(&AugOp::TIMM) {
             let grey = Image::new(3, 4, 1, (0..12).map(|v| v * 20).collect()).unwrap();
             assert_eq!(op.apply(&grey, 0.7, true, 0).shape(), [3, 4, 1]);

@@ -190,11 +190,20 @@ impl Record {
 /// [`NAME_LEN`] bytes without NUL, unique.
 pub(crate) fn check_schema(op: &'static str, fields: &[Field]) -> Result<()> {
     if fields.is_empty() || fields.len() > MAX_FIELDS {
-        return Err(Error::arg(op, format!("a shard needs 1 to {MAX_FIELDS} fields, got {}", fields.len())));
+        return Err(Error::arg(
+            op,
+            format!("a shard needs 1 to {MAX_FIELDS} fields, got {}", fields.len()),
+        ));
     }
     for (k, f) in fields.iter().enumerate() {
         if f.name.is_empty() || f.name.len() > NAME_LEN || f.name.contains('\0') {
-            return Err(Error::arg(op, format!("field name {:?} must be 1 to {NAME_LEN} bytes without NUL", f.name)));
+            return Err(Error::arg(
+                op,
+                format!(
+                    "field name {:?} must be 1 to {NAME_LEN} bytes without NUL",
+                    f.name
+                ),
+            ));
         }
         if fields[..k].iter().any(|g| g.name == f.name) {
             return Err(Error::arg(op, format!("field name {:?} appears twice", f.name)));

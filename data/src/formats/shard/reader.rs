@@ -7,7 +7,10 @@ use std::sync::Arc;
 
 use memmap2::Mmap;
 
-use super::{row_len, Field, FieldKind, Record, Value, FIELD_LEN, HEADER_LEN, MAGIC, MAX_FIELDS, NAME_LEN, ROW_BASE, VERSION};
+use super::{
+    row_len, Field, FieldKind, Record, Value, FIELD_LEN, HEADER_LEN, MAGIC, MAX_FIELDS, NAME_LEN, ROW_BASE,
+    VERSION,
+};
 use crate::{Array, Dataset, Error, Image, Result};
 
 /// One shard file, memory-mapped (pages come from the OS cache, shared by
@@ -39,14 +42,18 @@ impl ShardReader {
         let bad = |msg: String| Error::format(&path, msg);
         let actual = map.len() as u64;
         if map.len() < HEADER_LEN {
-            return Err(bad(format!("truncated: {actual} bytes, shorter than the {HEADER_LEN}-byte header")));
+            return Err(bad(format!(
+                "truncated: {actual} bytes, shorter than the {HEADER_LEN}-byte header"
+            )));
         }
         if map[..8] != MAGIC {
             return Err(bad(format!("not a tessera shard (magic {:02x?})", &map[..8])));
         }
         let version = le_u32(&map, 8);
         if version != VERSION {
-            return Err(bad(format!("format version {version}, this reader reads {VERSION}")));
+            return Err(bad(format!(
+                "format version {version}, this reader reads {VERSION}"
+            )));
         }
         let nf = le_u32(&map, 12) as usize;
         let n = le_u64(&map, 16);
@@ -58,7 +65,9 @@ impl ShardReader {
             return Err(bad(format!("field count {nf} is not in 1..={MAX_FIELDS}")));
         }
         if file_size != actual {
-            return Err(bad(format!("truncated or extended: header says {file_size} bytes, file has {actual}")));
+            return Err(bad(format!(
+                "truncated or extended: header says {file_size} bytes, file has {actual}"
+            )));
         }
         let meta_end = HEADER_LEN + FIELD_LEN * nf;
         if map.len() < meta_end {
@@ -69,15 +78,19 @@ impl ShardReader {
         h.update(&map[HEADER_LEN..meta_end]);
         let (want, got) = (le_u32(&map, 56), h.finalize());
         if want != got {
-            return Err(bad(format!("header checksum mismatch (stored {want:08x}, computed {got:08x})")));
+            return Err(bad(format!(
+                "header checksum mismatch (stored {want:08x}, computed {got:08x})"
+            )));
         }
         let mut fields = Vec::with_capacity(nf);
         for k in 0..nf {
             let d = &map[HEADER_LEN + k * FIELD_LEN..HEADER_LEN + (k + 1) * FIELD_LEN];
-            let kind = FieldKind::from_code(d[0]).ok_or_else(|| bad(format!("field {k} has unknown type code {}", d[0])))?;
+            let kind = FieldKind::from_code(d[0])
+                .ok_or_else(|| bad(format!("field {k} has unknown type code {}", d[0])))?;
             let raw = &d[8..8 + NAME_LEN];
             let end = raw.iter().position(|&b| b == 0).unwrap_or(NAME_LEN);
-            let name = std::str::from_utf8(&raw[..end]).map_err(|_| bad(format!("field {k} name is not UTF-8")))?;
+            let name =
+                std::str::from_utf8(&raw[..end]).map_err(|_| bad(format!("field {k} name is not UTF-8")))?;
             fields.push(Field::new(name, kind));
         }
         let expect_row = row_len(&fields);
@@ -137,9 +150,15 @@ impl ShardReader {
     pub fn inline_i64(&self, index: usize, field: usize) -> Result<i64> {
         Error::check_index("ShardReader::inline_i64", index, self.len)?;
         let slot = self.inline_slot.get(field).copied().flatten().ok_or_else(|| {
-            Error::arg("ShardReader::inline_i64", format!("field {field} is not an i64 field"))
+            Error::arg(
+                "ShardReader::inline_i64",
+                format!("field {field} is not an i64 field"),
+            )
         })?;
-        Ok(le_u64(&self.map, self.index_offset + index * self.row + ROW_BASE + 8 * slot) as i64)
+        Ok(le_u64(
+            &self.map,
+            self.index_offset + index * self.row + ROW_BASE + 8 * slot,
+        ) as i64)
     }
 
     /// Record `index`'s payload bytes and inline bytes, checked against the
@@ -149,20 +168,28 @@ impl ShardReader {
         let r = self.index_offset + index * self.row;
         let row = &self.map[r..r + self.row];
         let (off, len, crc) = (le_u64(row, 0), le_u64(row, 8), le_u32(row, 16));
-        let end = off.checked_add(len).filter(|&e| off >= self.payload_offset && e <= self.map.len() as u64);
+        let end = off
+            .checked_add(len)
+            .filter(|&e| off >= self.payload_offset && e <= self.map.len() as u64);
         let Some(end) = end else {
-            return Err(self.corrupt(index, format!(
-                "payload [{off}, +{len}) is outside the payload region [{}, {})",
-                self.payload_offset,
-                self.map.len()
-            )));
+            return Err(self.corrupt(
+                index,
+                format!(
+                    "payload [{off}, +{len}) is outside the payload region [{}, {})",
+                    self.payload_offset,
+                    self.map.len()
+                ),
+            ));
         };
         let payload = &self.map[off as usize..end as usize];
         let inline = &row[ROW_BASE..];
         if self.verify {
             let got = super::record_crc(payload, inline);
             if got != crc {
-                return Err(self.corrupt(index, format!("checksum mismatch (stored {crc:08x}, computed {got:08x})")));
+                return Err(self.corrupt(
+                    index,
+                    format!("checksum mismatch (stored {crc:08x}, computed {got:08x})"),
+                ));
             }
         }
         Ok((payload, inline))
@@ -183,7 +210,9 @@ impl ShardReader {
                 }
                 (FieldKind::ImageU8, _) => {
                     let dims = (cur.u32(), cur.u32(), cur.u32());
-                    let (Some(h), Some(w), Some(c)) = dims else { return Err(self.short(index, f)) };
+                    let (Some(h), Some(w), Some(c)) = dims else {
+                        return Err(self.short(index, f));
+                    };
                     let n = (h as u64) * (w as u64) * (c as u64);
                     let px = cur.take(n).ok_or_else(|| self.short(index, f))?;
                     Value::Image(Image::new(h as usize, w as usize, c as usize, px.to_vec())?)
@@ -197,15 +226,26 @@ impl ShardReader {
                         shape.push(d as usize);
                         numel = numel.saturating_mul(d as u64);
                     }
-                    let raw = cur.take(numel.saturating_mul(4)).ok_or_else(|| self.short(index, f))?;
-                    let data = raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+                    let raw = cur
+                        .take(numel.saturating_mul(4))
+                        .ok_or_else(|| self.short(index, f))?;
+                    let data = raw
+                        .chunks_exact(4)
+                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                        .collect();
                     Value::F32(Array::new(shape, data)?)
                 }
             };
             values.push(v);
         }
         if cur.pos != payload.len() {
-            return Err(self.corrupt(index, format!("{} payload bytes left after the last field", payload.len() - cur.pos)));
+            return Err(self.corrupt(
+                index,
+                format!(
+                    "{} payload bytes left after the last field",
+                    payload.len() - cur.pos
+                ),
+            ));
         }
         Ok(Record::from_parts(self.schema.clone(), values))
     }
@@ -249,12 +289,15 @@ impl ShardSet {
         let mut starts = vec![0];
         for s in &shards {
             if s.schema() != shards[0].schema() {
-                return Err(Error::format(s.path(), format!(
-                    "schema {:?} differs from {:?} of {}",
-                    s.schema(),
-                    shards[0].schema(),
-                    shards[0].path().display()
-                )));
+                return Err(Error::format(
+                    s.path(),
+                    format!(
+                        "schema {:?} differs from {:?} of {}",
+                        s.schema(),
+                        shards[0].schema(),
+                        shards[0].path().display()
+                    ),
+                ));
             }
             starts.push(starts[starts.len() - 1] + s.len);
         }

@@ -9,7 +9,9 @@ use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use super::{check_schema, record_crc, row_len, Field, Value, FIELD_LEN, HEADER_LEN, MAGIC, NAME_LEN, VERSION};
+use super::{
+    check_schema, record_crc, row_len, Field, Value, FIELD_LEN, HEADER_LEN, MAGIC, NAME_LEN, VERSION,
+};
 use crate::{Dataset, Error, Result};
 
 /// Writes one shard file; see `data/FORMAT.md`.
@@ -72,14 +74,25 @@ impl ShardWriter {
     pub fn append(&mut self, values: &[Value]) -> Result<()> {
         const OP: &str = "ShardWriter::append";
         if values.len() != self.fields.len() {
-            return Err(Error::arg(OP, format!("{} values for {} fields", values.len(), self.fields.len())));
+            return Err(Error::arg(
+                OP,
+                format!("{} values for {} fields", values.len(), self.fields.len()),
+            ));
         }
         let p = &mut self.scratch;
         p.clear();
         let mut inline = Vec::new();
         for (f, v) in self.fields.iter().zip(values) {
             if v.kind() != f.kind {
-                return Err(Error::arg(OP, format!("field {:?} is {:?} but the value is {:?}", f.name, f.kind, v.kind())));
+                return Err(Error::arg(
+                    OP,
+                    format!(
+                        "field {:?} is {:?} but the value is {:?}",
+                        f.name,
+                        f.kind,
+                        v.kind()
+                    ),
+                ));
             }
             match v {
                 Value::Bytes(b) => {
@@ -95,7 +108,10 @@ impl ShardWriter {
                 Value::I64(x) => inline.extend_from_slice(&x.to_le_bytes()),
                 Value::F32(a) => {
                     if a.data.len() != a.shape.iter().product::<usize>() {
-                        return Err(Error::arg(OP, format!("f32 array of shape {:?} holds {} values", a.shape, a.data.len())));
+                        return Err(Error::arg(
+                            OP,
+                            format!("f32 array of shape {:?} holds {} values", a.shape, a.data.len()),
+                        ));
                     }
                     p.extend_from_slice(&u32_of(OP, a.shape.len())?.to_le_bytes());
                     for &d in &a.shape {
@@ -112,7 +128,9 @@ impl ShardWriter {
         let pad = (8 - (len % 8)) % 8;
         let spool_err = |e| Error::io(&self.spool_path, e);
         self.spool.write_all(p).map_err(spool_err)?;
-        self.spool.write_all(&[0u8; 8][..pad as usize]).map_err(spool_err)?;
+        self.spool
+            .write_all(&[0u8; 8][..pad as usize])
+            .map_err(spool_err)?;
         self.rows.extend_from_slice(&self.payload_len.to_le_bytes());
         self.rows.extend_from_slice(&len.to_le_bytes());
         self.rows.extend_from_slice(&crc.to_le_bytes());
@@ -170,9 +188,15 @@ impl ShardWriter {
         let mut out = BufWriter::new(File::create(&tmp).map_err(io)?);
         out.write_all(&meta).map_err(io)?;
         out.write_all(&self.rows).map_err(io)?;
-        out.write_all(&vec![0u8; (payload_offset - index_end) as usize]).map_err(io)?;
-        let mut spool = self.spool.into_inner().map_err(|e| Error::io(&self.spool_path, e.into_error()))?;
-        spool.seek(SeekFrom::Start(0)).map_err(|e| Error::io(&self.spool_path, e))?;
+        out.write_all(&vec![0u8; (payload_offset - index_end) as usize])
+            .map_err(io)?;
+        let mut spool = self
+            .spool
+            .into_inner()
+            .map_err(|e| Error::io(&self.spool_path, e.into_error()))?;
+        spool
+            .seek(SeekFrom::Start(0))
+            .map_err(|e| Error::io(&self.spool_path, e))?;
         std::io::copy(&mut spool, &mut out).map_err(io)?;
         out.flush().map_err(io)?;
         drop(out);
@@ -218,7 +242,10 @@ where
     for i in 0..dataset.len() {
         let w = match &mut writer {
             Some(w) => w,
-            None => writer.insert(ShardWriter::create(dir.join(format!("{stem}-{:05}.tshard", paths.len())), fields)?),
+            None => writer.insert(ShardWriter::create(
+                dir.join(format!("{stem}-{:05}.tshard", paths.len())),
+                fields,
+            )?),
         };
         w.append(&to_values(dataset.get(i)?)?)?;
         if w.len() as usize == records_per_shard {
@@ -232,4 +259,3 @@ where
     }
     Ok(paths)
 }
-
