@@ -35,6 +35,7 @@ pub use device::Device;
 pub use dtype::{DType, Element, FloatElement, FloatMath};
 pub use error::{Error, Result};
 pub use half::{bf16, f16};
+pub use ops::unary::GeluApprox;
 pub use layout::{broadcast_shapes, contiguous_strides, dim_index, dim_indices, infer_shape, Layout};
 pub use special::erf;
 pub use storage::{live_bytes, Storage};
