@@ -86,7 +86,11 @@ impl Tensor {
         if cond.dtype() != DType::Bool {
             return Err(Error::dtype(
                 "where",
-                format!("condition must be bool, got {} (shape {:?})", cond.dtype(), cond.shape()),
+                format!(
+                    "condition must be bool, got {} (shape {:?})",
+                    cond.dtype(),
+                    cond.shape()
+                ),
             ));
         }
         let (a, b) = promoted(a, b, None);

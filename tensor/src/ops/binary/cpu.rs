@@ -19,7 +19,11 @@ pub(crate) fn float_zip<T: FloatElement>(
 
 /// `f(x, s)` for every element `x` of the float tensor `a` (dtype `T`).
 #[inline]
-pub(crate) fn float_scalar<T: FloatElement>(a: &Tensor, s: T::Math, f: impl Fn(T::Math, T::Math) -> T::Math + Sync) -> Tensor {
+pub(crate) fn float_scalar<T: FloatElement>(
+    a: &Tensor,
+    s: T::Math,
+    f: impl Fn(T::Math, T::Math) -> T::Math + Sync,
+) -> Tensor {
     a.map::<T, T>(|x| T::from_math(f(x.to_math(), s)))
 }
 

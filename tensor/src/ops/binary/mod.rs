@@ -22,8 +22,8 @@
 
 pub(crate) mod cpu;
 
-use crate::{DType, Result, Tensor};
 use crate::ops::unary::cpu::unsupported;
+use crate::{DType, Result, Tensor};
 use cpu::{scalar_op, zip_same, IntPow};
 
 impl Tensor {
@@ -149,4 +149,4 @@ pub(crate) fn promoted(a: &Tensor, b: &Tensor, non_float: Option<DType>) -> (Ten
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -88,7 +88,10 @@ impl Tensor {
             return Err(Error::arg("clamp", "at least one of min and max must be given"));
         }
         if min.is_some_and(f64::is_nan) || max.is_some_and(f64::is_nan) {
-            return Err(Error::arg("clamp", format!("bounds must not be NaN, got min {min:?}, max {max:?}")));
+            return Err(Error::arg(
+                "clamp",
+                format!("bounds must not be NaN, got min {min:?}, max {max:?}"),
+            ));
         }
         let lo = min.unwrap_or(f64::NEG_INFINITY);
         let hi = max.unwrap_or(f64::INFINITY);
@@ -246,4 +249,4 @@ unsigned_unary!(u32);
 unsigned_unary!(u8);
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
