@@ -9,7 +9,9 @@ use crate::{f16, DType, Result, Tensor};
 type Cmp = fn(&Tensor, &Tensor) -> Result<Tensor>;
 type CmpScalar = fn(&Tensor, f64) -> Result<Tensor>;
 
-fn cases() -> Vec<(&'static str, Cmp, CmpScalar, fn(f64, f64) -> bool)> {
+type Case = (&'static str, Cmp, CmpScalar, fn(f64, f64) -> bool);
+
+fn cases() -> Vec<Case> {
     vec![
         ("eq", Tensor::eq, Tensor::eq_scalar, |x, y| x == y),
         ("ne", Tensor::ne, Tensor::ne_scalar, |x, y| x != y),

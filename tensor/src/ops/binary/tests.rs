@@ -140,7 +140,14 @@ fn nonzero(u: f64) -> f64 {
 
 #[test]
 fn float_ops_match_reference() {
-    let cases: Vec<(&str, BinOp, fn(f64, f64) -> f64, fn(f64) -> f64, fn(f64) -> f64)> = vec![
+    type Case = (
+        &'static str,
+        BinOp,
+        fn(f64, f64) -> f64,
+        fn(f64) -> f64,
+        fn(f64) -> f64,
+    );
+    let cases: Vec<Case> = vec![
         ("add", Tensor::add, |x, y| x + y, id, id),
         ("sub", Tensor::sub, |x, y| x - y, id, id),
         ("mul", Tensor::mul, |x, y| x * y, id, id),
@@ -294,7 +301,8 @@ fn promotion_table() {
 #[test]
 fn scalar_forms_match_reference() {
     type ScalarOp = fn(&Tensor, f64) -> Result<Tensor>;
-    let cases: Vec<(&str, ScalarOp, f64, fn(f64, f64) -> f64)> = vec![
+    type Case = (&'static str, ScalarOp, f64, fn(f64, f64) -> f64);
+    let cases: Vec<Case> = vec![
         ("add_scalar", Tensor::add_scalar, 0.3, |x, s| x + s),
         ("sub_scalar", Tensor::sub_scalar, 0.3, |x, s| x - s),
         ("rsub_scalar", Tensor::rsub_scalar, 2.0, |x, s| s - x),
