@@ -319,7 +319,7 @@ fn clamp_tensor_broadcasts_and_promotes() {
     let hiv: Vec<f64> = rand_f64(9, 5).into_iter().map(|u| u * 0.5 + 0.3).collect();
     for x in layouts_of::<f32>(&xv, &[3, 1, 4]) {
         for lo in layouts_of::<f64>(&lov, &[4]) {
-            let hi = Tensor::from_vec(hiv.clone(), &[5, 1, 1])
+            let hi = Tensor::from_vec(hiv.clone(), &[5, 1, 1, 1])
                 .unwrap()
                 .to_dtype(DType::F16);
             let r = x.clamp_tensor(Some(&lo), Some(&hi)).unwrap();
