@@ -408,6 +408,47 @@ proptest! {
     }
 
     #[test]
+    fn any_dtypes_shapes_and_values_never_panic(
+        sa in prop::collection::vec(0usize..4, 0..4),
+        sb in prop::collection::vec(0usize..4, 0..4),
+        (da, db, la, lb) in (0usize..8, 0usize..8, 0usize..5, 0usize..5),
+        s in -40.0f64..40.0,
+    ) {
+        let vals = |seed, shape: &[usize]| -> Vec<f64> { rand_f64(seed, shape.iter().product()).into_iter().map(|u| (u * 70.0).round()).collect() };
+        let va = layouts_any(DType::ALL[da], &vals(1, &sa), &sa);
+        let vb = layouts_any(DType::ALL[db], &vals(2, &sb), &sb);
+        let (a, b) = (&va[la % va.len()], &vb[lb % vb.len()]);
+        let binary: [BinOp; 16] = [
+            Tensor::add, Tensor::sub, Tensor::mul, Tensor::div, Tensor::maximum, Tensor::minimum, Tensor::pow,
+            Tensor::eq, Tensor::ne, Tensor::lt, Tensor::le, Tensor::gt, Tensor::ge,
+            Tensor::logical_and, Tensor::logical_or, Tensor::logical_xor,
+        ];
+        let ok = broadcast_ref(&sa, &sb).is_some();
+        for op in binary {
+            let r = op(a, b);
+            prop_assert!(r.is_ok() || !ok || a.dtype() == DType::Bool || b.dtype() == DType::Bool);
+        }
+        let _ = Tensor::where_(a, a, b);
+        let _ = a.clamp_tensor(Some(b), Some(a));
+        let _ = a.clamp(Some(s), Some(-s));
+        let unary: [fn(&Tensor) -> Result<Tensor>; 20] = [
+            Tensor::neg, Tensor::abs, Tensor::exp, Tensor::log, Tensor::log1p, Tensor::expm1, Tensor::sqrt,
+            Tensor::rsqrt, Tensor::recip, Tensor::square, Tensor::sin, Tensor::tanh, Tensor::sigmoid,
+            Tensor::relu, Tensor::silu, Tensor::erf, Tensor::sign, Tensor::round, Tensor::logical_not, Tensor::floor,
+        ];
+        for op in unary {
+            let _ = op(a);
+        }
+        let scalar: [fn(&Tensor, f64) -> Result<Tensor>; 8] = [
+            Tensor::add_scalar, Tensor::rsub_scalar, Tensor::rdiv_scalar, Tensor::pow_scalar,
+            Tensor::rpow_scalar, Tensor::lt_scalar, Tensor::eq_scalar, Tensor::div_scalar,
+        ];
+        for op in scalar {
+            prop_assert!(op(a, s).is_ok());
+        }
+    }
+
+    #[test]
     fn arbitrary_shape_pairs_are_ok_or_err(sa in prop::collection::vec(0usize..4, 0..4), sb in prop::collection::vec(0usize..4, 0..4)) {
         let a = tensor_of::<f32>(&rand_f64(1, sa.iter().product()), &sa);
         let b = tensor_of::<i64>(&vec![1.0; sb.iter().product()], &sb);

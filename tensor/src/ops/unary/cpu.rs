@@ -84,15 +84,17 @@ macro_rules! keep_dtype_unary {
 }
 pub(crate) use keep_dtype_unary;
 
-/// The logistic function 1 / (1 + e^−x), written so that neither branch
-/// overflows: e^−x for x ≥ 0, e^x for x < 0.
+/// The logistic function 1 / (1 + e^−x), from e = e^−|x| ≤ 1 so nothing
+/// overflows: 1/(1 + e) for x ≥ 0 and e/(1 + e) for x < 0. One exp and a
+/// select, no branch around the exp.
 #[inline(always)]
 pub(crate) fn sigmoid<M: FloatMath>(x: M) -> M {
+    let e = (-x.abs()).exp();
+    let r = M::ONE / (M::ONE + e);
     if x >= M::ZERO {
-        M::ONE / (M::ONE + (-x).exp())
+        r
     } else {
-        let e = x.exp();
-        e / (M::ONE + e)
+        e * r
     }
 }
 
