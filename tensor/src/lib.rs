@@ -43,6 +43,7 @@ pub use half::{bf16, f16};
 pub use layout::{broadcast_shapes, contiguous_strides, dim_index, dim_indices, infer_shape, Layout};
 pub use ops::creation::TensorOptions;
 pub use rng::{manual_seed, Generator};
+pub use ops::unary::GeluApprox;
 pub use special::erf;
 pub use storage::{live_bytes, Storage};
 pub use tensor::Tensor;

@@ -52,6 +52,18 @@ impl Tensor {
                     for ((y, &a), &b) in o.iter_mut().zip(xa).zip(xb) {
                         *y = f(a, b);
                     }
+                } else if ta == 1 && tb == 0 {
+                    // One operand broadcast along the row (bias, scalar):
+                    // hoisting it keeps the loop vectorisable.
+                    let (b, n) = (sb[ob], o.len());
+                    for (y, &a) in o.iter_mut().zip(&sa[oa..oa + n]) {
+                        *y = f(a, b);
+                    }
+                } else if ta == 0 && tb == 1 {
+                    let (a, n) = (sa[oa], o.len());
+                    for (y, &b) in o.iter_mut().zip(&sb[ob..ob + n]) {
+                        *y = f(a, b);
+                    }
                 } else {
                     let (mut pa, mut pb) = (oa as isize, ob as isize);
                     for y in o.iter_mut() {

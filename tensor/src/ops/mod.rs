@@ -14,3 +14,7 @@ pub(crate) mod norm_common;
 mod norm_tests;
 pub mod reduce;
 pub mod softmax;
+pub mod binary;
+pub mod compare;
+pub mod operators;
+pub mod unary;
