@@ -10,7 +10,10 @@ use crate::ring::{lend, recv_into, ring_chunk, rs_phase, Loans, Shared};
 
 fn check_root(op: &Op<'_>, root: usize) -> Result<()> {
     if root >= op.n {
-        return Err(CommError::arg(op.name, format!("root {root} is outside the group of {} ranks", op.n)));
+        return Err(CommError::arg(
+            op.name,
+            format!("root {root} is outside the group of {} ranks", op.n),
+        ));
     }
     Ok(())
 }
@@ -39,7 +42,9 @@ pub(crate) fn broadcast<T: CommElement>(op: &Op<'_>, buf: &mut [T], root: usize)
                     lend(op, &sh, &mut loans, real(vr + mask), 0..s)?;
                 }
             } else if vr < 2 * mask {
-                recv_into(op, &sh, &mut loans, real(vr - mask), 0..s, |d, inc| d.copy_from_slice(inc))?;
+                recv_into(op, &sh, &mut loans, real(vr - mask), 0..s, |d, inc| {
+                    d.copy_from_slice(inc)
+                })?;
             }
             mask <<= 1;
         }
@@ -47,7 +52,9 @@ pub(crate) fn broadcast<T: CommElement>(op: &Op<'_>, buf: &mut [T], root: usize)
         // A chain root → root+1 → …, pipelined by segments.
         for seg in op.segments::<T>(0..s) {
             if vr != 0 {
-                recv_into(op, &sh, &mut loans, real(vr - 1), seg.clone(), |d, inc| d.copy_from_slice(inc))?;
+                recv_into(op, &sh, &mut loans, real(vr - 1), seg.clone(), |d, inc| {
+                    d.copy_from_slice(inc)
+                })?;
             }
             if vr != n - 1 {
                 lend(op, &sh, &mut loans, real(vr + 1), seg)?;
@@ -122,7 +129,9 @@ pub(crate) fn all_to_all<T: CommElement>(op: &Op<'_>, input: &[T], out: &mut [T]
     for i in 1..n {
         let from = (r + n - i) % n;
         let frame = op.recv::<T>(from, r * b, b)?;
-        op.read(from, &frame, |inc: &[T]| out[from * b..(from + 1) * b].copy_from_slice(inc))?;
+        op.read(from, &frame, |inc: &[T]| {
+            out[from * b..(from + 1) * b].copy_from_slice(inc)
+        })?;
     }
     loans.settle_all(op)
 }

@@ -82,7 +82,12 @@ pub trait CommExt: Communicator {
         self.all_reduce_buf(T::buf_mut(buf), op)
     }
     /// [`Communicator::reduce_scatter_buf`] on typed slices.
-    fn reduce_scatter_slice<T: CommElement>(&self, input: &[T], output: &mut [T], op: ReduceOp) -> Result<()> {
+    fn reduce_scatter_slice<T: CommElement>(
+        &self,
+        input: &[T],
+        output: &mut [T],
+        op: ReduceOp,
+    ) -> Result<()> {
         self.reduce_scatter_buf(T::buf(input), T::buf_mut(output), op)
     }
     /// [`Communicator::all_gather_buf`] on typed slices.
@@ -130,7 +135,11 @@ pub trait CommExt: Communicator {
     /// `[m, ...]`, output `[n·m, ...]` (a 0-d input gives `[n]`).
     fn all_gather(&self, t: &Tensor) -> Result<Tensor> {
         let n = self.world_size();
-        let mut shape = if t.ndim() == 0 { vec![1] } else { t.shape().to_vec() };
+        let mut shape = if t.ndim() == 0 {
+            vec![1]
+        } else {
+            t.shape().to_vec()
+        };
         shape[0] *= n;
         let input = TensorData::of("all_gather", t)?;
         let mut out = TensorData::zeros(t.dtype(), t.numel() * n);
@@ -196,7 +205,10 @@ macro_rules! with_data {
 impl TensorData {
     fn of(op: &'static str, t: &Tensor) -> Result<Self> {
         if t.device() != Device::Cpu {
-            return Err(CommError::arg(op, format!("tensor is on {}, collectives take CPU tensors", t.device())));
+            return Err(CommError::arg(
+                op,
+                format!("tensor is on {}, collectives take CPU tensors", t.device()),
+            ));
         }
         Ok(match t.dtype() {
             DType::F32 => TensorData::F32(t.to_vec()?),
@@ -232,7 +244,10 @@ impl TensorData {
 }
 
 fn unsupported(op: &'static str, d: DType) -> CommError {
-    CommError::arg(op, format!("dtype {d} is not a payload dtype (f32, f64, f16, bf16, i64)"))
+    CommError::arg(
+        op,
+        format!("dtype {d} is not a payload dtype (f32, f64, f16, bf16, i64)"),
+    )
 }
 
 /// The shape with dim 0 divided by `n`; errors for 0-d tensors and when
@@ -255,7 +270,10 @@ fn split_dim0(op: &'static str, shape: &[usize], n: usize) -> Result<Vec<usize>>
 /// elements in row-major order (little-endian, as in memory).
 fn encode_tensor(t: &Tensor) -> Result<Vec<u8>> {
     if t.device() != Device::Cpu {
-        return Err(CommError::arg("send_tensor", format!("tensor is on {}", t.device())));
+        return Err(CommError::arg(
+            "send_tensor",
+            format!("tensor is on {}", t.device()),
+        ));
     }
     let c = t.contiguous();
     let mut out = Vec::with_capacity(16 + 8 * t.ndim() + c.storage().as_bytes().len());
@@ -272,7 +290,12 @@ fn encode_tensor(t: &Tensor) -> Result<Vec<u8>> {
 
 /// Parses [`encode_tensor`]'s form; errors on malformed bytes.
 fn decode_tensor(b: &[u8]) -> Result<Tensor> {
-    let bad = |msg: &str| CommError::arg("recv_tensor", format!("malformed tensor message ({} bytes): {msg}", b.len()));
+    let bad = |msg: &str| {
+        CommError::arg(
+            "recv_tensor",
+            format!("malformed tensor message ({} bytes): {msg}", b.len()),
+        )
+    };
     let word = |i: usize| -> Result<u64> {
         b.get(8 * i..8 * i + 8)
             .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
@@ -290,9 +313,15 @@ fn decode_tensor(b: &[u8]) -> Result<Tensor> {
         .map(|i| word(2 + i).and_then(|d| usize::try_from(d).map_err(|_| bad("dim"))))
         .collect::<Result<Vec<usize>>>()?;
     let data = &b[8 * (2 + ndim)..];
-    let numel = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or_else(|| bad("shape overflows"))?;
+    let numel = shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| bad("shape overflows"))?;
     if numel.checked_mul(dtype.size_in_bytes()) != Some(data.len()) {
-        return Err(bad(&format!("shape {shape:?} of {dtype} does not match {} data bytes", data.len())));
+        return Err(bad(&format!(
+            "shape {shape:?} of {dtype} does not match {} data bytes",
+            data.len()
+        )));
     }
     Ok(tessera_tensor::with_dtype!(dtype, T => {
         let v: Vec<T> = data

@@ -23,7 +23,13 @@ pub enum ReduceOp {
 
 impl ReduceOp {
     /// Every operator.
-    pub const ALL: [ReduceOp; 5] = [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min, ReduceOp::Avg];
+    pub const ALL: [ReduceOp; 5] = [
+        ReduceOp::Sum,
+        ReduceOp::Prod,
+        ReduceOp::Max,
+        ReduceOp::Min,
+        ReduceOp::Avg,
+    ];
 
     /// The wire code of the operator.
     pub(crate) fn code(self) -> u8 {
@@ -265,7 +271,10 @@ impl BufMut<'_> {
 
 /// True for the dtypes collectives carry.
 pub fn is_comm_dtype(dtype: DType) -> bool {
-    matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16 | DType::I64)
+    matches!(
+        dtype,
+        DType::F32 | DType::F64 | DType::F16 | DType::BF16 | DType::I64
+    )
 }
 
 /// Applies `f(dst[i], src[i])` to every pair, with the operator matched

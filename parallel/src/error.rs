@@ -110,7 +110,10 @@ impl CommError {
 
     /// A [`CommError::Io`] for `op` from an OS error.
     pub fn io(op: &'static str, err: impl std::fmt::Display) -> Self {
-        CommError::Io { op, msg: err.to_string() }
+        CommError::Io {
+            op,
+            msg: err.to_string(),
+        }
     }
 
     /// A [`CommError::Rendezvous`] for `op`.

@@ -122,7 +122,10 @@ pub(crate) struct AlignedBuf {
 impl AlignedBuf {
     /// A zeroed buffer of `len` bytes.
     pub fn zeroed(len: usize) -> Self {
-        AlignedBuf { words: vec![0; len.div_ceil(8)], len }
+        AlignedBuf {
+            words: vec![0; len.div_ceil(8)],
+            len,
+        }
     }
 
     /// A copy of `bytes`.
@@ -211,7 +214,11 @@ impl LoanHandle {
                         *st = LoanStatus::Revoked;
                         return Err(LoanFail::Timeout);
                     }
-                    st = state.cv.wait_timeout(st, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+                    st = state
+                        .cv
+                        .wait_timeout(st, deadline - now)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
                 }
             }
         }
@@ -240,7 +247,11 @@ pub(crate) enum Payload {
     /// Bytes owned by the message.
     Owned(AlignedBuf),
     /// Bytes in the sender's memory, valid while the loan is `Pending` or `Reading`.
-    Loan { ptr: *const u8, len: usize, state: Arc<LoanState> },
+    Loan {
+        ptr: *const u8,
+        len: usize,
+        state: Arc<LoanState>,
+    },
 }
 
 // SAFETY: a loan's pointer is only dereferenced under the `Reading` status,
@@ -257,7 +268,10 @@ impl Frame {
     /// A frame owning a copy of `bytes`.
     pub fn owned(mut hdr: Header, buf: AlignedBuf) -> Frame {
         hdr.len = buf.len as u64;
-        Frame { hdr, payload: Payload::Owned(buf) }
+        Frame {
+            hdr,
+            payload: Payload::Owned(buf),
+        }
     }
 
     /// A frame lending `bytes` to its receiver, and the handle the sender
@@ -268,10 +282,17 @@ impl Frame {
     /// returned handle is waited on successfully or dropped.
     pub unsafe fn loan(mut hdr: Header, bytes: &[u8]) -> (Frame, LoanHandle) {
         hdr.len = bytes.len() as u64;
-        let state = Arc::new(LoanState { status: Mutex::new(LoanStatus::Pending), cv: Condvar::new() });
+        let state = Arc::new(LoanState {
+            status: Mutex::new(LoanStatus::Pending),
+            cv: Condvar::new(),
+        });
         let frame = Frame {
             hdr,
-            payload: Payload::Loan { ptr: bytes.as_ptr(), len: bytes.len(), state: state.clone() },
+            payload: Payload::Loan {
+                ptr: bytes.as_ptr(),
+                len: bytes.len(),
+                state: state.clone(),
+            },
         };
         (frame, LoanHandle { state: Some(state) })
     }
@@ -280,7 +301,10 @@ impl Frame {
     /// read). `None` when the sender revoked the loan.
     pub fn acquire(&self) -> Option<FrameData<'_>> {
         match &self.payload {
-            Payload::Owned(b) => Some(FrameData { bytes: b.as_bytes(), state: None }),
+            Payload::Owned(b) => Some(FrameData {
+                bytes: b.as_bytes(),
+                state: None,
+            }),
             Payload::Loan { ptr, len, state } => {
                 let mut st = state.lock();
                 if *st != LoanStatus::Pending {
@@ -289,7 +313,10 @@ impl Frame {
                 *st = LoanStatus::Reading;
                 // SAFETY: status `Reading` keeps the sender from releasing the memory.
                 let bytes = unsafe { std::slice::from_raw_parts(*ptr, *len) };
-                Some(FrameData { bytes, state: Some(state) })
+                Some(FrameData {
+                    bytes,
+                    state: Some(state),
+                })
             }
         }
     }

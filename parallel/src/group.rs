@@ -164,7 +164,12 @@ impl CpuComm {
         body: impl FnOnce(&Op<'_>) -> Result<()>,
     ) -> Result<()> {
         if let Some((peer, msg)) = self.failure.lock().unwrap_or_else(|e| e.into_inner()).clone() {
-            return Err(CommError::Aborted { op: name, rank: self.rank, peer, msg });
+            return Err(CommError::Aborted {
+                op: name,
+                rank: self.rank,
+                peer,
+                msg,
+            });
         }
         let op = Op {
             comm: self,
@@ -202,33 +207,76 @@ impl CpuComm {
             if k != self.rank {
                 let hdr = self.header(Kind::Abort, 0, 0, 0, 0, 0, 0, 0);
                 // Best effort: a peer that is gone needs no notice.
-                let _ = self.transport.send(g, Frame::owned(hdr, AlignedBuf::copy_of(msg.as_bytes())));
+                let _ = self
+                    .transport
+                    .send(g, Frame::owned(hdr, AlignedBuf::copy_of(msg.as_bytes())));
             }
         }
         self.transport.mailbox().discard_group(self.group);
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn header(&self, kind: Kind, op: u8, dtype: u8, redop: u8, seq: u64, total: u64, offset: u64, aux: u64) -> Header {
-        Header { kind, op, dtype, redop, group: self.group, seq, total, offset, aux, len: 0 }
+    fn header(
+        &self,
+        kind: Kind,
+        op: u8,
+        dtype: u8,
+        redop: u8,
+        seq: u64,
+        total: u64,
+        offset: u64,
+        aux: u64,
+    ) -> Header {
+        Header {
+            kind,
+            op,
+            dtype,
+            redop,
+            group: self.group,
+            seq,
+            total,
+            offset,
+            aux,
+            len: 0,
+        }
     }
 
     /// The global rank of group rank `peer`, or an error naming `op`.
     fn peer(&self, op: &'static str, peer: usize) -> Result<usize> {
         if peer == self.rank {
-            return Err(CommError::arg(op, format!("rank {peer} cannot exchange messages with itself")));
+            return Err(CommError::arg(
+                op,
+                format!("rank {peer} cannot exchange messages with itself"),
+            ));
         }
         self.members.get(peer).copied().ok_or_else(|| {
-            CommError::arg(op, format!("rank {peer} is outside the group of {} ranks", self.members.len()))
+            CommError::arg(
+                op,
+                format!("rank {peer} is outside the group of {} ranks", self.members.len()),
+            )
         })
     }
 
-    fn p2p_send(&self, op: &'static str, flavour: u8, dtype: DType, bytes: &[u8], count: usize, dst: usize, tag: u64) -> Result<()> {
+    fn p2p_send(
+        &self,
+        op: &'static str,
+        flavour: u8,
+        dtype: DType,
+        bytes: &[u8],
+        count: usize,
+        dst: usize,
+        tag: u64,
+    ) -> Result<()> {
         let g = self.peer(op, dst)?;
         let hdr = self.header(Kind::P2p, flavour, dtype_code(dtype), 0, tag, count as u64, 0, 0);
         self.transport
             .send(g, Frame::owned(hdr, AlignedBuf::copy_of(bytes)))
-            .map_err(|msg| CommError::PeerClosed { op, rank: self.rank, peer: dst, msg })
+            .map_err(|msg| CommError::PeerClosed {
+                op,
+                rank: self.rank,
+                peer: dst,
+                msg,
+            })
     }
 
     fn p2p_recv(&self, op: &'static str, src: usize, tag: u64) -> Result<Frame> {
@@ -243,8 +291,19 @@ impl CpuComm {
     fn recv_error(&self, op: &'static str, peer: usize, fail: RecvFail, what: String) -> CommError {
         let rank = self.rank;
         match fail {
-            RecvFail::Timeout => CommError::Timeout { op, rank, peer, timeout: self.cfg.timeout, msg: what },
-            RecvFail::Closed(msg) => CommError::PeerClosed { op, rank, peer, msg: format!("{msg} (awaiting {what})") },
+            RecvFail::Timeout => CommError::Timeout {
+                op,
+                rank,
+                peer,
+                timeout: self.cfg.timeout,
+                msg: what,
+            },
+            RecvFail::Closed(msg) => CommError::PeerClosed {
+                op,
+                rank,
+                peer,
+                msg: format!("{msg} (awaiting {what})"),
+            },
             RecvFail::Aborted(g, msg) => {
                 let peer = self.members.iter().position(|&m| m == g).unwrap_or(peer);
                 CommError::Aborted { op, rank, peer, msg }
@@ -298,7 +357,16 @@ impl Op<'_> {
 
     fn header(&self, offset: usize) -> Header {
         let kind = self.kind as u8;
-        self.comm.header(Kind::Coll, kind, self.dtype, self.redop, self.seq, self.total, offset as u64, self.aux)
+        self.comm.header(
+            Kind::Coll,
+            kind,
+            self.dtype,
+            self.redop,
+            self.seq,
+            self.total,
+            offset as u64,
+            self.aux,
+        )
     }
 
     /// Sends `data` (elements at `offset` of this rank's buffer) to rank `to`.
@@ -313,12 +381,20 @@ impl Op<'_> {
             // SAFETY: forwarded to the caller.
             unsafe { Frame::loan(self.header(offset), bytes) }
         } else {
-            (Frame::owned(self.header(offset), AlignedBuf::copy_of(bytes)), LoanHandle::settled())
+            (
+                Frame::owned(self.header(offset), AlignedBuf::copy_of(bytes)),
+                LoanHandle::settled(),
+            )
         };
         self.comm
             .transport
             .send(self.comm.members[to], frame)
-            .map_err(|msg| CommError::PeerClosed { op: self.name, rank: self.r, peer: to, msg })?;
+            .map_err(|msg| CommError::PeerClosed {
+                op: self.name,
+                rank: self.r,
+                peer: to,
+                msg,
+            })?;
         Ok(handle)
     }
 
@@ -328,7 +404,12 @@ impl Op<'_> {
         self.comm
             .transport
             .send(self.comm.members[to], frame)
-            .map_err(|msg| CommError::PeerClosed { op: self.name, rank: self.r, peer: to, msg })
+            .map_err(|msg| CommError::PeerClosed {
+                op: self.name,
+                rank: self.r,
+                peer: to,
+                msg,
+            })
     }
 
     /// Receives the next message of this collective from rank `from` and
@@ -364,9 +445,17 @@ impl Op<'_> {
                 self.seq
             ))
         } else if h.dtype != mine.dtype {
-            Some(format!("dtype {} on rank {from} vs {} on rank {}", dt(h.dtype), dt(mine.dtype), self.r))
+            Some(format!(
+                "dtype {} on rank {from} vs {} on rank {}",
+                dt(h.dtype),
+                dt(mine.dtype),
+                self.r
+            ))
         } else if h.total != mine.total {
-            Some(format!("{} elements on rank {from} vs {} on rank {}", h.total, mine.total, self.r))
+            Some(format!(
+                "{} elements on rank {from} vs {} on rank {}",
+                h.total, mine.total, self.r
+            ))
         } else if h.redop != mine.redop || h.aux != mine.aux {
             Some(format!(
                 "operator/root (code {}, {}) on rank {from} vs ({}, {}) on rank {}",
@@ -384,13 +473,23 @@ impl Op<'_> {
             None
         };
         match diff {
-            Some(msg) => Err(CommError::Mismatch { op: self.name, rank: self.r, peer: from, msg }),
+            Some(msg) => Err(CommError::Mismatch {
+                op: self.name,
+                rank: self.r,
+                peer: from,
+                msg,
+            }),
             None => Ok(frame),
         }
     }
 
     /// Runs `f` on a received frame's elements.
-    pub fn read<T: CommElement, R>(&self, from: usize, frame: &Frame, f: impl FnOnce(&[T]) -> R) -> Result<R> {
+    pub fn read<T: CommElement, R>(
+        &self,
+        from: usize,
+        frame: &Frame,
+        f: impl FnOnce(&[T]) -> R,
+    ) -> Result<R> {
         let lost = || CommError::Aborted {
             op: self.name,
             rank: self.r,
@@ -404,21 +503,22 @@ impl Op<'_> {
 
     /// Waits until rank `to` has read the loan `h` of `len` elements.
     pub fn settle(&self, to: usize, len: usize, h: &mut LoanHandle) -> Result<()> {
-        h.wait(Instant::now() + self.cfg().timeout).map_err(|fail| match fail {
-            LoanFail::Timeout => CommError::Timeout {
-                op: self.name,
-                rank: self.r,
-                peer: to,
-                timeout: self.cfg().timeout,
-                msg: format!("rank {to} to read {len} elements (collective #{})", self.seq),
-            },
-            LoanFail::Dropped => CommError::Aborted {
-                op: self.name,
-                rank: self.r,
-                peer: to,
-                msg: format!("rank {to} discarded {len} elements unread"),
-            },
-        })
+        h.wait(Instant::now() + self.cfg().timeout)
+            .map_err(|fail| match fail {
+                LoanFail::Timeout => CommError::Timeout {
+                    op: self.name,
+                    rank: self.r,
+                    peer: to,
+                    timeout: self.cfg().timeout,
+                    msg: format!("rank {to} to read {len} elements (collective #{})", self.seq),
+                },
+                LoanFail::Dropped => CommError::Aborted {
+                    op: self.name,
+                    rank: self.r,
+                    peer: to,
+                    msg: format!("rank {to} discarded {len} elements unread"),
+                },
+            })
     }
 }
 
@@ -446,15 +546,24 @@ impl Communicator for CpuComm {
         let h = frame.hdr;
         if h.op != P2P_SLICE || h.dtype != dtype_code(dtype) || h.total != len as u64 {
             let sent = dtype_of_code(h.dtype).map_or("?".into(), |d| d.to_string());
-            let kind = if h.op == P2P_BYTES { "raw bytes" } else { "elements" };
+            let kind = if h.op == P2P_BYTES {
+                "raw bytes"
+            } else {
+                "elements"
+            };
             return Err(CommError::Mismatch {
                 op: "recv",
                 rank: self.rank,
                 peer: src,
-                msg: format!("rank {src} sent {} {kind} of {sent} with tag {tag}, rank {} expects {len} {dtype}", h.total, self.rank),
+                msg: format!(
+                    "rank {src} sent {} {kind} of {sent} with tag {tag}, rank {} expects {len} {dtype}",
+                    h.total, self.rank
+                ),
             });
         }
-        let data = frame.acquire().ok_or_else(|| CommError::arg("recv", "message withdrawn"))?;
+        let data = frame
+            .acquire()
+            .ok_or_else(|| CommError::arg("recv", "message withdrawn"))?;
         with_buf!(out, BufMut, s, T => s.copy_from_slice(
             data.typed::<T>().ok_or_else(|| CommError::arg("recv", "misaligned payload"))?
         ));
@@ -472,17 +581,26 @@ impl Communicator for CpuComm {
                 op: "recv_bytes",
                 rank: self.rank,
                 peer: src,
-                msg: format!("rank {src} sent {} typed elements with tag {tag}, rank {} expects raw bytes", frame.hdr.total, self.rank),
+                msg: format!(
+                    "rank {src} sent {} typed elements with tag {tag}, rank {} expects raw bytes",
+                    frame.hdr.total, self.rank
+                ),
             });
         }
-        let data = frame.acquire().ok_or_else(|| CommError::arg("recv_bytes", "message withdrawn"))?;
+        let data = frame
+            .acquire()
+            .ok_or_else(|| CommError::arg("recv_bytes", "message withdrawn"))?;
         Ok(data.bytes().to_vec())
     }
 
     fn all_reduce_buf(&self, buf: BufMut<'_>, op: ReduceOp) -> Result<()> {
         let (dtype, len) = (buf.dtype(), buf.len());
         let small = len * dtype.size_in_bytes() <= self.cfg.small_message_bytes;
-        let kind = if small { OpKind::AllReduceSmall } else { OpKind::AllReduce };
+        let kind = if small {
+            OpKind::AllReduceSmall
+        } else {
+            OpKind::AllReduce
+        };
         self.collective("all_reduce", kind, dtype, Some(op), len, 0, |c| {
             with_buf!(buf, BufMut, s, T => if small {
                 ring::all_reduce_direct(c, s, op)
@@ -495,12 +613,20 @@ impl Communicator for CpuComm {
     fn reduce_scatter_buf(&self, input: Buf<'_>, output: BufMut<'_>, op: ReduceOp) -> Result<()> {
         let (dtype, len) = (input.dtype(), input.len());
         check_same_dtype("reduce_scatter", dtype, output.dtype())?;
-        self.collective("reduce_scatter", OpKind::ReduceScatter, dtype, Some(op), len, 0, |c| {
-            with_buf!(output, BufMut, out, T => {
-                let input = T::unbuf(input).ok_or_else(|| dtype_mismatch(c.name, dtype))?;
-                ring::reduce_scatter(c, input, out, op)
-            })
-        })
+        self.collective(
+            "reduce_scatter",
+            OpKind::ReduceScatter,
+            dtype,
+            Some(op),
+            len,
+            0,
+            |c| {
+                with_buf!(output, BufMut, out, T => {
+                    let input = T::unbuf(input).ok_or_else(|| dtype_mismatch(c.name, dtype))?;
+                    ring::reduce_scatter(c, input, out, op)
+                })
+            },
+        )
     }
 
     fn all_gather_buf(&self, input: Buf<'_>, output: BufMut<'_>) -> Result<()> {
@@ -516,16 +642,28 @@ impl Communicator for CpuComm {
 
     fn broadcast_buf(&self, buf: BufMut<'_>, root: usize) -> Result<()> {
         let (dtype, len) = (buf.dtype(), buf.len());
-        self.collective("broadcast", OpKind::Broadcast, dtype, None, len, root as u64, |c| {
-            with_buf!(buf, BufMut, s, T => collectives::broadcast(c, s, root))
-        })
+        self.collective(
+            "broadcast",
+            OpKind::Broadcast,
+            dtype,
+            None,
+            len,
+            root as u64,
+            |c| with_buf!(buf, BufMut, s, T => collectives::broadcast(c, s, root)),
+        )
     }
 
     fn reduce_buf(&self, buf: BufMut<'_>, op: ReduceOp, root: usize) -> Result<()> {
         let (dtype, len) = (buf.dtype(), buf.len());
-        self.collective("reduce", OpKind::Reduce, dtype, Some(op), len, root as u64, |c| {
-            with_buf!(buf, BufMut, s, T => collectives::reduce(c, s, op, root))
-        })
+        self.collective(
+            "reduce",
+            OpKind::Reduce,
+            dtype,
+            Some(op),
+            len,
+            root as u64,
+            |c| with_buf!(buf, BufMut, s, T => collectives::reduce(c, s, op, root)),
+        )
     }
 
     fn all_to_all_buf(&self, input: Buf<'_>, output: BufMut<'_>) -> Result<()> {
@@ -540,17 +678,30 @@ impl Communicator for CpuComm {
     }
 
     fn barrier(&self) -> Result<()> {
-        self.collective("barrier", OpKind::Barrier, DType::U8, None, 0, 0, collectives::barrier)
+        self.collective(
+            "barrier",
+            OpKind::Barrier,
+            DType::U8,
+            None,
+            0,
+            0,
+            collectives::barrier,
+        )
     }
 
     fn split(&self, color: Option<u32>, key: i64) -> Result<Option<Box<dyn Communicator>>> {
-        Ok(self.split_group(color, key)?.map(|c| Box::new(c) as Box<dyn Communicator>))
+        Ok(self
+            .split_group(color, key)?
+            .map(|c| Box::new(c) as Box<dyn Communicator>))
     }
 }
 
 fn check_same_dtype(op: &'static str, input: DType, output: DType) -> Result<()> {
     if input != output {
-        return Err(CommError::arg(op, format!("input is {input} but output is {output}")));
+        return Err(CommError::arg(
+            op,
+            format!("input is {input} but output is {output}"),
+        ));
     }
     Ok(())
 }

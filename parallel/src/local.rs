@@ -65,7 +65,10 @@ impl LocalGroup {
         });
         Ok((0..n)
             .map(|rank| {
-                let t = Arc::new(LocalTransport { rank, world: world.clone() });
+                let t = Arc::new(LocalTransport {
+                    rank,
+                    world: world.clone(),
+                });
                 CpuComm::world(t, rank, n, cfg.clone())
             })
             .collect())

@@ -60,7 +60,10 @@ impl Mailbox {
                 st.aborted.entry(group).or_insert((src, reason));
             }
             Kind::Coll => {
-                st.queues.entry((src, frame.hdr.group, Channel::Coll)).or_default().push_back(frame);
+                st.queues
+                    .entry((src, frame.hdr.group, Channel::Coll))
+                    .or_default()
+                    .push_back(frame);
             }
             Kind::P2p => {
                 let key = (src, frame.hdr.group, Channel::P2p(frame.hdr.seq));
@@ -74,12 +77,21 @@ impl Mailbox {
     /// Marks global rank `src` as gone: receives from it that find no
     /// queued frame fail with `reason`.
     pub fn close_peer(&self, src: usize, reason: &str) {
-        self.lock().closed.entry(src).or_insert_with(|| reason.to_string());
+        self.lock()
+            .closed
+            .entry(src)
+            .or_insert_with(|| reason.to_string());
         self.cv.notify_all();
     }
 
     /// Waits for the next frame from global rank `src` on `(group, channel)`.
-    pub fn recv(&self, src: usize, group: u64, channel: Channel, deadline: Instant) -> Result<Frame, RecvFail> {
+    pub fn recv(
+        &self,
+        src: usize,
+        group: u64,
+        channel: Channel,
+        deadline: Instant,
+    ) -> Result<Frame, RecvFail> {
         let key = (src, group, channel);
         let mut st = self.lock();
         loop {
@@ -98,7 +110,11 @@ impl Mailbox {
             if now >= deadline {
                 return Err(RecvFail::Timeout);
             }
-            st = self.cv.wait_timeout(st, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+            st = self
+                .cv
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
     }
 
@@ -107,7 +123,12 @@ impl Mailbox {
     pub fn discard_group(&self, group: u64) {
         let dropped: Vec<VecDeque<Frame>> = {
             let mut st = self.lock();
-            let keys: Vec<_> = st.queues.keys().filter(|k| k.1 == group && k.2 == Channel::Coll).copied().collect();
+            let keys: Vec<_> = st
+                .queues
+                .keys()
+                .filter(|k| k.1 == group && k.2 == Channel::Coll)
+                .copied()
+                .collect();
             keys.into_iter().filter_map(|k| st.queues.remove(&k)).collect()
         };
         drop(dropped);

@@ -30,7 +30,9 @@ pub fn ring_chunk(s: usize, n: usize, c: usize) -> Range<usize> {
 /// a test oracle, bitwise equal to what every rank receives.
 pub fn fold_reference<T: CommElement>(inputs: &[Vec<T>], op: ReduceOp) -> Vec<T> {
     let n = inputs.len();
-    let Some(first) = inputs.first() else { return Vec::new() };
+    let Some(first) = inputs.first() else {
+        return Vec::new();
+    };
     if n == 1 {
         return first.clone();
     }
@@ -66,7 +68,11 @@ pub(crate) struct Shared<'a, T> {
 
 impl<'a, T> Shared<'a, T> {
     pub fn new(s: &'a mut [T]) -> Self {
-        Shared { ptr: s.as_mut_ptr(), len: s.len(), _borrow: PhantomData }
+        Shared {
+            ptr: s.as_mut_ptr(),
+            len: s.len(),
+            _borrow: PhantomData,
+        }
     }
 
     /// Reads `r`.
@@ -74,7 +80,11 @@ impl<'a, T> Shared<'a, T> {
     /// # Safety
     /// No mutable slice of an overlapping range may be alive.
     pub unsafe fn get(&self, r: Range<usize>) -> &[T] {
-        assert!(r.start <= r.end && r.end <= self.len, "region {r:?} outside {} elements", self.len);
+        assert!(
+            r.start <= r.end && r.end <= self.len,
+            "region {r:?} outside {} elements",
+            self.len
+        );
         // SAFETY: in bounds (checked); aliasing as the caller guarantees.
         unsafe { std::slice::from_raw_parts(self.ptr.add(r.start), r.len()) }
     }
@@ -86,7 +96,11 @@ impl<'a, T> Shared<'a, T> {
     /// an overlapping range may be outstanding.
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn get_mut(&self, r: Range<usize>) -> &mut [T] {
-        assert!(r.start <= r.end && r.end <= self.len, "region {r:?} outside {} elements", self.len);
+        assert!(
+            r.start <= r.end && r.end <= self.len,
+            "region {r:?} outside {} elements",
+            self.len
+        );
         // SAFETY: as above.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.add(r.start), r.len()) }
     }
@@ -133,7 +147,13 @@ impl Loans {
 }
 
 /// Sends region `seg` of `sh` to rank `to` and records the loan.
-pub(crate) fn lend<T: CommElement>(op: &Op<'_>, sh: &Shared<'_, T>, loans: &mut Loans, to: usize, seg: Range<usize>) -> Result<()> {
+pub(crate) fn lend<T: CommElement>(
+    op: &Op<'_>,
+    sh: &Shared<'_, T>,
+    loans: &mut Loans,
+    to: usize,
+    seg: Range<usize>,
+) -> Result<()> {
     // SAFETY: the region is not written while loaned: every write below
     // first settles the overlapping loans, and `loans` settles or revokes
     // all of them before the buffer's borrow ends.
@@ -155,7 +175,9 @@ pub(crate) fn recv_into<T: CommElement>(
     let frame = op.recv::<T>(from, seg.start, seg.len())?;
     loans.settle_overlapping(op, &seg)?;
     // SAFETY: overlapping loans are settled, and no other slice of `seg` is alive.
-    op.read(from, &frame, |inc: &[T]| f(unsafe { sh.get_mut(seg.clone()) }, inc))
+    op.read(from, &frame, |inc: &[T]| {
+        f(unsafe { sh.get_mut(seg.clone()) }, inc)
+    })
 }
 
 /// The reduce-scatter phase on `sh`, with `chunk(c)` the ranges: afterwards
@@ -175,7 +197,9 @@ pub(crate) fn rs_phase<T: CommElement>(
     for t in 1..n {
         let c = (r + 2 * n - 1 - t) % n;
         for seg in op.segments::<T>(chunk(c)) {
-            recv_into(op, sh, loans, prev, seg.clone(), |dst, inc| reduce_into(dst, inc, rop))?;
+            recv_into(op, sh, loans, prev, seg.clone(), |dst, inc| {
+                reduce_into(dst, inc, rop)
+            })?;
             if t < n - 1 {
                 lend(op, sh, loans, next, seg)?;
             }
@@ -200,7 +224,9 @@ pub(crate) fn ag_phase<T: CommElement>(
     for t in 1..n {
         let c = (r + n - t) % n;
         for seg in op.segments::<T>(chunk(c)) {
-            recv_into(op, sh, loans, prev, seg.clone(), |dst, inc| dst.copy_from_slice(inc))?;
+            recv_into(op, sh, loans, prev, seg.clone(), |dst, inc| {
+                dst.copy_from_slice(inc)
+            })?;
             if t < n - 1 {
                 lend(op, sh, loans, next, seg)?;
             }
@@ -252,7 +278,11 @@ pub(crate) fn all_reduce_direct<T: CommElement>(op: &Op<'_>, buf: &mut [T], rop:
     {
         let guards = frames
             .iter()
-            .map(|(from, f)| f.acquire().map(|g| (*from, g)).ok_or_else(|| withdrawn(op, *from)))
+            .map(|(from, f)| {
+                f.acquire()
+                    .map(|g| (*from, g))
+                    .ok_or_else(|| withdrawn(op, *from))
+            })
             .collect::<Result<Vec<_>>>()?;
         // SAFETY: the buffer is only read (here and by the peers) until the loans settle.
         let mut xs: Vec<&[T]> = vec![unsafe { sh.get(0..s) }; n];
@@ -269,12 +299,20 @@ pub(crate) fn all_reduce_direct<T: CommElement>(op: &Op<'_>, buf: &mut [T], rop:
 }
 
 /// Ring reduce-scatter: `out = op over ranks of input_k[r·c .. (r+1)·c)`.
-pub(crate) fn reduce_scatter<T: CommElement>(op: &Op<'_>, input: &[T], out: &mut [T], rop: ReduceOp) -> Result<()> {
+pub(crate) fn reduce_scatter<T: CommElement>(
+    op: &Op<'_>,
+    input: &[T],
+    out: &mut [T],
+    rop: ReduceOp,
+) -> Result<()> {
     let (n, r, c) = (op.n, op.r, out.len());
     if input.len() != n * c {
         return Err(CommError::arg(
             op.name,
-            format!("input of {} elements is not {n} ranks × output of {c}", input.len()),
+            format!(
+                "input of {} elements is not {n} ranks × output of {c}",
+                input.len()
+            ),
         ));
     }
     if n == 1 {

@@ -19,7 +19,11 @@ fn cfg(segment: usize, small: bool) -> CommConfig {
 }
 
 fn run_ok(n: usize, cfg: CommConfig, f: impl Fn(&CpuComm) -> Result<(), String> + Sync) {
-    for (k, r) in LocalGroup::run_with(n, cfg, f).expect("threads").into_iter().enumerate() {
+    for (k, r) in LocalGroup::run_with(n, cfg, f)
+        .expect("threads")
+        .into_iter()
+        .enumerate()
+    {
         if let Err(e) = r {
             panic!("rank {k}: {e}");
         }
@@ -110,7 +114,10 @@ fn pre_divide_vs_post_divide_average() {
         for r in res {
             let (post, pre, rpost, rpre) = r.unwrap();
             if n.is_power_of_two() {
-                assert_eq!(post, pre, "n = {n}: pre- and post-division differ on integer data");
+                assert_eq!(
+                    post, pre,
+                    "n = {n}: pre- and post-division differ on integer data"
+                );
             }
             for j in 0..257 {
                 let exact: f64 = inputs.iter().map(|x| x[j] as f64).sum::<f64>() / n as f64;

@@ -22,7 +22,9 @@ pub const DTYPES: [DType; 5] = [DType::F32, DType::F64, DType::F16, DType::BF16,
 
 /// A counter-based generator: the same numbers for the same (seed, rank, i).
 pub fn rand_u64(seed: u64, rank: usize, i: usize) -> u64 {
-    let mut z = seed ^ (rank as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i as u64).wrapping_mul(0xD1B5_4A32_D192_ED03);
+    let mut z = seed
+        ^ (rank as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ (i as u64).wrapping_mul(0xD1B5_4A32_D192_ED03);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
@@ -74,11 +76,20 @@ fn bits<T: CommElement>(v: &[T]) -> &[u8] {
     bytemuck::cast_slice(v)
 }
 
-fn expect_eq<T: CommElement>(what: &str, case: &Case, rank: usize, got: &[T], want: &[T]) -> Result<(), String> {
+fn expect_eq<T: CommElement>(
+    what: &str,
+    case: &Case,
+    rank: usize,
+    got: &[T],
+    want: &[T],
+) -> Result<(), String> {
     if bits(got) == bits(want) {
         return Ok(());
     }
-    let i = got.iter().zip(want).position(|(a, b)| bits(std::slice::from_ref(a)) != bits(std::slice::from_ref(b)));
+    let i = got
+        .iter()
+        .zip(want)
+        .position(|(a, b)| bits(std::slice::from_ref(a)) != bits(std::slice::from_ref(b)));
     Err(format!(
         "{what} on rank {rank} ({case:?}): lengths {} vs {}, first difference at {i:?}: {:?} vs {:?}",
         got.len(),
@@ -103,7 +114,9 @@ pub fn check_case<C: Communicator + ?Sized>(comm: &C, case: &Case) -> Result<(),
 fn check_typed<T: TestElem, C: Communicator + ?Sized>(comm: &C, case: &Case) -> Result<(), String> {
     let (n, r, len, op) = (comm.world_size(), comm.rank(), case.len, case.op);
     let root = case.root % n;
-    let e = |what: &'static str| move |err: tessera_parallel::CommError| format!("{what} failed on rank {r}: {err}");
+    let e = |what: &'static str| {
+        move |err: tessera_parallel::CommError| format!("{what} failed on rank {r}: {err}")
+    };
     let inputs: Vec<Vec<T>> = (0..n).map(|k| input(case.seed, k, len)).collect();
     let folded = fold_reference(&inputs, op);
 
@@ -117,18 +130,21 @@ fn check_typed<T: TestElem, C: Communicator + ?Sized>(comm: &C, case: &Case) -> 
     let rs_inputs: Vec<Vec<T>> = inputs.iter().map(|x| x[..n * c].to_vec()).collect();
     let rs_fold = fold_reference(&rs_inputs, op);
     let mut out = vec![T::ZERO; c];
-    comm.reduce_scatter_slice(&rs_inputs[r], &mut out, op).map_err(e("reduce_scatter"))?;
+    comm.reduce_scatter_slice(&rs_inputs[r], &mut out, op)
+        .map_err(e("reduce_scatter"))?;
     expect_eq("reduce_scatter", case, r, &out, &rs_fold[r * c..(r + 1) * c])?;
 
     // all_gather(reduce_scatter(x)) == all_reduce(x), bit for bit.
     let mut gathered = vec![T::ZERO; n * c];
-    comm.all_gather_slice(&out, &mut gathered).map_err(e("all_gather"))?;
+    comm.all_gather_slice(&out, &mut gathered)
+        .map_err(e("all_gather"))?;
     expect_eq("all_gather of reduce_scatter", case, r, &gathered, &rs_fold)?;
 
     // all_gather of raw inputs: concatenation in rank order.
     let g = len.min(997);
     let mut gathered = vec![T::ZERO; n * g];
-    comm.all_gather_slice(&inputs[r][..g], &mut gathered).map_err(e("all_gather"))?;
+    comm.all_gather_slice(&inputs[r][..g], &mut gathered)
+        .map_err(e("all_gather"))?;
     let want: Vec<T> = inputs.iter().flat_map(|x| x[..g].iter().copied()).collect();
     expect_eq("all_gather", case, r, &gathered, &want)?;
 
@@ -140,13 +156,22 @@ fn check_typed<T: TestElem, C: Communicator + ?Sized>(comm: &C, case: &Case) -> 
     // reduce to `root`: the fold there, the input unchanged elsewhere.
     let mut buf = inputs[r].clone();
     comm.reduce_slice(&mut buf, op, root).map_err(e("reduce"))?;
-    expect_eq("reduce", case, r, &buf, if r == root { &folded } else { &inputs[r] })?;
+    expect_eq(
+        "reduce",
+        case,
+        r,
+        &buf,
+        if r == root { &folded } else { &inputs[r] },
+    )?;
 
     // all_to_all: block j of rank k goes to rank j.
     let b = len / n;
     let mut out = vec![T::ZERO; n * b];
-    comm.all_to_all_slice(&inputs[r][..n * b], &mut out).map_err(e("all_to_all"))?;
-    let want: Vec<T> = (0..n).flat_map(|k| inputs[k][r * b..(r + 1) * b].iter().copied()).collect();
+    comm.all_to_all_slice(&inputs[r][..n * b], &mut out)
+        .map_err(e("all_to_all"))?;
+    let want: Vec<T> = (0..n)
+        .flat_map(|k| inputs[k][r * b..(r + 1) * b].iter().copied())
+        .collect();
     expect_eq("all_to_all", case, r, &out, &want)?;
 
     comm.barrier().map_err(e("barrier"))?;
@@ -160,13 +185,19 @@ pub fn check_gloo_pattern<C: Communicator + ?Sized>(comm: &C, len: usize) -> Res
     let mut a: Vec<f32> = (0..len).map(|j| (j * n + r) as f32).collect();
     let mut b: Vec<f64> = (0..len).map(|j| (j * n + r) as f64).collect();
     let mut c: Vec<i64> = (0..len).map(|j| (j * n + r) as i64).collect();
-    comm.all_reduce_slice(&mut a, ReduceOp::Sum).map_err(|e| e.to_string())?;
-    comm.all_reduce_slice(&mut b, ReduceOp::Sum).map_err(|e| e.to_string())?;
-    comm.all_reduce_slice(&mut c, ReduceOp::Sum).map_err(|e| e.to_string())?;
+    comm.all_reduce_slice(&mut a, ReduceOp::Sum)
+        .map_err(|e| e.to_string())?;
+    comm.all_reduce_slice(&mut b, ReduceOp::Sum)
+        .map_err(|e| e.to_string())?;
+    comm.all_reduce_slice(&mut c, ReduceOp::Sum)
+        .map_err(|e| e.to_string())?;
     for j in 0..len {
         let want = (j * n * n + n * (n - 1) / 2) as i64;
         if a[j] != want as f32 || b[j] != want as f64 || c[j] != want {
-            return Err(format!("gloo pattern n={n} len={len} rank {r} at {j}: {} {} {} vs {want}", a[j], b[j], c[j]));
+            return Err(format!(
+                "gloo pattern n={n} len={len} rank {r} at {j}: {} {} {} vs {want}",
+                a[j], b[j], c[j]
+            ));
         }
     }
     Ok(())
