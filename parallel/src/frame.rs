@@ -112,25 +112,44 @@ pub(crate) fn dtype_of_code(c: u8) -> Option<DType> {
 }
 
 /// An owned payload, 8-byte aligned so that it can be viewed as any
-/// payload element type.
+/// payload element type. Buffers up to [`POOL_MAX_BYTES`] are recycled
+/// through a small pool: a TCP receive of a ring segment then neither
+/// allocates nor zeroes (fresh pages would fault on first touch).
 #[derive(Default)]
 pub(crate) struct AlignedBuf {
     words: Vec<u64>,
     len: usize,
 }
 
+/// Largest buffer the pool keeps.
+const POOL_MAX_BYTES: usize = 16 << 20;
+/// Most buffers the pool keeps.
+const POOL_MAX_COUNT: usize = 64;
+static POOL: Mutex<Vec<Vec<u64>>> = Mutex::new(Vec::new());
+
 impl AlignedBuf {
-    /// A zeroed buffer of `len` bytes.
-    pub fn zeroed(len: usize) -> Self {
-        AlignedBuf {
-            words: vec![0; len.div_ceil(8)],
-            len,
-        }
+    /// A buffer of `len` bytes with unspecified (initialised) contents:
+    /// callers overwrite all of it.
+    pub fn scratch(len: usize) -> Self {
+        let words = len.div_ceil(8);
+        let pooled = if len <= POOL_MAX_BYTES {
+            let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+            let best = (0..pool.len())
+                .filter(|&i| pool[i].capacity() >= words)
+                .min_by_key(|&i| pool[i].capacity());
+            best.map(|i| pool.swap_remove(i))
+        } else {
+            None
+        };
+        let mut v = pooled.unwrap_or_default();
+        // Zero-fills only memory that was never part of the vector.
+        v.resize(words, 0);
+        AlignedBuf { words: v, len }
     }
 
     /// A copy of `bytes`.
     pub fn copy_of(bytes: &[u8]) -> Self {
-        let mut b = Self::zeroed(bytes.len());
+        let mut b = Self::scratch(bytes.len());
         b.as_bytes_mut().copy_from_slice(bytes);
         b
     }
@@ -143,6 +162,23 @@ impl AlignedBuf {
     /// The bytes, writable.
     pub fn as_bytes_mut(&mut self) -> &mut [u8] {
         &mut bytemuck::cast_slice_mut::<u64, u8>(&mut self.words)[..self.len]
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        let cap = self.words.capacity() * 8;
+        if cap == 0 || cap > POOL_MAX_BYTES {
+            return;
+        }
+        let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+        if pool.len() < POOL_MAX_COUNT {
+            let mut v = std::mem::take(&mut self.words);
+            // Keep the initialised length at the capacity so reuse never zeroes.
+            let full = v.capacity();
+            v.resize(full, 0);
+            pool.push(v);
+        }
     }
 }
 
