@@ -4,6 +4,7 @@
 //! same run. Lines: `bench\tallreduce_<backend>_n<N>_<size>\ttessera\t<metric>\t<v>\t<unit>`.
 //! Sizes up to `TESSERA_BENCH_MAX_MB` (default 256). `_ring` lines force the
 //! ring for small sizes, to show what the small-message path saves.
+//! `TESSERA_BENCH_ONLY=local` or `=tcp` runs one backend.
 
 use std::time::{Duration, Instant};
 
@@ -76,12 +77,18 @@ fn run_local(n: usize, cfg: CommConfig, sizes: &[usize]) -> Vec<f64> {
     let comms = LocalGroup::comms(n, cfg).expect("local group");
     std::thread::scope(|s| {
         let hs: Vec<_> = comms.iter().map(|c| s.spawn(move || measure(c, sizes))).collect();
-        hs.into_iter().map(|h| h.join().expect("rank")).next().expect("rank 0")
+        hs.into_iter()
+            .map(|h| h.join().expect("rank"))
+            .next()
+            .expect("rank 0")
     })
 }
 
 fn run_tcp(n: usize, cfg: CommConfig, sizes: &[usize]) -> Vec<f64> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("port").port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
     std::thread::scope(|s| {
         let hs: Vec<_> = (0..n)
             .map(|rank| {
@@ -96,12 +103,19 @@ fn run_tcp(n: usize, cfg: CommConfig, sizes: &[usize]) -> Vec<f64> {
                 s.spawn(move || measure(&tcp::connect(&cfg).expect("tcp rendezvous"), sizes))
             })
             .collect();
-        hs.into_iter().map(|h| h.join().expect("rank")).next().expect("rank 0")
+        hs.into_iter()
+            .map(|h| h.join().expect("rank"))
+            .next()
+            .expect("rank 0")
     })
 }
 
 fn main() {
-    let max_mb: usize = std::env::var("TESSERA_BENCH_MAX_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(256);
+    let only = std::env::var("TESSERA_BENCH_ONLY").unwrap_or_default();
+    let max_mb: usize = std::env::var("TESSERA_BENCH_MAX_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256);
     let sizes: Vec<usize> = (0..)
         .map(|i| 4 * KB << (2 * i))
         .take_while(|&b| b <= max_mb * MB)
@@ -111,24 +125,43 @@ fn main() {
     let copy = copy_bandwidth(copy_bytes) / 1e9;
     line(&format!("memcpy_{}", label(copy_bytes)), "copybw", copy, "GB/s");
 
-    let ring_only = CommConfig { small_message_bytes: 0, ..CommConfig::default() };
+    let ring_only = CommConfig {
+        small_message_bytes: 0,
+        ..CommConfig::default()
+    };
     let mut local2 = Vec::new();
     let mut tcp2 = Vec::new();
-    for n in [2, 4] {
-        let r = report("local", n, "", &sizes, &run_local(n, CommConfig::default(), &sizes));
-        report("local", n, "_ring", &small, &run_local(n, ring_only.clone(), &small));
+    for n in [2, 4].into_iter().filter(|_| !only.contains("tcp")) {
+        let r = report(
+            "local",
+            n,
+            "",
+            &sizes,
+            &run_local(n, CommConfig::default(), &sizes),
+        );
+        report(
+            "local",
+            n,
+            "_ring",
+            &small,
+            &run_local(n, ring_only.clone(), &small),
+        );
         if n == 2 {
             local2 = r;
         }
     }
-    for n in [2, 4] {
+    for n in [2, 4].into_iter().filter(|_| !only.contains("local")) {
         let r = report("tcp", n, "", &sizes, &run_tcp(n, CommConfig::default(), &sizes));
         report("tcp", n, "_ring", &small, &run_tcp(n, ring_only.clone(), &small));
         if n == 2 {
             tcp2 = r;
         }
     }
-    let local_min = local2.iter().filter(|(b, _)| *b >= 16 * MB).map(|(_, v)| *v).fold(f64::INFINITY, f64::min);
+    let local_min = local2
+        .iter()
+        .filter(|(b, _)| *b >= 16 * MB)
+        .map(|(_, v)| *v)
+        .fold(f64::INFINITY, f64::min);
     if local_min.is_finite() {
         println!("# bar local n2 >=16MB: min busbw {local_min:.2} GB/s = {:.0}% of copy {copy:.2} GB/s (need >= 50%)", 100.0 * local_min / copy);
     }

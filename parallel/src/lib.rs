@@ -35,6 +35,8 @@ mod frame;
 mod group;
 mod local;
 mod mailbox;
+#[cfg(feature = "cuda")]
+pub mod nccl;
 mod ring;
 pub mod tcp;
 

@@ -198,7 +198,9 @@ impl TcpTransport {
 /// Writes one frame. A loan its sender withdrew (it failed meanwhile) is
 /// skipped: the sender's abort notice follows it in the queue.
 fn write_frame(w: &mut TcpStream, frame: &Frame) -> std::io::Result<()> {
-    let Some(data) = frame.acquire() else { return Ok(()) };
+    let Some(data) = frame.acquire() else {
+        return Ok(());
+    };
     w.write_all(&frame.hdr.encode())?;
     w.write_all(data.bytes())
 }
