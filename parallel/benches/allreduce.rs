@@ -117,7 +117,7 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(256);
     let sizes: Vec<usize> = (0..)
-        .map(|i| 4 * KB << (2 * i))
+        .map(|i| (4 * KB) << (2 * i))
         .take_while(|&b| b <= max_mb * MB)
         .collect();
     let small: Vec<usize> = sizes.iter().copied().filter(|&b| b <= 256 * KB).collect();

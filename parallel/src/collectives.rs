@@ -26,7 +26,7 @@ pub(crate) fn broadcast<T: CommElement>(op: &Op<'_>, buf: &mut [T], root: usize)
         return Ok(());
     }
     let s = buf.len();
-    let small = s * size_of::<T>() <= op.cfg().small_message_bytes;
+    let small = std::mem::size_of_val(buf) <= op.cfg().small_message_bytes;
     let sh = Shared::new(buf);
     let mut loans = Loans::default();
     // Virtual ranks put the root at 0.
@@ -102,7 +102,7 @@ pub(crate) fn reduce<T: CommElement>(op: &Op<'_>, buf: &mut [T], rop: ReduceOp, 
 /// block k of `out` comes from rank k.
 pub(crate) fn all_to_all<T: CommElement>(op: &Op<'_>, input: &[T], out: &mut [T]) -> Result<()> {
     let (n, r) = (op.n, op.r);
-    if input.len() != out.len() || input.len() % n != 0 {
+    if input.len() != out.len() || !input.len().is_multiple_of(n) {
         return Err(CommError::arg(
             op.name,
             format!(

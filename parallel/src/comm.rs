@@ -7,7 +7,7 @@
 //! never as a hang. Collectives on a group of one rank return their input
 //! and never touch the transport.
 
-use tessera_tensor::{DType, Device, Element, Tensor};
+use tessera_tensor::{bf16, f16, DType, Device, Element, Tensor};
 
 use crate::element::{Buf, BufMut, CommElement, ReduceOp};
 use crate::error::{CommError, Result};
@@ -185,8 +185,8 @@ impl<C: Communicator + ?Sized> CommExt for C {}
 enum TensorData {
     F32(Vec<f32>),
     F64(Vec<f64>),
-    F16(Vec<tessera_tensor::f16>),
-    BF16(Vec<tessera_tensor::bf16>),
+    F16(Vec<f16>),
+    BF16(Vec<bf16>),
     I64(Vec<i64>),
 }
 
@@ -323,39 +323,46 @@ fn decode_tensor(b: &[u8]) -> Result<Tensor> {
             data.len()
         )));
     }
-    Ok(tessera_tensor::with_dtype!(dtype, T => {
-        let v: Vec<T> = data
-            .chunks_exact(dtype.size_in_bytes())
-            .map(|c| bytemuck::pod_read_unaligned::<<T as PodOf>::Pod>(c).into())
-            .collect();
-        Tensor::from_vec(v, &shape)?
-    }))
-}
-
-/// The plain-old-data twin of an element type (bool is not `Pod`; it
-/// travels as its byte and converts back exactly).
-trait PodOf {
-    type Pod: bytemuck::Pod + Into<Self>
-    where
-        Self: Sized;
-}
-
-macro_rules! pod_of_self {
-    ($($t:ty),*) => {$(impl PodOf for $t { type Pod = $t; })*};
-}
-pod_of_self!(f32, f64, tessera_tensor::f16, tessera_tensor::bf16, i64, u32, u8);
-
-/// bool's wire byte.
-#[derive(Clone, Copy, bytemuck::Zeroable, bytemuck::Pod)]
-#[repr(transparent)]
-struct BoolByte(u8);
-
-impl From<BoolByte> for bool {
-    fn from(b: BoolByte) -> bool {
-        b.0 != 0
-    }
-}
-
-impl PodOf for bool {
-    type Pod = BoolByte;
+    let size = dtype.size_in_bytes();
+    let pods = |_: ()| data.chunks_exact(size);
+    Ok(match dtype {
+        DType::F32 => Tensor::from_vec(
+            pods(())
+                .map(bytemuck::pod_read_unaligned::<f32>)
+                .collect::<Vec<_>>(),
+            &shape,
+        )?,
+        DType::F64 => Tensor::from_vec(
+            pods(())
+                .map(bytemuck::pod_read_unaligned::<f64>)
+                .collect::<Vec<_>>(),
+            &shape,
+        )?,
+        DType::F16 => Tensor::from_vec(
+            pods(())
+                .map(bytemuck::pod_read_unaligned::<f16>)
+                .collect::<Vec<_>>(),
+            &shape,
+        )?,
+        DType::BF16 => Tensor::from_vec(
+            pods(())
+                .map(bytemuck::pod_read_unaligned::<bf16>)
+                .collect::<Vec<_>>(),
+            &shape,
+        )?,
+        DType::I64 => Tensor::from_vec(
+            pods(())
+                .map(bytemuck::pod_read_unaligned::<i64>)
+                .collect::<Vec<_>>(),
+            &shape,
+        )?,
+        DType::U32 => Tensor::from_vec(
+            pods(())
+                .map(bytemuck::pod_read_unaligned::<u32>)
+                .collect::<Vec<_>>(),
+            &shape,
+        )?,
+        DType::U8 => Tensor::from_vec(data.to_vec(), &shape)?,
+        DType::Bool => Tensor::from_vec(data.iter().map(|&b| b != 0).collect::<Vec<bool>>(), &shape)?,
+    })
 }

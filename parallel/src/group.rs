@@ -98,6 +98,16 @@ impl OpKind {
     }
 }
 
+/// What every message of one collective call carries.
+struct Call {
+    name: &'static str,
+    kind: OpKind,
+    dtype: DType,
+    redop: Option<ReduceOp>,
+    total: usize,
+    aux: u64,
+}
+
 /// Point-to-point flavours, as they travel in headers.
 const P2P_BYTES: u8 = 0;
 const P2P_SLICE: u8 = 1;
@@ -153,16 +163,15 @@ impl CpuComm {
 
     /// Runs one collective: refuses when the group already failed, numbers
     /// the call, and aborts the group when the body fails.
-    fn collective(
-        &self,
-        name: &'static str,
-        kind: OpKind,
-        dtype: DType,
-        redop: Option<ReduceOp>,
-        total: usize,
-        aux: u64,
-        body: impl FnOnce(&Op<'_>) -> Result<()>,
-    ) -> Result<()> {
+    fn collective(&self, call: Call, body: impl FnOnce(&Op<'_>) -> Result<()>) -> Result<()> {
+        let Call {
+            name,
+            kind,
+            dtype,
+            redop,
+            total,
+            aux,
+        } = call;
         if let Some((peer, msg)) = self.failure.lock().unwrap_or_else(|e| e.into_inner()).clone() {
             return Err(CommError::Aborted {
                 op: name,
@@ -257,16 +266,17 @@ impl CpuComm {
         })
     }
 
+    /// Sends `bytes` (elements of `dtype`) to `dst` with a user tag.
     fn p2p_send(
         &self,
         op: &'static str,
         flavour: u8,
         dtype: DType,
         bytes: &[u8],
-        count: usize,
         dst: usize,
         tag: u64,
     ) -> Result<()> {
+        let count = bytes.len() / dtype.size_in_bytes();
         let g = self.peer(op, dst)?;
         let hdr = self.header(Kind::P2p, flavour, dtype_code(dtype), 0, tag, count as u64, 0, 0);
         self.transport
@@ -537,7 +547,7 @@ impl Communicator for CpuComm {
 
     fn send_buf(&self, data: Buf<'_>, dst: usize, tag: u64) -> Result<()> {
         let dtype = data.dtype();
-        with_buf!(data, Buf, s, T => self.p2p_send("send", P2P_SLICE, dtype, bytemuck::cast_slice(s), s.len(), dst, tag))
+        with_buf!(data, Buf, s, T => self.p2p_send("send", P2P_SLICE, dtype, bytemuck::cast_slice(s), dst, tag))
     }
 
     fn recv_buf(&self, out: BufMut<'_>, src: usize, tag: u64) -> Result<()> {
@@ -571,7 +581,7 @@ impl Communicator for CpuComm {
     }
 
     fn send_bytes(&self, data: &[u8], dst: usize, tag: u64) -> Result<()> {
-        self.p2p_send("send_bytes", P2P_BYTES, DType::U8, data, data.len(), dst, tag)
+        self.p2p_send("send_bytes", P2P_BYTES, DType::U8, data, dst, tag)
     }
 
     fn recv_bytes(&self, src: usize, tag: u64) -> Result<Vec<u8>> {
@@ -601,25 +611,37 @@ impl Communicator for CpuComm {
         } else {
             OpKind::AllReduce
         };
-        self.collective("all_reduce", kind, dtype, Some(op), len, 0, |c| {
-            with_buf!(buf, BufMut, s, T => if small {
-                ring::all_reduce_direct(c, s, op)
-            } else {
-                ring::all_reduce(c, s, op)
-            })
-        })
+        self.collective(
+            Call {
+                name: "all_reduce",
+                kind,
+                dtype,
+                redop: Some(op),
+                total: len,
+                aux: 0,
+            },
+            |c| {
+                with_buf!(buf, BufMut, s, T => if small {
+                    ring::all_reduce_direct(c, s, op)
+                } else {
+                    ring::all_reduce(c, s, op)
+                })
+            },
+        )
     }
 
     fn reduce_scatter_buf(&self, input: Buf<'_>, output: BufMut<'_>, op: ReduceOp) -> Result<()> {
         let (dtype, len) = (input.dtype(), input.len());
         check_same_dtype("reduce_scatter", dtype, output.dtype())?;
         self.collective(
-            "reduce_scatter",
-            OpKind::ReduceScatter,
-            dtype,
-            Some(op),
-            len,
-            0,
+            Call {
+                name: "reduce_scatter",
+                kind: OpKind::ReduceScatter,
+                dtype,
+                redop: Some(op),
+                total: len,
+                aux: 0,
+            },
             |c| {
                 with_buf!(output, BufMut, out, T => {
                     let input = T::unbuf(input).ok_or_else(|| dtype_mismatch(c.name, dtype))?;
@@ -632,23 +654,35 @@ impl Communicator for CpuComm {
     fn all_gather_buf(&self, input: Buf<'_>, output: BufMut<'_>) -> Result<()> {
         let (dtype, len) = (input.dtype(), input.len());
         check_same_dtype("all_gather", dtype, output.dtype())?;
-        self.collective("all_gather", OpKind::AllGather, dtype, None, len, 0, |c| {
-            with_buf!(output, BufMut, out, T => {
-                let input = T::unbuf(input).ok_or_else(|| dtype_mismatch(c.name, dtype))?;
-                ring::all_gather(c, input, out)
-            })
-        })
+        self.collective(
+            Call {
+                name: "all_gather",
+                kind: OpKind::AllGather,
+                dtype,
+                redop: None,
+                total: len,
+                aux: 0,
+            },
+            |c| {
+                with_buf!(output, BufMut, out, T => {
+                    let input = T::unbuf(input).ok_or_else(|| dtype_mismatch(c.name, dtype))?;
+                    ring::all_gather(c, input, out)
+                })
+            },
+        )
     }
 
     fn broadcast_buf(&self, buf: BufMut<'_>, root: usize) -> Result<()> {
         let (dtype, len) = (buf.dtype(), buf.len());
         self.collective(
-            "broadcast",
-            OpKind::Broadcast,
-            dtype,
-            None,
-            len,
-            root as u64,
+            Call {
+                name: "broadcast",
+                kind: OpKind::Broadcast,
+                dtype,
+                redop: None,
+                total: len,
+                aux: root as u64,
+            },
             |c| with_buf!(buf, BufMut, s, T => collectives::broadcast(c, s, root)),
         )
     }
@@ -656,12 +690,14 @@ impl Communicator for CpuComm {
     fn reduce_buf(&self, buf: BufMut<'_>, op: ReduceOp, root: usize) -> Result<()> {
         let (dtype, len) = (buf.dtype(), buf.len());
         self.collective(
-            "reduce",
-            OpKind::Reduce,
-            dtype,
-            Some(op),
-            len,
-            root as u64,
+            Call {
+                name: "reduce",
+                kind: OpKind::Reduce,
+                dtype,
+                redop: Some(op),
+                total: len,
+                aux: root as u64,
+            },
             |c| with_buf!(buf, BufMut, s, T => collectives::reduce(c, s, op, root)),
         )
     }
@@ -669,22 +705,34 @@ impl Communicator for CpuComm {
     fn all_to_all_buf(&self, input: Buf<'_>, output: BufMut<'_>) -> Result<()> {
         let (dtype, len) = (input.dtype(), input.len());
         check_same_dtype("all_to_all", dtype, output.dtype())?;
-        self.collective("all_to_all", OpKind::AllToAll, dtype, None, len, 0, |c| {
-            with_buf!(output, BufMut, out, T => {
-                let input = T::unbuf(input).ok_or_else(|| dtype_mismatch(c.name, dtype))?;
-                collectives::all_to_all(c, input, out)
-            })
-        })
+        self.collective(
+            Call {
+                name: "all_to_all",
+                kind: OpKind::AllToAll,
+                dtype,
+                redop: None,
+                total: len,
+                aux: 0,
+            },
+            |c| {
+                with_buf!(output, BufMut, out, T => {
+                    let input = T::unbuf(input).ok_or_else(|| dtype_mismatch(c.name, dtype))?;
+                    collectives::all_to_all(c, input, out)
+                })
+            },
+        )
     }
 
     fn barrier(&self) -> Result<()> {
         self.collective(
-            "barrier",
-            OpKind::Barrier,
-            DType::U8,
-            None,
-            0,
-            0,
+            Call {
+                name: "barrier",
+                kind: OpKind::Barrier,
+                dtype: DType::U8,
+                redop: None,
+                total: 0,
+                aux: 0,
+            },
             collectives::barrier,
         )
     }

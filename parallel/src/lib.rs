@@ -17,7 +17,7 @@
 //! within the timeout, never a hang.
 //!
 //! ```
-//! use tessera_parallel::{CommExt, LocalGroup, ReduceOp};
+//! use tessera_parallel::{CommExt, Communicator, LocalGroup, ReduceOp};
 //! let sums = LocalGroup::run(4, |comm| {
 //!     let mut x = vec![comm.rank() as f32; 3];
 //!     comm.all_reduce_slice(&mut x, ReduceOp::Sum).map(|_| x)

@@ -291,6 +291,6 @@ fn run_reports_bad_sizes_and_panics() {
         }
         c.all_reduce_slice(&mut [1f32; 4], ReduceOp::Sum)
     });
-    let e = res.err().expect("a panicking rank is an error");
+    let e = res.expect_err("a panicking rank is an error");
     assert!(e.to_string().contains("rank 1 panicked"), "{e}");
 }

@@ -204,7 +204,7 @@ fn main() -> ExitCode {
 
 /// Waits for every child; on the first failure kills the rest. Returns
 /// the exit code for the launcher.
-fn supervise(children: &mut Vec<(usize, Child)>) -> u8 {
+fn supervise(children: &mut [(usize, Child)]) -> u8 {
     let mut running: Vec<bool> = vec![true; children.len()];
     while running.iter().any(|&r| r) {
         for i in 0..children.len() {
