@@ -19,9 +19,11 @@ use crate::error::{CommError, Result};
 /// the typed forms of [`CommExt`] (`all_reduce_slice`, `all_reduce` on a
 /// tensor, ...) instead. Every method returns an error naming the call, the
 /// ranks and the sizes when the ranks disagree, a peer is gone, or a wait
-/// runs past the communicator's timeout. Errors of the group itself
-/// ([`CommError::is_fatal`]) abort the group: the other ranks' pending and
-/// later calls fail too.
+/// runs past the communicator's timeout. As in NCCL, any error of a
+/// collective (an invalid argument too, which the other ranks cannot see)
+/// aborts the group: this rank's later calls fail, and so do the other
+/// ranks' pending and later calls, at once rather than at their timeout.
+/// Point-to-point errors leave the group usable.
 pub trait Communicator: Send + Sync {
     /// This rank's index in the group, `0 .. world_size()`.
     fn rank(&self) -> usize;

@@ -122,7 +122,7 @@ impl CommError {
     }
 
     /// True for failures of the group itself (timeout, closed peer, abort,
-    /// mismatch) after which the communicator refuses further calls.
+    /// mismatch, I/O), as opposed to invalid arguments and setup errors.
     pub fn is_fatal(&self) -> bool {
         matches!(
             self,

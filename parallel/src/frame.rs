@@ -1,14 +1,16 @@
 //! Messages between ranks: a fixed header plus a payload that is either an
-//! owned buffer (TCP, point-to-point) or a *loan* of the sender's memory
-//! (in-process backend, so that a ring step copies each byte once).
+//! owned buffer (point-to-point, aborts, everything a TCP reader receives)
+//! or a *loan* of the sender's memory: collective pieces, which the
+//! receiving rank (in-process) or the TCP writer thread reads where they
+//! lie, so that no send copies into a staging buffer.
 //!
 //! A loan is safe because the sender keeps a [`LoanHandle`] for every loan
 //! and never lets the loaned memory go (return from the collective, or
-//! write the region) before the handle is settled: the receiver reads the
+//! write the region) before the handle is settled: the reader reads the
 //! bytes inside [`Frame::acquire`] only after moving the loan from
 //! `Pending` to `Reading`, and a sender that gives up moves it from
-//! `Pending` to `Revoked` (and waits out a `Reading` one, which is a
-//! bounded memcpy).
+//! `Pending` to `Revoked` (and waits out a `Reading` one, which is bounded
+//! by a memcpy, or by the socket write timeout).
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
@@ -135,15 +137,21 @@ impl AlignedBuf {
         let pooled = if len <= POOL_MAX_BYTES {
             let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
             let best = (0..pool.len())
-                .filter(|&i| pool[i].capacity() >= words)
-                .min_by_key(|&i| pool[i].capacity());
+                .filter(|&i| pool[i].len() >= words)
+                .min_by_key(|&i| pool[i].len());
             best.map(|i| pool.swap_remove(i))
         } else {
             None
         };
-        let mut v = pooled.unwrap_or_default();
-        // Zero-fills only memory that was never part of the vector.
-        v.resize(words, 0);
+        let v = match pooled {
+            Some(mut v) => {
+                // Shrinking keeps the old (initialised) contents: no zeroing.
+                v.truncate(words);
+                v
+            }
+            // `vec!` of zeros allocates zeroed memory (fresh pages need no memset).
+            None => vec![0; words],
+        };
         AlignedBuf { words: v, len }
     }
 
@@ -167,17 +175,19 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        let cap = self.words.capacity() * 8;
-        if cap == 0 || cap > POOL_MAX_BYTES {
+        let words = self.words.len();
+        if words == 0 || words * 8 > POOL_MAX_BYTES {
             return;
         }
         let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+        let v = std::mem::take(&mut self.words);
         if pool.len() < POOL_MAX_COUNT {
-            let mut v = std::mem::take(&mut self.words);
-            // Keep the initialised length at the capacity so reuse never zeroes.
-            let full = v.capacity();
-            v.resize(full, 0);
             pool.push(v);
+        } else if let Some(i) = (0..pool.len()).min_by_key(|&i| pool[i].len()) {
+            // A full pool keeps the largest buffers.
+            if pool[i].len() < words {
+                pool[i] = v;
+            }
         }
     }
 }

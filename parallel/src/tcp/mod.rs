@@ -3,8 +3,9 @@
 //!
 //! Each connection has a writer thread (sends never block the caller, so a
 //! ring whose ranks all send first cannot deadlock on full socket buffers,
-//! spec §1.2) and a reader thread that files incoming frames in the
-//! mailbox. Receives wait with the communicator's timeout; a peer whose
+//! spec §1.2; it writes collective pieces straight from the caller's
+//! buffer) and a reader thread that files incoming frames in the mailbox
+//! (into recycled buffers). Receives wait with the communicator's timeout; a peer whose
 //! connection closes fails every receive from it at once.
 //!
 //! Drop the communicator before the process exits: dropping flushes the
