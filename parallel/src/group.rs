@@ -22,9 +22,12 @@ pub(crate) trait Transport: Send + Sync {
     fn backend(&self) -> &'static str;
     /// Delivers `frame` to global rank `to`; `Err(reason)` when it is gone.
     fn send(&self, to: usize, frame: Frame) -> std::result::Result<(), String>;
-    /// True when loaned payloads reach the receiver as loans (same
-    /// process); otherwise the sender copies before sending.
+    /// True when collective pieces may be sent as loans of the sender's
+    /// memory (read in place by the receiver or by a writer thread).
     fn lends(&self) -> bool;
+    /// True when the receiving rank itself reads loans (same process), so
+    /// that writable loans work.
+    fn shares_memory(&self) -> bool;
     /// This rank's inbox.
     fn mailbox(&self) -> &Mailbox;
 }
@@ -406,6 +409,55 @@ impl Op<'_> {
                 msg,
             })?;
         Ok(handle)
+    }
+
+    /// True when peers may write into this rank's loaned memory.
+    pub fn shares_memory(&self) -> bool {
+        self.comm.transport.shares_memory()
+    }
+
+    /// Lends `data` to rank `to` for reading and writing (in-process
+    /// transports only, see [`Op::shares_memory`]).
+    ///
+    /// # Safety
+    /// `data` must stay valid and untouched by this rank until the returned
+    /// handle is waited on or dropped.
+    pub unsafe fn send_mut<T: CommElement>(
+        &self,
+        to: usize,
+        offset: usize,
+        data: &mut [T],
+    ) -> Result<LoanHandle> {
+        // SAFETY: forwarded to the caller.
+        let (frame, handle) = unsafe { Frame::loan_mut(self.header(offset), bytemuck::cast_slice_mut(data)) };
+        self.comm
+            .transport
+            .send(self.comm.members[to], frame)
+            .map_err(|msg| CommError::PeerClosed {
+                op: self.name,
+                rank: self.r,
+                peer: to,
+                msg,
+            })?;
+        Ok(handle)
+    }
+
+    /// Runs `f` on a received writable loan's elements.
+    pub fn read_write<T: CommElement, R>(
+        &self,
+        from: usize,
+        frame: &Frame,
+        f: impl FnOnce(&mut [T]) -> R,
+    ) -> Result<R> {
+        let lost = || CommError::Aborted {
+            op: self.name,
+            rank: self.r,
+            peer: from,
+            msg: "the sender withdrew its message (it failed or timed out)".into(),
+        };
+        let mut data = frame.acquire_mut().ok_or_else(lost)?;
+        let typed = data.typed_mut::<T>().ok_or_else(lost)?;
+        Ok(f(typed))
     }
 
     /// Sends an empty message to rank `to` (barriers, zero-length steps).

@@ -109,6 +109,10 @@ impl Transport for LocalTransport {
         true
     }
 
+    fn shares_memory(&self) -> bool {
+        true
+    }
+
     fn mailbox(&self) -> &Mailbox {
         &self.world.boxes[self.rank]
     }

@@ -24,26 +24,27 @@ fn group_failure(e: &CommError) -> bool {
 
 #[test]
 fn a_rank_that_exits_mid_all_reduce_fails_the_others() {
-    let res = LocalGroup::run_with(4, short(2000), |c| {
-        let mut buf = vec![1.0f32; 1 << 20];
-        if c.rank() == 3 {
-            return c
-                .all_reduce_slice(&mut buf, ReduceOp::Sum)
-                .map(|_| Duration::ZERO);
-        }
-        let t = Instant::now();
-        loop {
-            c.all_reduce_slice(&mut buf, ReduceOp::Sum)?;
-            if t.elapsed() > Duration::from_secs(5) {
-                return Ok(t.elapsed());
+    // n = 2 takes the fused pair path, n = 4 the ring.
+    for n in [2, 4] {
+        let res = LocalGroup::run_with(n, short(2000), |c| {
+            let mut buf = vec![1.0f32; 1 << 20];
+            if c.rank() == n - 1 {
+                return c.all_reduce_slice(&mut buf, ReduceOp::Sum).map(|_| Duration::ZERO);
             }
+            let t = Instant::now();
+            loop {
+                c.all_reduce_slice(&mut buf, ReduceOp::Sum)?;
+                if t.elapsed() > Duration::from_secs(5) {
+                    return Ok(t.elapsed());
+                }
+            }
+        })
+        .unwrap();
+        assert!(res[n - 1].is_ok());
+        for r in &res[..n - 1] {
+            let e = r.as_ref().unwrap_err();
+            assert!(group_failure(e), "{e}");
         }
-    })
-    .unwrap();
-    assert!(res[3].is_ok());
-    for r in &res[..3] {
-        let e = r.as_ref().unwrap_err();
-        assert!(group_failure(e), "{e}");
     }
 }
 

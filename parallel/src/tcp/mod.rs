@@ -244,6 +244,10 @@ impl Transport for TcpTransport {
         true
     }
 
+    fn shares_memory(&self) -> bool {
+        false
+    }
+
     fn mailbox(&self) -> &Mailbox {
         &self.mailbox
     }
