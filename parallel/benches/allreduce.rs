@@ -2,8 +2,8 @@
 //! one rank per thread), with nccl-tests' definitions: algbw = S/t,
 //! busbw = algbw·2(N−1)/N, beside the memory-copy bandwidth measured in the
 //! same run. Lines: `bench\tallreduce_<backend>_n<N>_<size>\ttessera\t<metric>\t<v>\t<unit>`.
-//! Sizes up to `TESSERA_BENCH_MAX_MB` (default 256). `_ring` lines force the
-//! ring for small sizes, to show what the small-message path saves.
+//! Sizes up to `TESSERA_BENCH_MAX_MB` (default 256). `_nosmall` lines turn off
+//! the small-message path (direct exchange), to show what it saves.
 //! `TESSERA_BENCH_ONLY=local` or `=tcp` runs one backend.
 
 use std::time::{Duration, Instant};
@@ -152,7 +152,7 @@ fn main() {
     }
     for n in [2, 4].into_iter().filter(|_| !only.contains("local")) {
         let r = report("tcp", n, "", &sizes, &run_tcp(n, CommConfig::default(), &sizes));
-        report("tcp", n, "_ring", &small, &run_tcp(n, ring_only.clone(), &small));
+        report("tcp", n, "_nosmall", &small, &run_tcp(n, ring_only.clone(), &small));
         if n == 2 {
             tcp2 = r;
         }
