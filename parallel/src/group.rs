@@ -45,7 +45,8 @@ pub struct CommConfig {
     pub max_segment_bytes: usize,
     /// All-reduces and broadcasts of at most this many bytes take the
     /// latency-bound path (direct exchange / binomial tree) instead of the
-    /// ring; both give the same bits. Default 32 KiB.
+    /// ring; both give the same bits. Default 32 KiB. (Two in-process ranks
+    /// always take their fused pair path.)
     pub small_message_bytes: usize,
 }
 
@@ -657,7 +658,10 @@ impl Communicator for CpuComm {
 
     fn all_reduce_buf(&self, buf: BufMut<'_>, op: ReduceOp) -> Result<()> {
         let (dtype, len) = (buf.dtype(), buf.len());
-        let small = len * dtype.size_in_bytes() <= self.cfg.small_message_bytes;
+        // Two ranks of one process are best served by the fused pair path
+        // (one exchange, no staging) at every size.
+        let pair = self.members.len() == 2 && self.transport.shares_memory();
+        let small = !pair && len * dtype.size_in_bytes() <= self.cfg.small_message_bytes;
         let kind = if small {
             OpKind::AllReduceSmall
         } else {

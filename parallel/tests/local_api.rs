@@ -29,7 +29,9 @@ fn a_rank_that_exits_mid_all_reduce_fails_the_others() {
         let res = LocalGroup::run_with(n, short(2000), |c| {
             let mut buf = vec![1.0f32; 1 << 20];
             if c.rank() == n - 1 {
-                return c.all_reduce_slice(&mut buf, ReduceOp::Sum).map(|_| Duration::ZERO);
+                return c
+                    .all_reduce_slice(&mut buf, ReduceOp::Sum)
+                    .map(|_| Duration::ZERO);
             }
             let t = Instant::now();
             loop {
