@@ -55,7 +55,7 @@ fn a_stalled_rank_makes_everyone_fail_within_the_timeout() {
     let res = LocalGroup::run_with(3, short(300), |c| {
         let mut buf = vec![1.0f64; 1000];
         if c.rank() == 1 {
-            std::thread::sleep(Duration::from_millis(900));
+            std::thread::sleep(Duration::from_millis(1500));
         }
         let t = Instant::now();
         let r = c.all_reduce_slice(&mut buf, ReduceOp::Sum);
@@ -66,7 +66,7 @@ fn a_stalled_rank_makes_everyone_fail_within_the_timeout() {
         let e = r.expect_err("the group must fail");
         assert!(group_failure(&e), "rank {k}: {e}");
         if k != 1 {
-            assert!(waited < Duration::from_millis(800), "rank {k} waited {waited:?}");
+            assert!(waited < Duration::from_millis(1200), "rank {k} waited {waited:?}");
         }
     }
 }
