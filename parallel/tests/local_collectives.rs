@@ -50,7 +50,7 @@ fn op_strategy() -> impl Strategy<Value = ReduceOp> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     /// Every collective, every dtype and operator, world sizes 1..=8,
     /// lengths 0..10000, ring and small-message paths, bitwise.
