@@ -5,7 +5,7 @@
 
 use crate::element::{divide_all, CommElement, ReduceOp};
 use crate::error::{CommError, Result};
-use crate::group::Op;
+use crate::op::Op;
 use crate::ring::{lend, recv_into, ring_chunk, rs_phase, Loans, Shared};
 
 fn check_root(op: &Op<'_>, root: usize) -> Result<()> {

@@ -37,6 +37,7 @@ mod local;
 mod mailbox;
 #[cfg(feature = "cuda")]
 pub mod nccl;
+mod op;
 mod ring;
 pub mod tcp;
 

@@ -16,7 +16,7 @@ use std::ops::Range;
 use crate::element::{accumulate, divide_all, reduce_into, CommElement, ReduceOp};
 use crate::error::{CommError, Result};
 use crate::frame::LoanHandle;
-use crate::group::Op;
+use crate::op::Op;
 
 /// Chunk `c` of `s` elements split over `n` ranks (the ring's chunking).
 pub fn ring_chunk(s: usize, n: usize, c: usize) -> Range<usize> {
