@@ -120,9 +120,9 @@ proptest! {
         for isa in Isa::available() {
             // C stored column-major inside a larger buffer at an offset.
             let mut c = vec![f32::NAN; m * n + 5];
-            for e in 0..m * n {
+            for (e, &x) in cv.iter().enumerate() {
                 let (i, j) = (e / n, e % n);
-                c[5 + j * m + i] = if beta == 0.0 { f32::NAN } else { cv[e] as f32 };
+                c[5 + j * m + i] = if beta == 0.0 { f32::NAN } else { x as f32 };
             }
             let epi = Epilogue {
                 bias: if row_bias { Bias::Row(&bias32[..m]) } else { Bias::Col(&bias32[..n]) },
