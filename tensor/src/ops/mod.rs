@@ -3,3 +3,4 @@
 //! kernel or a CUDA launch can replace one without touching callers.
 pub mod conv;
 pub mod matmul;
+pub mod pool;
