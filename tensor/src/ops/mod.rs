@@ -2,5 +2,6 @@
 //! [`crate::Tensor`]; its CPU kernels sit beside it (`cpu.rs`), so a faster
 //! kernel or a CUDA launch can replace one without touching callers.
 pub mod conv;
+pub mod interpolate;
 pub mod matmul;
 pub mod pool;
