@@ -28,6 +28,7 @@ fn axis(input: usize, output: usize, align: bool, scale: Option<f64>) -> Vec<(us
         .collect()
 }
 
+#[allow(clippy::too_many_arguments)]
 fn naive(
     x: &[f64],
     planes: usize,

@@ -95,7 +95,7 @@ pub fn gemm<S: FloatElement>(
         return;
     }
     let kern = <S::Math as GemmScalar>::kernel(isa);
-    let par = par && m * n * k >= PAR_FLOPS && rayon::current_num_threads() > 1;
+    let par = par && m.saturating_mul(n).saturating_mul(k) >= PAR_FLOPS && rayon::current_num_threads() > 1;
     let out = OutPtr {
         ptr: c.data.as_mut_ptr(),
         len: c.data.len(),

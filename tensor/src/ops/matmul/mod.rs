@@ -138,7 +138,8 @@ impl Tensor {
         if bias.is_some_and(|b| b.shape() != [out_f]) {
             return Err(shape_err());
         }
-        let x = self.reshape(&[-1, in_f as isize])?;
+        let lead: usize = self.shape()[..self.ndim() - 1].iter().product();
+        let x = self.reshape(&[lead as isize, in_f as isize])?;
         let rows = x.shape()[0];
         let mut shape = self.shape()[..self.ndim() - 1].to_vec();
         shape.push(out_f);
@@ -368,7 +369,7 @@ where
         if m * n == 0 {
             return;
         }
-        let small = m * n * k < gemm::PAR_FLOPS;
+        let small = m.saturating_mul(n).saturating_mul(k) < gemm::PAR_FLOPS;
         if count > 1 && small {
             c.par_chunks_mut(m * n)
                 .enumerate()

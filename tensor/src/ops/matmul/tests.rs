@@ -228,6 +228,14 @@ fn errors_name_op_and_shapes() {
     assert!(a.linear(&w.t().unwrap(), None).is_err());
     assert!(a.linear(&w, Some(&tensor_of::<f32>(&[0.0; 3], &[3]))).is_err());
     assert_eq!(a.linear(&w, None).unwrap().shape(), &[2, 4]);
+    // An empty feature dimension gives the bias alone (as PyTorch does).
+    let x0 = tensor_of::<f32>(&[], &[2, 0]);
+    let w0 = tensor_of::<f32>(&[], &[3, 0]);
+    let b0 = tensor_of::<f32>(&[1.0, 2.0, 3.0], &[3]);
+    assert_eq!(
+        x0.linear(&w0, Some(&b0)).unwrap().to_vec::<f32>().unwrap(),
+        vec![1.0, 2.0, 3.0, 1.0, 2.0, 3.0]
+    );
     assert!(a.addmm(&a, &w.t().unwrap(), 1.0, 1.0).is_err());
 }
 

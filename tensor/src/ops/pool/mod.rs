@@ -233,10 +233,10 @@ impl Window {
             ));
         }
         let out = |d: usize, size: usize| -> Option<usize> {
-            let span = p.dilation[d] * (p.kernel[d] - 1) + 1;
-            let padded = size + 2 * p.padding[d];
+            let span = p.dilation[d].checked_mul(p.kernel[d] - 1)?.checked_add(1)?;
+            let padded = size.checked_add(p.padding[d].checked_mul(2)?)?;
             let extra = if p.ceil_mode { p.stride[d] - 1 } else { 0 };
-            let mut o = (padded + extra).checked_sub(span)? / p.stride[d] + 1;
+            let mut o = padded.checked_add(extra)?.checked_sub(span)? / p.stride[d] + 1;
             // The last window must start inside the input or the left padding.
             if p.ceil_mode && (o - 1) * p.stride[d] >= size + p.padding[d] {
                 o -= 1;
