@@ -1,7 +1,10 @@
 //! Tensor operations, one module per family. Each module adds methods to
 //! [`crate::Tensor`]; its CPU kernels sit beside it (`cpu.rs`), so a faster
 //! kernel or a CUDA launch can replace one without touching callers.
+
 pub mod conv;
+pub mod creation;
 pub mod interpolate;
 pub mod matmul;
 pub mod pool;
+pub mod random;
