@@ -94,6 +94,11 @@ pub fn gemm<S: FloatElement>(
     if m == 0 || n == 0 {
         return;
     }
+    assert!(
+        reach(c.off, c.rs, c.cs, m, n).is_some_and(|hi| hi < c.data.len()),
+        "gemm: output view outside its buffer"
+    );
+    assert!(isa.supported(), "gemm: this CPU cannot run {isa:?} kernels");
     let kern = <S::Math as GemmScalar>::kernel(isa);
     let par = par && m.saturating_mul(n).saturating_mul(k) >= PAR_FLOPS && rayon::current_num_threads() > 1;
     let out = OutPtr {
@@ -303,4 +308,14 @@ unsafe fn store<T: GemmScalar>(
             unsafe { *p = v };
         }
     }
+}
+
+/// The largest index a non-empty `m × n` view at `off` with strides
+/// `(rs, cs)` touches, or `None` when it reaches below 0 (the tiles write
+/// through raw pointers, so a bad view must stop here, not corrupt memory).
+fn reach(off: usize, rs: isize, cs: isize, m: usize, n: usize) -> Option<usize> {
+    let (dr, dc) = ((m as isize - 1) * rs, (n as isize - 1) * cs);
+    let lo = off as isize + dr.min(0) + dc.min(0);
+    let hi = off as isize + dr.max(0) + dc.max(0);
+    (lo >= 0).then_some(hi as usize)
 }

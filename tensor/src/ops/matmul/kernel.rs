@@ -27,20 +27,25 @@ impl Isa {
         *BEST.get_or_init(|| Isa::available()[0])
     }
 
+    /// True when this CPU can run kernels of this level.
+    pub fn supported(self) -> bool {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("fma"),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
+            Isa::Portable => true,
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
     /// Every level this CPU can run, fastest first.
     pub fn available() -> Vec<Isa> {
-        let mut out = Vec::new();
-        #[cfg(target_arch = "x86_64")]
-        {
-            if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("fma") {
-                out.push(Isa::Avx512);
-            }
-            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-                out.push(Isa::Avx2);
-            }
-        }
-        out.push(Isa::Portable);
-        out
+        [Isa::Avx512, Isa::Avx2, Isa::Portable]
+            .into_iter()
+            .filter(|i| i.supported())
+            .collect()
     }
 }
 

@@ -8,9 +8,9 @@
 //! different dtypes are an error asking for an explicit cast (as in
 //! PyTorch's matmul); integer and bool operands are an error.
 
-pub mod gemm;
-pub mod kernel;
-pub mod pack;
+pub(crate) mod gemm;
+pub(crate) mod kernel;
+pub(crate) mod pack;
 
 #[cfg(test)]
 mod tests;
