@@ -1,7 +1,8 @@
 //! Matrix products: [`Tensor::matmul`] (torch.matmul semantics),
 //! [`Tensor::linear`] / [`Tensor::linear_act`] (x·wᵀ + b with a fused
 //! epilogue) and [`Tensor::addmm`] (β·C + α·A·B), all on our own packed,
-//! cache-blocked, multi-threaded GEMM ([`gemm`]).
+//! cache-blocked, multi-threaded GEMM (the `gemm`, `pack` and `kernel`
+//! submodules: a BLIS-style driver, panel packing, register-tile kernels).
 //!
 //! Dtypes: f32 and f64 compute natively; f16 and bf16 are converted to f32
 //! while packing, accumulate in f32 and round once at the end. Operands of
