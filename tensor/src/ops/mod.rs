@@ -2,7 +2,11 @@
 //! [`crate::Tensor`]; its CPU kernels sit beside it (`cpu.rs`), so a faster
 //! kernel or a CUDA launch can replace one without touching callers.
 
+pub mod conv;
 pub mod creation;
+pub mod interpolate;
+pub mod matmul;
+pub mod pool;
 pub mod random;
 pub mod batch_norm;
 pub mod cumsum;
