@@ -20,10 +20,11 @@
 #define G_PAD 8
 #define G_THREADS 256
 
-// Elements per stage of the A tile: [BM][BK+PAD] (k contiguous) or
-// [BK][BM+PAD] (m contiguous, TA); the B tile likewise.
-#define G_A_ELEMS (G_BM * (G_BK + G_PAD))
-#define G_B_ELEMS (G_BK * (G_BN + G_PAD))
+// Elements per stage of an operand tile: [BM][BK+PAD] (k contiguous) or
+// [BK][BM+PAD] (m contiguous, TA), whichever is larger; B likewise (BN == BM).
+#define G_TILE_ELEMS (G_BM * (G_BK + G_PAD) > G_BK * (G_BM + G_PAD) ? G_BM * (G_BK + G_PAD) : G_BK * (G_BM + G_PAD))
+#define G_A_ELEMS G_TILE_ELEMS
+#define G_B_ELEMS G_TILE_ELEMS
 
 // Loads one operand tile: `rows` x `cols` of a matrix stored with `cols`
 // contiguous, starting at (r0, c0), valid up to (R, C); into shared memory

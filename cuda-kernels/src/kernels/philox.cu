@@ -40,6 +40,7 @@ __device__ __forceinline__ float u32_to_unit(unsigned x) { return (float)(x >> 8
 // that fall in [offset, offset + n).
 template <class T>
 __device__ void philox_uniform(i64 n, u64 seed, u64 offset, float low, float high, T* __restrict__ y) {
+    if (n <= 0) return;
     u64 first = offset >> 2, last = (offset + (u64)n - 1) >> 2;
     for (u64 b = first + (u64)blockIdx.x * blockDim.x + threadIdx.x; b <= last; b += (u64)gridDim.x * blockDim.x) {
         Philox4 r = philox_block(seed, b);
@@ -53,6 +54,7 @@ __device__ void philox_uniform(i64 n, u64 seed, u64 offset, float low, float hig
 // Box-Muller on word pairs (2p, 2p+1): cos for the even word, sin for the odd.
 template <class T>
 __device__ void philox_normal(i64 n, u64 seed, u64 offset, float mean, float stdv, T* __restrict__ y) {
+    if (n <= 0) return;
     u64 first = offset >> 2, last = (offset + (u64)n - 1) >> 2;
     for (u64 b = first + (u64)blockIdx.x * blockDim.x + threadIdx.x; b <= last; b += (u64)gridDim.x * blockDim.x) {
         Philox4 r = philox_block(seed, b);
