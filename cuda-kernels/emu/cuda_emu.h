@@ -43,7 +43,9 @@ extern thread_local Thread* cur_thread;
 extern thread_local Block* cur_block;
 const uint3& thread_idx();
 void syncthreads(int line);
-unsigned warp_collective(int op, unsigned mask, int line, const uint64_t* in, int n_in, uint64_t* out);
+// Blocks until every lane of `mask` has arrived at the same op; copies the
+// lane's first `n_out` results to `out`.
+void warp_collective(int op, unsigned mask, int line, const uint64_t* in, int n_in, uint64_t* out, int n_out);
 [[noreturn]] void fail(const char* what, int line);
 // Shared-memory instructions the PTX wrappers emulate (see common.cuh).
 enum Op {
@@ -80,7 +82,7 @@ inline T emu_shfl(int op, unsigned mask, T v, int arg, int width, int line) {
     static_assert(sizeof(T) <= 8, "shuffle of a value wider than 64 bits");
     uint64_t in[3] = {0, (uint64_t)(int64_t)arg, (uint64_t)width}, out[1];
     memcpy(&in[0], &v, sizeof(T));
-    emu::warp_collective(op, mask, line, in, 3, out);
+    emu::warp_collective(op, mask, line, in, 3, out, 1);
     T r;
     memcpy(&r, &out[0], sizeof(T));
     return r;
@@ -92,13 +94,13 @@ inline T emu_shfl(int op, unsigned mask, T v, int arg, int width, int line) {
 inline int emu_width(int w) { return w == 0 ? 32 : w; }
 inline unsigned emu_ballot(unsigned mask, int pred, int line) {
     uint64_t in[1] = {(uint64_t)(pred != 0)}, out[1];
-    emu::warp_collective(emu::OP_BALLOT, mask, line, in, 1, out);
+    emu::warp_collective(emu::OP_BALLOT, mask, line, in, 1, out, 1);
     return (unsigned)out[0];
 }
 #define __ballot_sync(m, p) emu_ballot(m, p, __LINE__)
 #define __any_sync(m, p) (emu_ballot(m, p, __LINE__) != 0)
 #define __all_sync(m, p) (emu_ballot(m, p, __LINE__) == (unsigned)(m))
-#define __syncwarp(...) emu::warp_collective(emu::OP_SYNCWARP, emu_mask(__VA_ARGS__ + 0u), __LINE__, nullptr, 0, nullptr)
+#define __syncwarp(...) emu::warp_collective(emu::OP_SYNCWARP, emu_mask(__VA_ARGS__ + 0u), __LINE__, nullptr, 0, nullptr, 0)
 inline unsigned emu_mask(unsigned m) { return m == 0 ? 0xffffffffu : m; }
 
 inline float __int_as_float(int v) { float f; memcpy(&f, &v, 4); return f; }

@@ -248,7 +248,7 @@ void syncthreads(int line) {
     yield();
 }
 
-unsigned warp_collective(int op, unsigned mask, int line, const uint64_t* in, int n_in, uint64_t* out) {
+void warp_collective(int op, unsigned mask, int line, const uint64_t* in, int n_in, uint64_t* out, int n_out) {
     Thread* t = cur_thread;
     int lane = t->linear & 31;
     if (!(mask >> lane & 1)) fail("warp collective called by a lane outside its mask", line);
@@ -258,9 +258,7 @@ unsigned warp_collective(int op, unsigned mask, int line, const uint64_t* in, in
     t->line = line;
     for (int i = 0; i < n_in; ++i) t->in[i] = in[i];
     yield();
-    if (out)
-        for (int i = 0; i < 8; ++i) out[i] = t->out[i];
-    return 0;
+    for (int i = 0; i < n_out; ++i) out[i] = t->out[i];
 }
 
 void cp_async(void* dst, const void* src, int bytes, int src_bytes) {

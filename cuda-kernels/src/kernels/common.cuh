@@ -143,12 +143,12 @@ __device__ __forceinline__ unsigned smem_u32(const void* p) {
 template <bool BF16>
 __device__ __forceinline__ void mma_16816(float* d, const unsigned* a, const unsigned* b, const float* c) {
 #ifdef CUDA_EMU
-    uint64_t in[10], out[8];
+    uint64_t in[10], out[4];
     for (int i = 0; i < 4; ++i) in[i] = a[i];
     in[4] = b[0];
     in[5] = b[1];
     for (int i = 0; i < 4; ++i) in[6 + i] = __float_as_uint(c[i]);
-    emu::warp_collective(BF16 ? emu::OP_MMA_BF16 : emu::OP_MMA_F16, FULL_MASK, __LINE__, in, 10, out);
+    emu::warp_collective(BF16 ? emu::OP_MMA_BF16 : emu::OP_MMA_F16, FULL_MASK, __LINE__, in, 10, out, 4);
     for (int i = 0; i < 4; ++i) d[i] = __uint_as_float((unsigned)out[i]);
 #else
     if (BF16)
@@ -173,8 +173,8 @@ __device__ __forceinline__ void mma_16816(float* d, const unsigned* a, const uns
 template <bool TRANS>
 __device__ __forceinline__ void ldmatrix_x4(unsigned* r, const void* row) {
 #ifdef CUDA_EMU
-    uint64_t in[1] = {(uint64_t)row}, out[8];
-    emu::warp_collective(TRANS ? emu::OP_LDMATRIX_X4_T : emu::OP_LDMATRIX_X4, FULL_MASK, __LINE__, in, 1, out);
+    uint64_t in[1] = {(uint64_t)row}, out[4];
+    emu::warp_collective(TRANS ? emu::OP_LDMATRIX_X4_T : emu::OP_LDMATRIX_X4, FULL_MASK, __LINE__, in, 1, out, 4);
     for (int i = 0; i < 4; ++i) r[i] = (unsigned)out[i];
 #else
     if (TRANS)
