@@ -6,7 +6,9 @@ use std::ffi::c_void;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr};
+use cudarc::driver::{
+    sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
+};
 
 use crate::launch::{DevPtr, Launch};
 use crate::module::Module;
@@ -32,7 +34,10 @@ pub fn driver_available() -> bool {
 }
 
 fn driver_err(op: &'static str) -> impl Fn(cudarc::driver::DriverError) -> Error {
-    move |e| Error::Driver { op, msg: e.to_string() }
+    move |e| Error::Driver {
+        op,
+        msg: e.to_string(),
+    }
 }
 
 impl Gpu {
@@ -49,7 +54,9 @@ impl Gpu {
             return Err(Error::NoNvrtc("libnvrtc.so.12 is not on the library path".into()));
         }
         let ctx = CudaContext::new(ordinal).map_err(|e| Error::NoDevice(e.to_string()))?;
-        let (major, minor) = ctx.compute_capability().map_err(driver_err("compute_capability"))?;
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(driver_err("compute_capability"))?;
         let stream = ctx.default_stream();
         Ok(Gpu {
             ctx,
@@ -104,14 +111,26 @@ impl Gpu {
             return Ok(module.clone());
         }
         let cubin = self.cubin(m)?;
-        let module =
-            self.ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).map_err(driver_err("load_module"))?;
-        self.modules.lock().map_err(|_| poisoned())?.insert(m, module.clone());
+        let module = self
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
+            .map_err(driver_err("load_module"))?;
+        self.modules
+            .lock()
+            .map_err(|_| poisoned())?
+            .insert(m, module.clone());
         Ok(module)
     }
 
     fn cubin(&self, m: Module) -> Result<Vec<u8>> {
-        let path = cache_dir().map(|d| d.join(format!("{}-{:016x}-{}.cubin", m.file_name(), m.source_hash(), self.arch)));
+        let path = cache_dir().map(|d| {
+            d.join(format!(
+                "{}-{:016x}-{}.cubin",
+                m.file_name(),
+                m.source_hash(),
+                self.arch
+            ))
+        });
         if let Some(bytes) = path.as_ref().and_then(|p| std::fs::read(p).ok()) {
             return Ok(bytes);
         }
@@ -128,8 +147,14 @@ impl Gpu {
         if let Some(f) = self.functions.lock().map_err(|_| poisoned())?.get(&l.kernel) {
             return Ok(f.clone());
         }
-        let f = self.module(l.module)?.load_function(&l.kernel).map_err(driver_err("load_function"))?;
-        self.functions.lock().map_err(|_| poisoned())?.insert(l.kernel.clone(), f.clone());
+        let f = self
+            .module(l.module)?
+            .load_function(&l.kernel)
+            .map_err(driver_err("load_function"))?;
+        self.functions
+            .lock()
+            .map_err(|_| poisoned())?
+            .insert(l.kernel.clone(), f.clone());
         Ok(f)
     }
 
@@ -167,7 +192,10 @@ impl Gpu {
 }
 
 fn poisoned() -> Error {
-    Error::Driver { op: "module cache", msg: "a thread panicked while holding the cache lock".into() }
+    Error::Driver {
+        op: "module cache",
+        msg: "a thread panicked while holding the cache lock".into(),
+    }
 }
 
 fn cache_dir() -> Option<PathBuf> {

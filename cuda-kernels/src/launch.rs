@@ -64,7 +64,11 @@ impl<T> DevPtr<T> {
     /// Wraps a raw device address of `len` elements. Never fails; the
     /// address is only dereferenced by a launch, which is `unsafe`.
     pub fn from_raw(addr: u64, len: usize) -> Self {
-        DevPtr { addr, len, _t: PhantomData }
+        DevPtr {
+            addr,
+            len,
+            _t: PhantomData,
+        }
     }
     /// The null pointer with length 0, for optional parameters.
     pub fn null() -> Self {
@@ -153,12 +157,16 @@ pub(crate) fn to_i32(op: &'static str, what: &str, v: usize) -> crate::Result<i3
 /// Checks that `p` holds at least `need` elements.
 pub(crate) fn check_len<T>(op: &'static str, what: &str, p: &DevPtr<T>, need: usize) -> crate::Result<()> {
     if p.len < need {
-        return Err(crate::Error::arg(op, format!("{what} has {} elements, needs {need}", p.len)));
+        return Err(crate::Error::arg(
+            op,
+            format!("{what} has {} elements, needs {need}", p.len),
+        ));
     }
     Ok(())
 }
 
 /// `a * b` with an error on overflow.
 pub(crate) fn mul(op: &'static str, a: usize, b: usize) -> crate::Result<usize> {
-    a.checked_mul(b).ok_or_else(|| crate::Error::arg(op, format!("size {a} x {b} overflows")))
+    a.checked_mul(b)
+        .ok_or_else(|| crate::Error::arg(op, format!("size {a} x {b} overflows")))
 }

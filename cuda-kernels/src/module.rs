@@ -32,7 +32,10 @@ pub enum Module {
 const FLOATS: [&str; 3] = ["f32", "f16", "bf16"];
 
 fn per_dtype(prefixes: &[&str], dtypes: &[&str]) -> Vec<String> {
-    prefixes.iter().flat_map(|p| dtypes.iter().map(move |d| format!("{p}_{d}"))).collect()
+    prefixes
+        .iter()
+        .flat_map(|p| dtypes.iter().map(move |d| format!("{p}_{d}")))
+        .collect()
 }
 
 impl Module {
@@ -85,7 +88,11 @@ impl Module {
     /// The program NVRTC compiles: common header, then the family's source
     /// with `#line` so compiler messages name the right file and line.
     pub fn full_source(self) -> String {
-        format!("{COMMON_HEADER}\n#line 1 \"{}\"\n{}", self.file_name(), self.source())
+        format!(
+            "{COMMON_HEADER}\n#line 1 \"{}\"\n{}",
+            self.file_name(),
+            self.source()
+        )
     }
 
     /// 64-bit FNV-1a hash of [`Module::full_source`], the compilation cache key.
@@ -98,10 +105,24 @@ impl Module {
         match self {
             Module::Elementwise => {
                 let mut v = per_dtype(
-                    &["unary_contig", "unary_strided", "binary_contig", "binary_strided", "where_strided", "fill"],
+                    &[
+                        "unary_contig",
+                        "unary_strided",
+                        "binary_contig",
+                        "binary_strided",
+                        "where_strided",
+                        "fill",
+                    ],
                     &FLOATS,
                 );
-                for (a, b) in [("f32", "f16"), ("f32", "bf16"), ("f16", "f32"), ("bf16", "f32"), ("f16", "bf16"), ("bf16", "f16")] {
+                for (a, b) in [
+                    ("f32", "f16"),
+                    ("f32", "bf16"),
+                    ("f16", "f32"),
+                    ("bf16", "f32"),
+                    ("f16", "bf16"),
+                    ("bf16", "f16"),
+                ] {
                     v.push(format!("cast_{a}_{b}"));
                 }
                 v
@@ -109,7 +130,10 @@ impl Module {
             Module::Philox => per_dtype(&["philox_uniform", "philox_normal"], &FLOATS),
             Module::Reduce => per_dtype(&["reduce_sum", "reduce_max", "argmax"], &FLOATS),
             Module::Softmax => per_dtype(&["softmax", "ce_fwd", "ce_bwd"], &FLOATS),
-            Module::LayerNorm => per_dtype(&["ln_fwd", "ln_bwd_dx", "ln_bwd_partial", "ln_bwd_final"], &FLOATS),
+            Module::LayerNorm => per_dtype(
+                &["ln_fwd", "ln_bwd_dx", "ln_bwd_partial", "ln_bwd_final"],
+                &FLOATS,
+            ),
             Module::Gemm => per_dtype(&["gemm_f16", "gemm_bf16"], &["nn", "nt", "tn", "tt"]),
             Module::Attention => {
                 let mut v = per_dtype(&["attn_bwd_dot"], &FLOATS);
@@ -131,5 +155,7 @@ impl Module {
 
 /// 64-bit FNV-1a.
 pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3))
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }

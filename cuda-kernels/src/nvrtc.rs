@@ -34,24 +34,43 @@ pub fn nvrtc_available() -> bool {
 pub fn compile_cubin(module: Module, arch: &str, verbose: bool) -> Result<Compiled> {
     if !nvrtc_available() {
         return Err(Error::NoNvrtc(
-            "libnvrtc.so.12 is not on the library path (set LD_LIBRARY_PATH, see cuda-kernels/ci-setup.sh)".into(),
+            "libnvrtc.so.12 is not on the library path (set LD_LIBRARY_PATH, see cuda-kernels/ci-setup.sh)"
+                .into(),
         ));
     }
     let src = CString::new(module.full_source()).map_err(|e| Error::arg("compile_cubin", e.to_string()))?;
     let name = CString::new(module.file_name()).map_err(|e| Error::arg("compile_cubin", e.to_string()))?;
-    let mut opts = vec![format!("--gpu-architecture={arch}"), "-std=c++17".to_string(), "-lineinfo".to_string()];
+    let mut opts = vec![
+        format!("--gpu-architecture={arch}"),
+        "-std=c++17".to_string(),
+        "-lineinfo".to_string(),
+    ];
     if verbose {
         opts.push("--ptxas-options=-v".to_string());
     }
-    let opts: Vec<CString> = opts.into_iter().map(|o| CString::new(o).expect("options have no NUL")).collect();
+    let opts: Vec<CString> = opts
+        .into_iter()
+        .map(|o| CString::new(o).expect("options have no NUL"))
+        .collect();
     let opt_ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
-    let fail = |log: String| Error::Compile { module: module.file_name(), arch: arch.to_string(), log };
+    let fail = |log: String| Error::Compile {
+        module: module.file_name(),
+        arch: arch.to_string(),
+        log,
+    };
     // SAFETY: the program handle is created, used and destroyed here; every
     // pointer passed outlives the calls, and buffers are sized from NVRTC's
     // own size queries.
     unsafe {
         let mut prog: sys::nvrtcProgram = std::ptr::null_mut();
-        let r = sys::nvrtcCreateProgram(&mut prog, src.as_ptr(), name.as_ptr(), 0, std::ptr::null(), std::ptr::null());
+        let r = sys::nvrtcCreateProgram(
+            &mut prog,
+            src.as_ptr(),
+            name.as_ptr(),
+            0,
+            std::ptr::null(),
+            std::ptr::null(),
+        );
         if r != sys::nvrtcResult::NVRTC_SUCCESS {
             return Err(fail(format!("nvrtcCreateProgram: {r:?}")));
         }
@@ -104,8 +123,16 @@ pub fn parse_ptxas_report(log: &str) -> Vec<KernelResources> {
         if let Some(rest) = line.split("Compiling entry function '").nth(1) {
             let mut parts = rest.split('\'');
             let name = parts.next().unwrap_or_default().to_string();
-            let arch = rest.split("for '").nth(1).and_then(|s| s.split('\'').next()).unwrap_or_default();
-            out.push(KernelResources { name, arch: arch.to_string(), ..Default::default() });
+            let arch = rest
+                .split("for '")
+                .nth(1)
+                .and_then(|s| s.split('\'').next())
+                .unwrap_or_default();
+            out.push(KernelResources {
+                name,
+                arch: arch.to_string(),
+                ..Default::default()
+            });
             continue;
         }
         let Some(cur) = out.last_mut() else { continue };
@@ -156,6 +183,9 @@ ptxas info    : Used 20 registers, used 0 barriers, 384 bytes cmem[0]\n";
                 spill_loads: 4
             }
         );
-        assert_eq!((r[1].name.as_str(), r[1].registers, r[1].shared_bytes), ("k2", 20, 0));
+        assert_eq!(
+            (r[1].name.as_str(), r[1].registers, r[1].shared_bytes),
+            ("k2", 20, 0)
+        );
     }
 }

@@ -17,7 +17,12 @@ pub fn philox4x32_10(ctr: [u32; 4], key: [u32; 2]) -> [u32; 4] {
         }
         let p0 = 0xD251_1F53u64 * c[0] as u64;
         let p1 = 0xCD9E_8D57u64 * c[2] as u64;
-        c = [(p1 >> 32) as u32 ^ c[1] ^ k[0], p1 as u32, (p0 >> 32) as u32 ^ c[3] ^ k[1], p0 as u32];
+        c = [
+            (p1 >> 32) as u32 ^ c[1] ^ k[0],
+            p1 as u32,
+            (p0 >> 32) as u32 ^ c[3] ^ k[1],
+            p0 as u32,
+        ];
     }
     c
 }
@@ -25,7 +30,10 @@ pub fn philox4x32_10(ctr: [u32; 4], key: [u32; 2]) -> [u32; 4] {
 /// Word `w` of the stream for `seed`.
 pub fn word(seed: u64, w: u64) -> u32 {
     let b = w / 4;
-    philox4x32_10([b as u32, (b >> 32) as u32, 0, 0], [seed as u32, (seed >> 32) as u32])[(w % 4) as usize]
+    philox4x32_10(
+        [b as u32, (b >> 32) as u32, 0, 0],
+        [seed as u32, (seed >> 32) as u32],
+    )[(w % 4) as usize]
 }
 
 /// Top 24 bits of a word as a float in [0, 1).
@@ -36,7 +44,9 @@ pub fn unit_f32(x: u32) -> f32 {
 /// `n` uniforms in [low, high) starting at stream word `offset`, computed
 /// as `low + (high - low) * u` in f32 like the kernel.
 pub fn uniform_f32(seed: u64, offset: u64, n: usize, low: f32, high: f32) -> Vec<f32> {
-    (0..n as u64).map(|i| low + (high - low) * unit_f32(word(seed, offset + i))).collect()
+    (0..n as u64)
+        .map(|i| low + (high - low) * unit_f32(word(seed, offset + i)))
+        .collect()
 }
 
 /// `n` normals with `mean` and `std` starting at stream word `offset`.
@@ -49,7 +59,12 @@ pub fn normal_f32(seed: u64, offset: u64, n: usize, mean: f32, std: f32) -> Vec<
             let u2 = unit_f32(b);
             let rad = (-2.0 * u1.ln()).sqrt();
             let th = std::f32::consts::TAU * u2;
-            mean + std * if w % 2 == 0 { rad * th.cos() } else { rad * th.sin() }
+            mean + std
+                * if w.is_multiple_of(2) {
+                    rad * th.cos()
+                } else {
+                    rad * th.sin()
+                }
         })
         .collect()
 }
@@ -61,13 +76,19 @@ mod tests {
     /// Known-answer vectors of Random123 (kat_vectors, philox4x32_10).
     #[test]
     fn random123_known_answers() {
-        assert_eq!(philox4x32_10([0; 4], [0; 2]), [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]);
+        assert_eq!(
+            philox4x32_10([0; 4], [0; 2]),
+            [0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8]
+        );
         assert_eq!(
             philox4x32_10([u32::MAX; 4], [u32::MAX; 2]),
             [0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd]
         );
         assert_eq!(
-            philox4x32_10([0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344], [0xa4093822, 0x299f31d0]),
+            philox4x32_10(
+                [0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344],
+                [0xa4093822, 0x299f31d0]
+            ),
             [0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1]
         );
     }

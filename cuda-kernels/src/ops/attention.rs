@@ -56,11 +56,17 @@ fn check(op: &'static str, s: &AttnShape, m: &AttnMask, q: usize, kv: &[(&str, u
     let need_q = mul(op, mul(op, bh, s.lq)?, s.head_dim)?;
     let need_k = mul(op, mul(op, bh, s.lk)?, s.head_dim)?;
     if q < need_q {
-        return Err(Error::arg(op, format!("a query-side buffer has {q} elements, needs {need_q}")));
+        return Err(Error::arg(
+            op,
+            format!("a query-side buffer has {q} elements, needs {need_q}"),
+        ));
     }
     for (what, len) in kv {
         if *len < need_k {
-            return Err(Error::arg(op, format!("{what} has {len} elements, needs {need_k}")));
+            return Err(Error::arg(
+                op,
+                format!("{what} has {len} elements, needs {need_k}"),
+            ));
         }
     }
     if let Some(kl) = &m.kv_len {
@@ -107,7 +113,20 @@ pub fn attention_fwd<T: Float>(
         grid: [s.lq.div_ceil(TILE) as u32, c.bh as u32, 1],
         block: [THREADS, 1, 1],
         shared_mem: 0,
-        args: vec![Arg::ptr(q), Arg::ptr(k), Arg::ptr(v), Arg::ptr(o), Arg::ptr(lse), kv_arg(m), h, lq, lk, d, Arg::f32(m.scale), Arg::i32(m.causal as i32)],
+        args: vec![
+            Arg::ptr(q),
+            Arg::ptr(k),
+            Arg::ptr(v),
+            Arg::ptr(o),
+            Arg::ptr(lse),
+            kv_arg(m),
+            h,
+            lq,
+            lk,
+            d,
+            Arg::f32(m.scale),
+            Arg::i32(m.causal as i32),
+        ],
     })
 }
 
@@ -142,8 +161,22 @@ pub fn attention_bwd<T: Float>(
     g: &AttnGrads<T>,
 ) -> Result<Vec<Launch>> {
     const OP: &str = "attention_bwd";
-    let qside = [q.len(), o.len(), g.d_o.len(), g.d_q.len()].into_iter().min().unwrap_or(0);
-    let c = check(OP, s, m, qside, &[("k", k.len()), ("v", v.len()), ("d_k", g.d_k.len()), ("d_v", g.d_v.len())])?;
+    let qside = [q.len(), o.len(), g.d_o.len(), g.d_q.len()]
+        .into_iter()
+        .min()
+        .unwrap_or(0);
+    let c = check(
+        OP,
+        s,
+        m,
+        qside,
+        &[
+            ("k", k.len()),
+            ("v", v.len()),
+            ("d_k", g.d_k.len()),
+            ("d_v", g.d_v.len()),
+        ],
+    )?;
     let rows = c.bh * s.lq;
     check_len(OP, "lse", &lse, rows)?;
     check_len(OP, "workspace", &g.workspace, rows)?;
@@ -153,16 +186,46 @@ pub fn attention_bwd<T: Float>(
         grid: [rows.div_ceil(8) as u32, 1, 1],
         block: [256, 1, 1],
         shared_mem: 0,
-        args: vec![Arg::ptr(o), Arg::ptr(g.d_o), Arg::ptr(g.workspace), Arg::i64(to_i64(OP, "rows", rows)?), Arg::i32(s.head_dim as i32)],
+        args: vec![
+            Arg::ptr(o),
+            Arg::ptr(g.d_o),
+            Arg::ptr(g.workspace),
+            Arg::i64(to_i64(OP, "rows", rows)?),
+            Arg::i32(s.head_dim as i32),
+        ],
     };
     let tail = |c: &Checked| {
         let [h, lq, lk, d] = c.ints.clone();
-        vec![kv_arg(m), h, lq, lk, d, Arg::f32(m.scale), Arg::i32(m.causal as i32)]
+        vec![
+            kv_arg(m),
+            h,
+            lq,
+            lk,
+            d,
+            Arg::f32(m.scale),
+            Arg::i32(m.causal as i32),
+        ]
     };
-    let mut dq_args = vec![Arg::ptr(q), Arg::ptr(k), Arg::ptr(v), Arg::ptr(g.d_o), Arg::ptr(lse), Arg::ptr(g.workspace), Arg::ptr(g.d_q)];
+    let mut dq_args = vec![
+        Arg::ptr(q),
+        Arg::ptr(k),
+        Arg::ptr(v),
+        Arg::ptr(g.d_o),
+        Arg::ptr(lse),
+        Arg::ptr(g.workspace),
+        Arg::ptr(g.d_q),
+    ];
     dq_args.extend(tail(&c));
-    let mut dkdv_args =
-        vec![Arg::ptr(q), Arg::ptr(k), Arg::ptr(v), Arg::ptr(g.d_o), Arg::ptr(lse), Arg::ptr(g.workspace), Arg::ptr(g.d_k), Arg::ptr(g.d_v)];
+    let mut dkdv_args = vec![
+        Arg::ptr(q),
+        Arg::ptr(k),
+        Arg::ptr(v),
+        Arg::ptr(g.d_o),
+        Arg::ptr(lse),
+        Arg::ptr(g.workspace),
+        Arg::ptr(g.d_k),
+        Arg::ptr(g.d_v),
+    ];
     dkdv_args.extend(tail(&c));
     let dq = Launch {
         module: Module::Attention,

@@ -30,16 +30,29 @@ impl ConvGeom {
     /// Output height and width, or an error when the kernel does not fit.
     pub fn output(&self) -> Result<[usize; 2]> {
         let mut out = [0; 2];
-        for d in 0..2 {
+        for (d, o) in out.iter_mut().enumerate() {
             if self.stride[d] == 0 || self.dilation[d] == 0 || self.kernel[d] == 0 {
-                return Err(Error::arg("conv", format!("zero kernel, stride or dilation in {self:?}")));
+                return Err(Error::arg(
+                    "conv",
+                    format!("zero kernel, stride or dilation in {self:?}"),
+                ));
             }
-            let span = self.dilation[d] * (self.kernel[d] - 1) + 1;
-            let padded = self.input[d] + 2 * self.padding[d];
+            let overflow = || Error::arg("conv", format!("geometry overflows: {self:?}"));
+            let span = self.dilation[d]
+                .checked_mul(self.kernel[d] - 1)
+                .and_then(|v| v.checked_add(1))
+                .ok_or_else(overflow)?;
+            let padded = self.padding[d]
+                .checked_mul(2)
+                .and_then(|p| p.checked_add(self.input[d]))
+                .ok_or_else(overflow)?;
             if padded < span {
-                return Err(Error::arg("conv", format!("kernel span {span} exceeds the padded input {padded}")));
+                return Err(Error::arg(
+                    "conv",
+                    format!("kernel span {span} exceeds the padded input {padded}"),
+                ));
             }
-            out[d] = (padded - span) / self.stride[d] + 1;
+            *o = (padded - span) / self.stride[d] + 1;
         }
         Ok(out)
     }
@@ -47,7 +60,9 @@ impl ConvGeom {
     /// Elements of one image's column matrix: channels*kh*kw x oh*ow.
     pub fn col_len(&self) -> Result<usize> {
         let [oh, ow] = self.output()?;
-        [self.channels, self.kernel[0], self.kernel[1], oh, ow].iter().try_fold(1usize, |a, &b| mul("conv", a, b))
+        [self.channels, self.kernel[0], self.kernel[1], oh, ow]
+            .iter()
+            .try_fold(1usize, |a, &b| mul("conv", a, b))
     }
 
     /// Elements of one input image.
@@ -72,12 +87,22 @@ impl ConvGeom {
             oh,
             ow,
         ];
-        let fields = v.iter().map(|&x| to_i32("conv", "geometry", x).map(Arg::i32)).collect::<Result<Vec<_>>>()?;
+        let fields = v
+            .iter()
+            .map(|&x| to_i32("conv", "geometry", x).map(Arg::i32))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Arg::fields(&fields))
     }
 }
 
-fn plan<A, B>(op: &'static str, k: String, g: &ConvGeom, items: usize, a: DevPtr<A>, b: DevPtr<B>) -> Result<Launch> {
+fn plan<A, B>(
+    op: &'static str,
+    k: String,
+    g: &ConvGeom,
+    items: usize,
+    a: DevPtr<A>,
+    b: DevPtr<B>,
+) -> Result<Launch> {
     if g.batch > 65_535 {
         return Err(Error::arg(op, format!("batch {} above 65535", g.batch)));
     }

@@ -87,7 +87,11 @@ pub struct Operand<'a, T> {
 impl<'a, T> Operand<'a, T> {
     /// A contiguous operand of `shape` at offset 0; `strides` must outlive it.
     pub fn new(ptr: DevPtr<T>, strides: &'a [isize]) -> Self {
-        Operand { ptr, offset: 0, strides }
+        Operand {
+            ptr,
+            offset: 0,
+            strides,
+        }
     }
 }
 
@@ -106,7 +110,14 @@ pub fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
 /// address of its element (0, …, 0).
 fn check_operand<T>(op: &'static str, what: &str, o: &Operand<'_, T>, shape: &[usize]) -> Result<u64> {
     if o.strides.len() != shape.len() {
-        return Err(Error::arg(op, format!("{what} has {} strides for a {}-d output {shape:?}", o.strides.len(), shape.len())));
+        return Err(Error::arg(
+            op,
+            format!(
+                "{what} has {} strides for a {}-d output {shape:?}",
+                o.strides.len(),
+                shape.len()
+            ),
+        ));
     }
     if shape.contains(&0) {
         return Ok(o.ptr.addr());
@@ -144,7 +155,10 @@ fn coalesce(shape: &[usize], strides: &[&[isize]]) -> (Vec<usize>, Vec<Vec<isize
             continue;
         }
         let mergeable = !sh.is_empty()
-            && strides.iter().zip(&st).all(|(s, cur)| cur[cur.len() - 1] == s[d] * shape[d] as isize);
+            && strides
+                .iter()
+                .zip(&st)
+                .all(|(s, cur)| cur[cur.len() - 1] == s[d] * shape[d] as isize);
         if mergeable {
             let last = sh.len() - 1;
             sh[last] *= shape[d];
@@ -166,7 +180,7 @@ fn coalesce(shape: &[usize], strides: &[&[isize]]) -> (Vec<usize>, Vec<Vec<isize
 /// contiguous (the fast path).
 fn strided_args(op: &'static str, shape: &[usize], strides: &[&[isize]]) -> Result<Option<Arg>> {
     let (sh, st) = coalesce(shape, strides);
-    if sh.len() <= 1 && st.iter().all(|s| s.first().map_or(true, |&x| x == 1)) {
+    if sh.len() <= 1 && st.iter().all(|s| s.first().is_none_or(|&x| x == 1)) {
         return Ok(None);
     }
     pack_strided(op, &sh, &st).map(Some)
@@ -174,7 +188,10 @@ fn strided_args(op: &'static str, shape: &[usize], strides: &[&[isize]]) -> Resu
 
 fn pack_strided(op: &'static str, sh: &[usize], st: &[Vec<isize>]) -> Result<Arg> {
     if sh.len() > MAX_DIMS {
-        return Err(Error::arg(op, format!("{} dimensions after merging, at most {MAX_DIMS}", sh.len())));
+        return Err(Error::arg(
+            op,
+            format!("{} dimensions after merging, at most {MAX_DIMS}", sh.len()),
+        ));
     }
     let mut fields = vec![Arg::i64(sh.len() as i64)];
     for d in 0..MAX_DIMS {
@@ -182,7 +199,9 @@ fn pack_strided(op: &'static str, sh: &[usize], st: &[Vec<isize>]) -> Result<Arg
     }
     for k in 0..3 {
         for d in 0..MAX_DIMS {
-            fields.push(Arg::i64(st.get(k).and_then(|s| s.get(d)).copied().unwrap_or(0) as i64));
+            fields.push(Arg::i64(
+                st.get(k).and_then(|s| s.get(d)).copied().unwrap_or(0) as i64
+            ));
         }
     }
     Ok(Arg::fields(&fields))
@@ -200,7 +219,10 @@ fn launch(kernel: String, n: usize, args: Vec<Arg>) -> Launch {
 }
 
 fn out_ptr<T>(op: &'static str, y: DevPtr<T>, shape: &[usize]) -> Result<usize> {
-    let n = shape.iter().try_fold(1usize, |a, &b| a.checked_mul(b)).ok_or_else(|| Error::arg(op, format!("shape {shape:?} overflows")))?;
+    let n = shape
+        .iter()
+        .try_fold(1usize, |a, &b| a.checked_mul(b))
+        .ok_or_else(|| Error::arg(op, format!("shape {shape:?} overflows")))?;
     check_len(op, "output", &y, n)?;
     Ok(n)
 }
@@ -215,29 +237,59 @@ pub fn unary<T: Float>(op: UnaryOp, x: Operand<'_, T>, y: DevPtr<T>, shape: &[us
     let xa = check_operand(OP, "x", &x, shape)?;
     let n64 = to_i64(OP, "numel", n)?;
     Ok(match strided_args(OP, shape, &[x.strides])? {
-        None => launch(format!("unary_contig_{}", T::NAME), n, vec![Arg::i32(op as i32), Arg::i64(n64), Arg::u64(xa), Arg::ptr(y)]),
-        Some(s) => launch(format!("unary_strided_{}", T::NAME), n, vec![Arg::i32(op as i32), Arg::i64(n64), s, Arg::u64(xa), Arg::ptr(y)]),
+        None => launch(
+            format!("unary_contig_{}", T::NAME),
+            n,
+            vec![Arg::i32(op as i32), Arg::i64(n64), Arg::u64(xa), Arg::ptr(y)],
+        ),
+        Some(s) => launch(
+            format!("unary_strided_{}", T::NAME),
+            n,
+            vec![Arg::i32(op as i32), Arg::i64(n64), s, Arg::u64(xa), Arg::ptr(y)],
+        ),
     })
 }
 
 /// y = op(a, b) elementwise with broadcasting through 0 strides.
 ///
 /// Errors: as [`unary`].
-pub fn binary<T: Float>(op: BinaryOp, a: Operand<'_, T>, b: Operand<'_, T>, y: DevPtr<T>, shape: &[usize]) -> Result<Launch> {
+pub fn binary<T: Float>(
+    op: BinaryOp,
+    a: Operand<'_, T>,
+    b: Operand<'_, T>,
+    y: DevPtr<T>,
+    shape: &[usize],
+) -> Result<Launch> {
     const OP: &str = "binary";
     let n = out_ptr(OP, y, shape)?;
-    let (aa, ba) = (check_operand(OP, "a", &a, shape)?, check_operand(OP, "b", &b, shape)?);
+    let (aa, ba) = (
+        check_operand(OP, "a", &a, shape)?,
+        check_operand(OP, "b", &b, shape)?,
+    );
     let n64 = to_i64(OP, "numel", n)?;
     Ok(match strided_args(OP, shape, &[a.strides, b.strides])? {
         None => launch(
             format!("binary_contig_{}", T::NAME),
             n,
-            vec![Arg::i32(op as i32), Arg::i64(n64), Arg::u64(aa), Arg::u64(ba), Arg::ptr(y)],
+            vec![
+                Arg::i32(op as i32),
+                Arg::i64(n64),
+                Arg::u64(aa),
+                Arg::u64(ba),
+                Arg::ptr(y),
+            ],
         ),
         Some(s) => launch(
             format!("binary_strided_{}", T::NAME),
             n,
-            vec![Arg::i32(op as i32), Arg::i64(n64), s, Arg::u64(aa), Arg::u64(ba), Arg::ptr(y)],
+            vec![
+                Arg::i32(op as i32),
+                Arg::i64(n64),
+                s,
+                Arg::u64(aa),
+                Arg::u64(ba),
+                Arg::ptr(y),
+            ],
         ),
     })
 }
@@ -245,17 +297,33 @@ pub fn binary<T: Float>(op: BinaryOp, a: Operand<'_, T>, b: Operand<'_, T>, y: D
 /// y = cond ? a : b elementwise (cond is bytes, nonzero = true).
 ///
 /// Errors: as [`unary`].
-pub fn where_<T: Float>(cond: Operand<'_, u8>, a: Operand<'_, T>, b: Operand<'_, T>, y: DevPtr<T>, shape: &[usize]) -> Result<Launch> {
+pub fn where_<T: Float>(
+    cond: Operand<'_, u8>,
+    a: Operand<'_, T>,
+    b: Operand<'_, T>,
+    y: DevPtr<T>,
+    shape: &[usize],
+) -> Result<Launch> {
     const OP: &str = "where";
     let n = out_ptr(OP, y, shape)?;
     let ca = check_operand(OP, "cond", &cond, shape)?;
-    let (aa, ba) = (check_operand(OP, "a", &a, shape)?, check_operand(OP, "b", &b, shape)?);
+    let (aa, ba) = (
+        check_operand(OP, "a", &a, shape)?,
+        check_operand(OP, "b", &b, shape)?,
+    );
     let (sh, st) = coalesce(shape, &[cond.strides, a.strides, b.strides]);
     let s = pack_strided(OP, &sh, &st)?;
     Ok(launch(
         format!("where_strided_{}", T::NAME),
         n,
-        vec![Arg::i64(to_i64(OP, "numel", n)?), s, Arg::u64(ca), Arg::u64(aa), Arg::u64(ba), Arg::ptr(y)],
+        vec![
+            Arg::i64(to_i64(OP, "numel", n)?),
+            s,
+            Arg::u64(ca),
+            Arg::u64(aa),
+            Arg::u64(ba),
+            Arg::ptr(y),
+        ],
     ))
 }
 
@@ -269,7 +337,11 @@ pub fn cast<I: Float, O: Float>(x: DevPtr<I>, y: DevPtr<O>, n: usize) -> Result<
     }
     check_len(OP, "x", &x, n)?;
     check_len(OP, "y", &y, n)?;
-    Ok(launch(format!("cast_{}_{}", I::NAME, O::NAME), n, vec![Arg::i64(to_i64(OP, "n", n)?), Arg::ptr(x), Arg::ptr(y)]))
+    Ok(launch(
+        format!("cast_{}_{}", I::NAME, O::NAME),
+        n,
+        vec![Arg::i64(to_i64(OP, "n", n)?), Arg::ptr(x), Arg::ptr(y)],
+    ))
 }
 
 /// Sets `n` elements of `y` to `value` (rounded to `T`).
@@ -277,32 +349,68 @@ pub fn cast<I: Float, O: Float>(x: DevPtr<I>, y: DevPtr<O>, n: usize) -> Result<
 /// Errors: `y` shorter than `n`.
 pub fn fill<T: Float>(y: DevPtr<T>, n: usize, value: f32) -> Result<Launch> {
     check_len("fill", "y", &y, n)?;
-    Ok(launch(format!("fill_{}", T::NAME), n, vec![Arg::i64(to_i64("fill", "n", n)?), Arg::f32(value), Arg::ptr(y)]))
+    Ok(launch(
+        format!("fill_{}", T::NAME),
+        n,
+        vec![Arg::i64(to_i64("fill", "n", n)?), Arg::f32(value), Arg::ptr(y)],
+    ))
 }
 
 /// Philox uniforms in [low, high) for `n` elements from stream word `offset`
 /// (see [`crate::philox`] for the stream convention).
 ///
 /// Errors: `y` shorter than `n`, `offset + n` overflowing u64.
-pub fn uniform<T: Float>(y: DevPtr<T>, n: usize, seed: u64, offset: u64, low: f32, high: f32) -> Result<Launch> {
+pub fn uniform<T: Float>(
+    y: DevPtr<T>,
+    n: usize,
+    seed: u64,
+    offset: u64,
+    low: f32,
+    high: f32,
+) -> Result<Launch> {
     random("uniform", "philox_uniform", y, n, seed, offset, low, high)
 }
 
 /// Philox normals with `mean` and `std` (Box-Muller).
 ///
 /// Errors: as [`uniform`].
-pub fn normal<T: Float>(y: DevPtr<T>, n: usize, seed: u64, offset: u64, mean: f32, std: f32) -> Result<Launch> {
+pub fn normal<T: Float>(
+    y: DevPtr<T>,
+    n: usize,
+    seed: u64,
+    offset: u64,
+    mean: f32,
+    std: f32,
+) -> Result<Launch> {
     random("normal", "philox_normal", y, n, seed, offset, mean, std)
 }
 
 #[allow(clippy::too_many_arguments)]
-fn random<T: Float>(op: &'static str, k: &str, y: DevPtr<T>, n: usize, seed: u64, offset: u64, a: f32, b: f32) -> Result<Launch> {
+fn random<T: Float>(
+    op: &'static str,
+    k: &str,
+    y: DevPtr<T>,
+    n: usize,
+    seed: u64,
+    offset: u64,
+    a: f32,
+    b: f32,
+) -> Result<Launch> {
     check_len(op, "y", &y, n)?;
-    offset.checked_add(n as u64).ok_or_else(|| Error::arg(op, format!("offset {offset} + {n} overflows")))?;
+    offset
+        .checked_add(n as u64)
+        .ok_or_else(|| Error::arg(op, format!("offset {offset} + {n} overflows")))?;
     let mut l = launch(
         format!("{k}_{}", T::NAME),
         n.div_ceil(4) + 1,
-        vec![Arg::i64(to_i64(op, "n", n)?), Arg::u64(seed), Arg::u64(offset), Arg::f32(a), Arg::f32(b), Arg::ptr(y)],
+        vec![
+            Arg::i64(to_i64(op, "n", n)?),
+            Arg::u64(seed),
+            Arg::u64(offset),
+            Arg::f32(a),
+            Arg::f32(b),
+            Arg::ptr(y),
+        ],
     );
     l.module = Module::Philox;
     Ok(l)

@@ -45,21 +45,48 @@ pub struct GemmShape {
 impl GemmShape {
     /// A single contiguous, untransposed m x k by k x n product.
     pub fn new(m: usize, n: usize, k: usize) -> Self {
-        GemmShape { m, n, k, batch: 1, trans_a: false, trans_b: false, lda: k, ldb: n, ldc: n, stride_a: m * k, stride_b: k * n, stride_c: m * n }
+        GemmShape {
+            m,
+            n,
+            k,
+            batch: 1,
+            trans_a: false,
+            trans_b: false,
+            lda: k,
+            ldb: n,
+            ldc: n,
+            stride_a: m * k,
+            stride_b: k * n,
+            stride_c: m * n,
+        }
     }
 }
 
 /// Elements an operand stored `rows` x `cols` with `ld` spans over `batch`.
-fn extent(op: &'static str, what: &str, batch: usize, stride: usize, rows: usize, cols: usize, ld: usize) -> Result<usize> {
+fn extent(
+    op: &'static str,
+    what: &str,
+    batch: usize,
+    stride: usize,
+    rows: usize,
+    cols: usize,
+    ld: usize,
+) -> Result<usize> {
     if cols > ld && rows > 1 {
-        return Err(Error::arg(op, format!("{what}: leading dimension {ld} is below the row length {cols}")));
+        return Err(Error::arg(
+            op,
+            format!("{what}: leading dimension {ld} is below the row length {cols}"),
+        ));
     }
     if rows == 0 || cols == 0 || batch == 0 {
         return Ok(0);
     }
     let err = || Error::arg(op, format!("{what}: size overflows"));
     let last = (batch - 1).checked_mul(stride).ok_or_else(err)?;
-    let inner = (rows - 1).checked_mul(ld).and_then(|v| v.checked_add(cols)).ok_or_else(err)?;
+    let inner = (rows - 1)
+        .checked_mul(ld)
+        .and_then(|v| v.checked_add(cols))
+        .ok_or_else(err)?;
     last.checked_add(inner).ok_or_else(err)
 }
 
@@ -73,11 +100,18 @@ pub fn gemm<T: Half>(g: &GemmShape, a: DevPtr<T>, b: DevPtr<T>, c: DevPtr<T>) ->
     let (br, bc) = if g.trans_b { (g.n, g.k) } else { (g.k, g.n) };
     check_len(OP, "A", &a, extent(OP, "A", g.batch, g.stride_a, ar, ac, g.lda)?)?;
     check_len(OP, "B", &b, extent(OP, "B", g.batch, g.stride_b, br, bc, g.ldb)?)?;
-    check_len(OP, "C", &c, extent(OP, "C", g.batch, g.stride_c, g.m, g.n, g.ldc)?)?;
+    check_len(
+        OP,
+        "C",
+        &c,
+        extent(OP, "C", g.batch, g.stride_c, g.m, g.n, g.ldc)?,
+    )?;
     if g.batch > 65_535 {
         return Err(Error::arg(OP, format!("batch {} above 65535", g.batch)));
     }
-    let aligned = [g.lda, g.ldb, g.stride_a, g.stride_b].iter().all(|v| v % 8 == 0) && a.addr() % 16 == 0 && b.addr() % 16 == 0;
+    let aligned = [g.lda, g.ldb, g.stride_a, g.stride_b].iter().all(|v| v % 8 == 0)
+        && a.addr().is_multiple_of(16)
+        && b.addr().is_multiple_of(16);
     let variant = match (g.trans_a, g.trans_b) {
         (false, false) => "nn",
         (false, true) => "nt",
@@ -87,7 +121,11 @@ pub fn gemm<T: Half>(g: &GemmShape, a: DevPtr<T>, b: DevPtr<T>, c: DevPtr<T>) ->
     Ok(Launch {
         module: Module::Gemm,
         kernel: format!("gemm_{}_{variant}", T::NAME),
-        grid: [g.n.div_ceil(TILE) as u32, g.m.div_ceil(TILE) as u32, g.batch as u32],
+        grid: [
+            g.n.div_ceil(TILE) as u32,
+            g.m.div_ceil(TILE) as u32,
+            g.batch as u32,
+        ],
         block: [THREADS, 1, 1],
         shared_mem: SHARED_BYTES,
         args: vec![

@@ -119,14 +119,23 @@ pub fn layer_norm_bwd<T: Float>(
     let pg = DevPtr::<f32>::from_raw(workspace.addr(), part);
     let pb = DevPtr::<f32>::from_raw(workspace.addr() + 4 * part as u64, part);
     let (cols64, rows64) = (to_i64(OP, "cols", cols)?, to_i64(OP, "rows", rows)?);
-    let col_blocks = u32::try_from(cols.div_ceil(32)).map_err(|_| Error::arg(OP, format!("{cols} columns exceed the grid")))?;
+    let col_blocks = u32::try_from(cols.div_ceil(32))
+        .map_err(|_| Error::arg(OP, format!("{cols} columns exceed the grid")))?;
     let dx_launch = Launch {
         module: Module::LayerNorm,
         kernel: format!("ln_bwd_dx_{}", T::NAME),
         grid: [grid_rows(OP, rows)?, 1, 1],
         block: [row_block(cols), 1, 1],
         shared_mem: 0,
-        args: vec![Arg::ptr(x), opt(OP, "gamma", gamma, cols)?, Arg::ptr(dy), Arg::ptr(mean), Arg::ptr(rstd), Arg::ptr(dx), Arg::i64(cols64)],
+        args: vec![
+            Arg::ptr(x),
+            opt(OP, "gamma", gamma, cols)?,
+            Arg::ptr(dy),
+            Arg::ptr(mean),
+            Arg::ptr(rstd),
+            Arg::ptr(dx),
+            Arg::i64(cols64),
+        ],
     };
     let partial = Launch {
         module: Module::LayerNorm,
@@ -152,7 +161,14 @@ pub fn layer_norm_bwd<T: Float>(
         grid: [cols.div_ceil(256) as u32, 1, 1],
         block: [256, 1, 1],
         shared_mem: 0,
-        args: vec![Arg::ptr(pg), Arg::ptr(pb), Arg::ptr(dgamma), Arg::ptr(dbeta), Arg::i64(chunks as i64), Arg::i64(cols64)],
+        args: vec![
+            Arg::ptr(pg),
+            Arg::ptr(pb),
+            Arg::ptr(dgamma),
+            Arg::ptr(dbeta),
+            Arg::i64(chunks as i64),
+            Arg::i64(cols64),
+        ],
     };
     // With no rows dgamma/dbeta are zeros: the final stage sums 0 chunks.
     Ok(vec![dx_launch, partial, final_])

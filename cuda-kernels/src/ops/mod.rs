@@ -3,14 +3,14 @@
 //! [`crate::Launch`] that runs the kernel, or [`crate::Error::Arg`].
 
 pub mod attention;
+pub mod conv;
 pub mod elementwise;
+pub mod embedding;
 pub mod gemm;
 pub mod layernorm;
 pub mod optim;
 pub mod reduce;
 pub mod softmax;
-pub mod conv;
-pub mod embedding;
 
 use crate::launch::KernelType;
 

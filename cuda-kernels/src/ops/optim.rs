@@ -55,7 +55,10 @@ pub struct AdamTables {
 ///
 /// Errors: a tensor whose four buffers differ in length.
 pub fn adamw_tables<G: Float>(group: &[AdamTensor<G>]) -> Result<AdamTables> {
-    let mut t = AdamTables { tensors: Vec::new(), chunks: Vec::new() };
+    let mut t = AdamTables {
+        tensors: Vec::new(),
+        chunks: Vec::new(),
+    };
     for (i, p) in group.iter().enumerate() {
         let n = p.param.len();
         if p.grad.len() != n || p.exp_avg.len() != n || p.exp_avg_sq.len() != n {
@@ -69,8 +72,15 @@ pub fn adamw_tables<G: Float>(group: &[AdamTensor<G>]) -> Result<AdamTables> {
                 ),
             ));
         }
-        t.tensors.extend([p.param.addr(), p.grad.addr(), p.exp_avg.addr(), p.exp_avg_sq.addr(), n as u64]);
-        t.chunks.extend((0..n).step_by(CHUNK).flat_map(|s| [i as u64, s as u64]));
+        t.tensors.extend([
+            p.param.addr(),
+            p.grad.addr(),
+            p.exp_avg.addr(),
+            p.exp_avg_sq.addr(),
+            n as u64,
+        ]);
+        t.chunks
+            .extend((0..n).step_by(CHUNK).flat_map(|s| [i as u64, s as u64]));
     }
     Ok(t)
 }
@@ -79,14 +89,25 @@ pub fn adamw_tables<G: Float>(group: &[AdamTensor<G>]) -> Result<AdamTables> {
 /// the device. `n_chunks` is `tables.chunks.len() / 2`.
 ///
 /// Errors: table buffers too short, step 0, betas outside [0, 1).
-pub fn adamw<G: Float>(tensors: DevPtr<u64>, chunks: DevPtr<u64>, n_chunks: usize, c: &AdamConfig) -> Result<Launch> {
+pub fn adamw<G: Float>(
+    tensors: DevPtr<u64>,
+    chunks: DevPtr<u64>,
+    n_chunks: usize,
+    c: &AdamConfig,
+) -> Result<Launch> {
     const OP: &str = "adamw";
     check_len(OP, "chunks", &chunks, 2 * n_chunks)?;
     if tensors.is_empty() && n_chunks > 0 {
         return Err(Error::arg(OP, "empty tensor table"));
     }
     if c.step == 0 || !(0.0..1.0).contains(&c.beta1) || !(0.0..1.0).contains(&c.beta2) {
-        return Err(Error::arg(OP, format!("step {} (from 1), beta1 {}, beta2 {} (in [0, 1))", c.step, c.beta1, c.beta2)));
+        return Err(Error::arg(
+            OP,
+            format!(
+                "step {} (from 1), beta1 {}, beta2 {} (in [0, 1))",
+                c.step, c.beta1, c.beta2
+            ),
+        ));
     }
     let t = c.step.min(i32::MAX as u64) as i32;
     let bc1 = 1.0 - (c.beta1 as f64).powi(t);
@@ -101,7 +122,8 @@ pub fn adamw<G: Float>(tensors: DevPtr<u64>, chunks: DevPtr<u64>, n_chunks: usiz
         Arg::f32(bc2 as f32),
         Arg::f32(c.grad_scale),
     ]);
-    let grid = u32::try_from(n_chunks).map_err(|_| Error::arg(OP, format!("{n_chunks} chunks exceed the grid")))?;
+    let grid =
+        u32::try_from(n_chunks).map_err(|_| Error::arg(OP, format!("{n_chunks} chunks exceed the grid")))?;
     Ok(Launch {
         module: Module::AdamW,
         kernel: format!("adamw_{}", G::NAME),

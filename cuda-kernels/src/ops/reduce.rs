@@ -17,11 +17,23 @@ pub enum Reduction {
     Max,
 }
 
-fn plan(op: &'static str, kernel: String, outer: usize, len: usize, inner: usize, x: u64, y: u64) -> Result<Launch> {
+fn plan(
+    op: &'static str,
+    kernel: String,
+    outer: usize,
+    len: usize,
+    inner: usize,
+    x: u64,
+    y: u64,
+) -> Result<Launch> {
     if len == 0 {
         return Err(Error::arg(op, "cannot reduce a dimension of length 0"));
     }
-    let grid = if inner == 1 { (outer as u64).div_ceil((BLOCK / 32) as u64).max(1) as u32 } else { grid_for(mul(op, outer, inner)? as u64, BLOCK) };
+    let grid = if inner == 1 {
+        (outer as u64).div_ceil((BLOCK / 32) as u64).max(1) as u32
+    } else {
+        grid_for(mul(op, outer, inner)? as u64, BLOCK)
+    };
     if inner == 1 && outer as u64 > (BLOCK / 32) as u64 * u32::MAX as u64 {
         return Err(Error::arg(op, format!("{outer} rows exceed the grid")));
     }
@@ -44,7 +56,14 @@ fn plan(op: &'static str, kernel: String, outer: usize, len: usize, inner: usize
 /// y[o, i] = reduce over r of x[o, r, i]; `y` holds `outer * inner` values.
 ///
 /// Errors: `len == 0`, buffers too short, sizes overflowing.
-pub fn reduce<T: Float>(r: Reduction, x: DevPtr<T>, y: DevPtr<T>, outer: usize, len: usize, inner: usize) -> Result<Launch> {
+pub fn reduce<T: Float>(
+    r: Reduction,
+    x: DevPtr<T>,
+    y: DevPtr<T>,
+    outer: usize,
+    len: usize,
+    inner: usize,
+) -> Result<Launch> {
     const OP: &str = "reduce";
     check_len(OP, "x", &x, mul(OP, mul(OP, outer, len)?, inner)?)?;
     check_len(OP, "y", &y, mul(OP, outer, inner)?)?;
@@ -52,15 +71,37 @@ pub fn reduce<T: Float>(r: Reduction, x: DevPtr<T>, y: DevPtr<T>, outer: usize, 
         Reduction::Sum => "reduce_sum",
         Reduction::Max => "reduce_max",
     };
-    plan(OP, format!("{k}_{}", T::NAME), outer, len, inner, x.addr(), y.addr())
+    plan(
+        OP,
+        format!("{k}_{}", T::NAME),
+        outer,
+        len,
+        inner,
+        x.addr(),
+        y.addr(),
+    )
 }
 
 /// y[o, i] = index r of the largest x[o, r, i] (first on ties, NaN wins).
 ///
 /// Errors: as [`reduce`].
-pub fn argmax<T: Float>(x: DevPtr<T>, y: DevPtr<i64>, outer: usize, len: usize, inner: usize) -> Result<Launch> {
+pub fn argmax<T: Float>(
+    x: DevPtr<T>,
+    y: DevPtr<i64>,
+    outer: usize,
+    len: usize,
+    inner: usize,
+) -> Result<Launch> {
     const OP: &str = "argmax";
     check_len(OP, "x", &x, mul(OP, mul(OP, outer, len)?, inner)?)?;
     check_len(OP, "y", &y, mul(OP, outer, inner)?)?;
-    plan(OP, format!("argmax_{}", T::NAME), outer, len, inner, x.addr(), y.addr())
+    plan(
+        OP,
+        format!("argmax_{}", T::NAME),
+        outer,
+        len,
+        inner,
+        x.addr(),
+        y.addr(),
+    )
 }

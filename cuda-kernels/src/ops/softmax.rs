@@ -11,7 +11,14 @@ const ROWS_PER_BLOCK: u64 = (BLOCK / 32) as u64;
 fn row_launch(op: &'static str, kernel: String, rows: usize, args: Vec<Arg>) -> Result<Launch> {
     let grid = (rows as u64).div_ceil(ROWS_PER_BLOCK).max(1);
     let grid = u32::try_from(grid).map_err(|_| Error::arg(op, format!("{rows} rows exceed the grid")))?;
-    Ok(Launch { module: Module::Softmax, kernel, grid: [grid, 1, 1], block: [BLOCK, 1, 1], shared_mem: 0, args })
+    Ok(Launch {
+        module: Module::Softmax,
+        kernel,
+        grid: [grid, 1, 1],
+        block: [BLOCK, 1, 1],
+        shared_mem: 0,
+        args,
+    })
 }
 
 /// y = softmax(x) (or log_softmax when `log`) over each row of [rows, cols].
@@ -29,7 +36,13 @@ pub fn softmax<T: Float>(x: DevPtr<T>, y: DevPtr<T>, rows: usize, cols: usize, l
         OP,
         format!("softmax_{}", T::NAME),
         rows,
-        vec![Arg::ptr(x), Arg::ptr(y), Arg::i64(to_i64(OP, "rows", rows)?), Arg::i64(to_i64(OP, "cols", cols)?), Arg::i32(log as i32)],
+        vec![
+            Arg::ptr(x),
+            Arg::ptr(y),
+            Arg::i64(to_i64(OP, "rows", rows)?),
+            Arg::i64(to_i64(OP, "cols", cols)?),
+            Arg::i32(log as i32),
+        ],
     )
 }
 

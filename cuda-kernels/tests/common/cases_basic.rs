@@ -81,8 +81,20 @@ fn binary_ref(op: BinaryOp, a: f64, b: f64) -> f64 {
         BinaryOp::Sub => a - b,
         BinaryOp::Mul => a * b,
         BinaryOp::Div => a / b,
-        BinaryOp::Maximum => if a.is_nan() || b.is_nan() { f64::NAN } else { a.max(b) },
-        BinaryOp::Minimum => if a.is_nan() || b.is_nan() { f64::NAN } else { a.min(b) },
+        BinaryOp::Maximum => {
+            if a.is_nan() || b.is_nan() {
+                f64::NAN
+            } else {
+                a.max(b)
+            }
+        }
+        BinaryOp::Minimum => {
+            if a.is_nan() || b.is_nan() {
+                f64::NAN
+            } else {
+                a.min(b)
+            }
+        }
         BinaryOp::Pow => a.powf(b),
     }
 }
@@ -107,16 +119,40 @@ fn unary_t<T: TF>(e: &impl Exec, dg: &mut Digest) {
     let contig: Vec<T> = r.vec(37, -2.0, 2.0);
     let (xb, xc) = (e.upload(&base), e.upload(&contig));
     for op in UNARY {
-        let y = e.upload(&vec![T::default(); 105]);
-        e.go(&[ew::unary(op, Operand { ptr: xb, offset: 2, strides: &strides }, y, &shape).unwrap()]);
-        let want: Vec<f64> = (0..105).map(|i| unary_ref(op, base[at(&shape, &strides, 2, i)].to_f64())).collect();
+        let y = e.upload(&[T::default(); 105]);
+        e.go(&[ew::unary(
+            op,
+            Operand {
+                ptr: xb,
+                offset: 2,
+                strides: &strides,
+            },
+            y,
+            &shape,
+        )
+        .unwrap()]);
+        let want: Vec<f64> = (0..105)
+            .map(|i| unary_ref(op, base[at(&shape, &strides, 2, i)].to_f64()))
+            .collect();
         let got = e.download(y);
-        assert_close(&format!("{op:?} strided {}", T::NAME), &to64(&got), &want, 4.0 * T::EPS + 1e-6, 1e-6);
-        let y2 = e.upload(&vec![T::default(); 37]);
+        assert_close(
+            &format!("{op:?} strided {}", T::NAME),
+            &to64(&got),
+            &want,
+            4.0 * T::EPS + 1e-6,
+            1e-6,
+        );
+        let y2 = e.upload(&[T::default(); 37]);
         e.go(&[ew::unary(op, Operand::new(xc, &[1]), y2, &[37]).unwrap()]);
         let want: Vec<f64> = contig.iter().map(|x| unary_ref(op, x.to_f64())).collect();
         let got2 = e.download(y2);
-        assert_close(&format!("{op:?} contiguous {}", T::NAME), &to64(&got2), &want, 4.0 * T::EPS + 1e-6, 1e-6);
+        assert_close(
+            &format!("{op:?} contiguous {}", T::NAME),
+            &to64(&got2),
+            &want,
+            4.0 * T::EPS + 1e-6,
+            1e-6,
+        );
         dg.add(&got);
         dg.add(&got2);
     }
@@ -135,29 +171,77 @@ fn binary_t<T: TF>(e: &impl Exec, dg: &mut Digest) {
     let b: Vec<T> = r.vec(30, 0.25, 2.0);
     let (sa, sb) = ([6isize, 0, 1], [0isize, 6, 1]);
     let (pa, pb) = (e.upload(&a), e.upload(&b));
-    for op in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Maximum, BinaryOp::Minimum, BinaryOp::Pow] {
-        let y = e.upload(&vec![T::default(); 120]);
+    for op in [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Maximum,
+        BinaryOp::Minimum,
+        BinaryOp::Pow,
+    ] {
+        let y = e.upload(&[T::default(); 120]);
         e.go(&[ew::binary(op, Operand::new(pa, &sa), Operand::new(pb, &sb), y, &shape).unwrap()]);
-        let want: Vec<f64> =
-            (0..120).map(|i| binary_ref(op, a[at(&shape, &sa, 0, i)].to_f64(), b[at(&shape, &sb, 0, i)].to_f64())).collect();
+        let want: Vec<f64> = (0..120)
+            .map(|i| {
+                binary_ref(
+                    op,
+                    a[at(&shape, &sa, 0, i)].to_f64(),
+                    b[at(&shape, &sb, 0, i)].to_f64(),
+                )
+            })
+            .collect();
         let got = e.download(y);
-        assert_close(&format!("{op:?} broadcast {}", T::NAME), &to64(&got), &want, 4.0 * T::EPS + 1e-6, 1e-6);
+        assert_close(
+            &format!("{op:?} broadcast {}", T::NAME),
+            &to64(&got),
+            &want,
+            4.0 * T::EPS + 1e-6,
+            1e-6,
+        );
         dg.add(&got);
-        let y2 = e.upload(&vec![T::default(); 24]);
+        let y2 = e.upload(&[T::default(); 24]);
         e.go(&[ew::binary(op, Operand::new(pa, &[1]), Operand::new(pb, &[1]), y2, &[24]).unwrap()]);
-        let want: Vec<f64> = (0..24).map(|i| binary_ref(op, a[i].to_f64(), b[i].to_f64())).collect();
-        assert_close(&format!("{op:?} contiguous {}", T::NAME), &to64(&e.download(y2)), &want, 4.0 * T::EPS + 1e-6, 1e-6);
+        let want: Vec<f64> = (0..24)
+            .map(|i| binary_ref(op, a[i].to_f64(), b[i].to_f64()))
+            .collect();
+        assert_close(
+            &format!("{op:?} contiguous {}", T::NAME),
+            &to64(&e.download(y2)),
+            &want,
+            4.0 * T::EPS + 1e-6,
+            1e-6,
+        );
     }
     // where over a broadcast condition, fill, and a zero-size output.
     let cond: Vec<u8> = (0..6).map(|i| (i % 3 == 0) as u8).collect();
     let pc = e.upload(&cond);
-    let y = e.upload(&vec![T::default(); 120]);
-    e.go(&[ew::where_(Operand::new(pc, &[0, 0, 1]), Operand::new(pa, &sa), Operand::new(pb, &sb), y, &shape).unwrap()]);
+    let y = e.upload(&[T::default(); 120]);
+    e.go(&[ew::where_(
+        Operand::new(pc, &[0, 0, 1]),
+        Operand::new(pa, &sa),
+        Operand::new(pb, &sb),
+        y,
+        &shape,
+    )
+    .unwrap()]);
     let want: Vec<f64> = (0..120)
-        .map(|i| if cond[i % 6] != 0 { a[at(&shape, &sa, 0, i)].to_f64() } else { b[at(&shape, &sb, 0, i)].to_f64() })
+        .map(|i| {
+            if cond[i % 6] != 0 {
+                a[at(&shape, &sa, 0, i)].to_f64()
+            } else {
+                b[at(&shape, &sb, 0, i)].to_f64()
+            }
+        })
         .collect();
-    assert_close(&format!("where {}", T::NAME), &to64(&e.download(y)), &want, 0.0, 0.0);
-    let f = e.upload(&vec![T::default(); 33]);
+    assert_close(
+        &format!("where {}", T::NAME),
+        &to64(&e.download(y)),
+        &want,
+        0.0,
+        0.0,
+    );
+    let f = e.upload(&[T::default(); 33]);
     e.go(&[ew::fill(f, 33, 1.5).unwrap()]);
     assert_close("fill", &to64(&e.download(f)), &[1.5; 33], 0.0, 0.0);
     e.go(&[ew::unary(UnaryOp::Exp, Operand::new(pa, &[1, 1]), y, &[0, 3]).unwrap()]);
@@ -171,25 +255,48 @@ pub fn elementwise_binary(e: &impl Exec) -> Digest {
 
 pub fn casts_and_philox(e: &impl Exec) -> Digest {
     let mut r = Rng::new(3);
-    let x: Vec<f32> = (0..41).map(|_| r.uniform(-70000.0, 70000.0) as f32).chain([0.0, -0.0, 1e-8, 65519.0, 65520.0, f32::NAN]).collect();
+    let x: Vec<f32> = (0..41)
+        .map(|_| r.uniform(-70000.0, 70000.0) as f32)
+        .chain([0.0, -0.0, 1e-8, 65519.0, 65520.0, f32::NAN])
+        .collect();
     let n = x.len();
     let px = e.upload(&x);
     let (h, b) = (e.upload(&vec![f16::ZERO; n]), e.upload(&vec![bf16::ZERO; n]));
-    e.go(&[ew::cast::<f32, f16>(px, h, n).unwrap(), ew::cast::<f32, bf16>(px, b, n).unwrap()]);
+    e.go(&[
+        ew::cast::<f32, f16>(px, h, n).unwrap(),
+        ew::cast::<f32, bf16>(px, b, n).unwrap(),
+    ]);
     let (hv, bv) = (e.download(h), e.download(b));
     for i in 0..n {
-        assert!(hv[i].to_bits() == f16::from_f32(x[i]).to_bits() || (x[i].is_nan() && hv[i].is_nan()), "f32->f16 of {}", x[i]);
-        assert!(bv[i].to_bits() == bf16::from_f32(x[i]).to_bits() || (x[i].is_nan() && bv[i].is_nan()), "f32->bf16 of {}", x[i]);
+        assert!(
+            hv[i].to_bits() == f16::from_f32(x[i]).to_bits() || (x[i].is_nan() && hv[i].is_nan()),
+            "f32->f16 of {}",
+            x[i]
+        );
+        assert!(
+            bv[i].to_bits() == bf16::from_f32(x[i]).to_bits() || (x[i].is_nan() && bv[i].is_nan()),
+            "f32->bf16 of {}",
+            x[i]
+        );
     }
     let (h2, b2) = (e.upload(&vec![f16::ZERO; n]), e.upload(&vec![bf16::ZERO; n]));
-    e.go(&[ew::cast::<bf16, f16>(b, h2, n).unwrap(), ew::cast::<f16, bf16>(h, b2, n).unwrap()]);
+    e.go(&[
+        ew::cast::<bf16, f16>(b, h2, n).unwrap(),
+        ew::cast::<f16, bf16>(h, b2, n).unwrap(),
+    ]);
     let back = e.upload(&vec![0f32; n]);
     e.go(&[ew::cast::<f16, f32>(h, back, n).unwrap()]);
     let bv2 = e.download(back);
     for i in 0..n {
-        assert!(bv2[i].to_bits() == hv[i].to_f32().to_bits() || bv2[i].is_nan(), "f16->f32");
+        assert!(
+            bv2[i].to_bits() == hv[i].to_f32().to_bits() || bv2[i].is_nan(),
+            "f16->f32"
+        );
         let hb = e.download(h2)[i];
-        assert!(hb.to_bits() == f16::from_f32(bv[i].to_f32()).to_bits() || hb.is_nan(), "bf16->f16");
+        assert!(
+            hb.to_bits() == f16::from_f32(bv[i].to_f32()).to_bits() || hb.is_nan(),
+            "bf16->f16"
+        );
     }
     assert!(ew::cast::<f32, f32>(px, px, n).is_err());
     // Philox: uniforms bit-exact with the CPU generator from any offset.
@@ -199,16 +306,27 @@ pub fn casts_and_philox(e: &impl Exec) -> Digest {
         e.go(&[ew::uniform(y, len, seed, offset, -1.0, 3.0).unwrap()]);
         let got = e.download(y);
         let want = philox::uniform_f32(seed, offset, len, -1.0, 3.0);
-        assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "uniform seed {seed} offset {offset}");
+        assert!(
+            got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "uniform seed {seed} offset {offset}"
+        );
         let z = e.upload(&vec![0f32; len]);
         e.go(&[ew::normal(z, len, seed, offset, 0.5, 2.0).unwrap()]);
         let got_n: Vec<f64> = e.download(z).iter().map(|&v| v as f64).collect();
-        let want_n: Vec<f64> = philox::normal_f32(seed, offset, len, 0.5, 2.0).iter().map(|&v| v as f64).collect();
+        let want_n: Vec<f64> = philox::normal_f32(seed, offset, len, 0.5, 2.0)
+            .iter()
+            .map(|&v| v as f64)
+            .collect();
         assert_close("normal", &got_n, &want_n, 1e-5, 1e-5);
         let hz = e.upload(&vec![bf16::ZERO; len]);
         e.go(&[ew::uniform(hz, len, seed, offset, -1.0, 3.0).unwrap()]);
         let hv = e.download(hz);
-        assert!(hv.iter().zip(&want).all(|(a, b)| a.to_bits() == bf16::from_f32(*b).to_bits()), "bf16 uniform");
+        assert!(
+            hv.iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == bf16::from_f32(*b).to_bits()),
+            "bf16 uniform"
+        );
         d.add(&got);
     }
     d
@@ -216,7 +334,13 @@ pub fn casts_and_philox(e: &impl Exec) -> Digest {
 
 fn reduce_t<T: TF>(e: &impl Exec, dg: &mut Digest) {
     let mut r = Rng::new(4);
-    for (outer, len, inner) in [(3usize, 37usize, 1usize), (2, 5, 7), (1, 1, 1), (9, 70, 3), (1, 100, 1)] {
+    for (outer, len, inner) in [
+        (3usize, 37usize, 1usize),
+        (2, 5, 7),
+        (1, 1, 1),
+        (9, 70, 3),
+        (1, 100, 1),
+    ] {
         let n = outer * len * inner;
         let mut x: Vec<T> = r.vec(n, -3.0, 3.0);
         if n > 4 {
@@ -226,7 +350,11 @@ fn reduce_t<T: TF>(e: &impl Exec, dg: &mut Digest) {
         }
         let px = e.upload(&x);
         let m = outer * inner;
-        let (ys, ym, ya) = (e.upload(&vec![T::default(); m]), e.upload(&vec![T::default(); m]), e.upload(&vec![0i64; m]));
+        let (ys, ym, ya) = (
+            e.upload(&vec![T::default(); m]),
+            e.upload(&vec![T::default(); m]),
+            e.upload(&vec![0i64; m]),
+        );
         e.go(&[
             reduce(Reduction::Sum, px, ys, outer, len, inner).unwrap(),
             reduce(Reduction::Max, px, ym, outer, len, inner).unwrap(),
@@ -246,7 +374,13 @@ fn reduce_t<T: TF>(e: &impl Exec, dg: &mut Digest) {
             }
         }
         let what = format!("reduce {outer}x{len}x{inner} {}", T::NAME);
-        assert_close(&format!("sum {what}"), &to64(&e.download(ys)), &ws, 2.0 * T::EPS, 1e-5 * len as f64 + 2.0 * T::EPS);
+        assert_close(
+            &format!("sum {what}"),
+            &to64(&e.download(ys)),
+            &ws,
+            2.0 * T::EPS,
+            1e-5 * len as f64 + 2.0 * T::EPS,
+        );
         assert_close(&format!("max {what}"), &to64(&e.download(ym)), &wm, 0.0, 0.0);
         assert_eq!(e.download(ya), wa, "argmax {what}");
         dg.add(&e.download(ys));
@@ -264,8 +398,14 @@ fn softmax_t<T: TF>(e: &impl Exec, dg: &mut Digest) {
     for (rows, cols) in [(5usize, 37usize), (9, 1), (3, 100)] {
         let x: Vec<T> = r.vec(rows * cols, -4.0, 4.0);
         let px = e.upload(&x);
-        let (y, ly) = (e.upload(&vec![T::default(); rows * cols]), e.upload(&vec![T::default(); rows * cols]));
-        e.go(&[softmax(px, y, rows, cols, false).unwrap(), softmax(px, ly, rows, cols, true).unwrap()]);
+        let (y, ly) = (
+            e.upload(&vec![T::default(); rows * cols]),
+            e.upload(&vec![T::default(); rows * cols]),
+        );
+        e.go(&[
+            softmax(px, y, rows, cols, false).unwrap(),
+            softmax(px, ly, rows, cols, true).unwrap(),
+        ]);
         let mut want = vec![0.0; rows * cols];
         let mut lwant = vec![0.0; rows * cols];
         let mut lse = vec![0.0; rows];
@@ -280,11 +420,33 @@ fn softmax_t<T: TF>(e: &impl Exec, dg: &mut Digest) {
             }
         }
         let tag = format!("{rows}x{cols} {}", T::NAME);
-        assert_close(&format!("softmax {tag}"), &to64(&e.download(y)), &want, 2.0 * T::EPS + 1e-6, 1e-6);
-        assert_close(&format!("log_softmax {tag}"), &to64(&e.download(ly)), &lwant, 2.0 * T::EPS + 1e-6, 1e-5);
+        assert_close(
+            &format!("softmax {tag}"),
+            &to64(&e.download(y)),
+            &want,
+            2.0 * T::EPS + 1e-6,
+            1e-6,
+        );
+        assert_close(
+            &format!("log_softmax {tag}"),
+            &to64(&e.download(ly)),
+            &lwant,
+            2.0 * T::EPS + 1e-6,
+            1e-5,
+        );
         dg.add(&e.download(y));
         // Cross-entropy with an ignored row and an out-of-range target.
-        let targets: Vec<i64> = (0..rows).map(|i| if i == 1 { -100 } else if i == 2 && rows > 3 { cols as i64 } else { (i * 7 % cols) as i64 }).collect();
+        let targets: Vec<i64> = (0..rows)
+            .map(|i| {
+                if i == 1 {
+                    -100
+                } else if i == 2 && rows > 3 {
+                    cols as i64
+                } else {
+                    (i * 7 % cols) as i64
+                }
+            })
+            .collect();
         let pt = e.upload(&targets);
         let (loss, lse_d) = (e.upload(&vec![0f32; rows]), e.upload(&vec![0f32; rows]));
         e.go(&[cross_entropy_fwd(px, pt, loss, lse_d, rows, cols, -100).unwrap()]);
@@ -310,7 +472,13 @@ fn softmax_t<T: TF>(e: &impl Exec, dg: &mut Digest) {
                 }
             })
             .collect();
-        assert_close(&format!("ce_bwd {tag}"), &to64(&e.download(dx)), &want_dx, 2.0 * T::EPS + 1e-5, 1e-5 * rows as f64);
+        assert_close(
+            &format!("ce_bwd {tag}"),
+            &to64(&e.download(dx)),
+            &want_dx,
+            2.0 * T::EPS + 1e-5,
+            1e-5 * rows as f64,
+        );
     }
 }
 
@@ -322,21 +490,39 @@ pub fn softmax_and_cross_entropy(e: &impl Exec) -> Digest {
 
 fn layernorm_t<T: TF>(e: &impl Exec, dg: &mut Digest) {
     let mut r = Rng::new(6);
-    for (rows, cols, affine) in [(37usize, 45usize, true), (1, 1, false), (70, 300, true), (3, 33, false)] {
+    for (rows, cols, affine) in [
+        (37usize, 45usize, true),
+        (1, 1, false),
+        (70, 300, true),
+        (3, 33, false),
+    ] {
         let n = rows * cols;
         let x: Vec<T> = r.vec(n, -2.0, 3.0);
         let gm: Vec<T> = r.vec(cols, 0.5, 1.5);
         let bt: Vec<T> = r.vec(cols, -0.5, 0.5);
         let dy: Vec<T> = r.vec(n, -1.0, 1.0);
         let (px, pg, pb, pdy) = (e.upload(&x), e.upload(&gm), e.upload(&bt), e.upload(&dy));
-        let (y, mean, rstd) = (e.upload(&vec![T::default(); n]), e.upload(&vec![0f32; rows]), e.upload(&vec![0f32; rows]));
-        let (gopt, bopt) = if affine { (Some(pg), Some(pb)) } else { (None, None) };
+        let (y, mean, rstd) = (
+            e.upload(&vec![T::default(); n]),
+            e.upload(&vec![0f32; rows]),
+            e.upload(&vec![0f32; rows]),
+        );
+        let (gopt, bopt) = if affine {
+            (Some(pg), Some(pb))
+        } else {
+            (None, None)
+        };
         let eps = 1e-5f32;
         e.go(&[layer_norm_fwd(px, gopt, bopt, y, mean, rstd, rows, cols, eps).unwrap()]);
-        let (dx, dgam, dbet) = (e.upload(&vec![T::default(); n]), e.upload(&vec![T::default(); cols]), e.upload(&vec![T::default(); cols]));
+        let (dx, dgam, dbet) = (
+            e.upload(&vec![T::default(); n]),
+            e.upload(&vec![T::default(); cols]),
+            e.upload(&vec![T::default(); cols]),
+        );
         let ws = e.upload(&vec![0f32; layer_norm_bwd_workspace(rows, cols)]);
         e.go(&layer_norm_bwd(px, gopt, pdy, mean, rstd, dx, dgam, dbet, ws, rows, cols).unwrap());
-        let (mut wy, mut wdx, mut wdg, mut wdb) = (vec![0.0; n], vec![0.0; n], vec![0.0; cols], vec![0.0; cols]);
+        let (mut wy, mut wdx, mut wdg, mut wdb) =
+            (vec![0.0; n], vec![0.0; n], vec![0.0; cols], vec![0.0; cols]);
         let gv = |c: usize| if affine { gm[c].to_f64() } else { 1.0 };
         for rr in 0..rows {
             let row: Vec<f64> = (0..cols).map(|c| x[rr * cols + c].to_f64()).collect();
@@ -358,9 +544,27 @@ fn layernorm_t<T: TF>(e: &impl Exec, dg: &mut Digest) {
         // Inputs rounded to T change xhat by about EPS relative to its scale.
         let tol = 8.0 * T::EPS + 1e-5;
         assert_close(&format!("ln y {tag}"), &to64(&e.download(y)), &wy, tol, tol);
-        assert_close(&format!("ln dx {tag}"), &to64(&e.download(dx)), &wdx, tol, tol * 4.0);
-        assert_close(&format!("ln dgamma {tag}"), &to64(&e.download(dgam)), &wdg, tol, tol * rows as f64);
-        assert_close(&format!("ln dbeta {tag}"), &to64(&e.download(dbet)), &wdb, tol, tol * rows as f64);
+        assert_close(
+            &format!("ln dx {tag}"),
+            &to64(&e.download(dx)),
+            &wdx,
+            tol,
+            tol * 4.0,
+        );
+        assert_close(
+            &format!("ln dgamma {tag}"),
+            &to64(&e.download(dgam)),
+            &wdg,
+            tol,
+            tol * rows as f64,
+        );
+        assert_close(
+            &format!("ln dbeta {tag}"),
+            &to64(&e.download(dbet)),
+            &wdb,
+            tol,
+            tol * rows as f64,
+        );
         dg.add(&e.download(dx));
         dg.add(&e.download(dgam));
     }
@@ -375,17 +579,36 @@ pub fn layer_norm(e: &impl Exec) -> Digest {
 fn adamw_t<G: TF>(e: &impl Exec, dg: &mut Digest) {
     let mut r = Rng::new(7);
     let sizes = [1usize, 37, 5000];
-    let cfg = AdamConfig { lr: 1e-2, beta1: 0.9, beta2: 0.99, eps: 1e-8, weight_decay: 0.1, step: 1, grad_scale: 0.5 };
-    let mut host: Vec<(Vec<f32>, Vec<G>)> = sizes.iter().map(|&n| (r.vec::<f32>(n, -1.0, 1.0), r.vec::<G>(n, -2.0, 2.0))).collect();
+    let cfg = AdamConfig {
+        lr: 1e-2,
+        beta1: 0.9,
+        beta2: 0.99,
+        eps: 1e-8,
+        weight_decay: 0.1,
+        step: 1,
+        grad_scale: 0.5,
+    };
+    let mut host: Vec<(Vec<f32>, Vec<G>)> = sizes
+        .iter()
+        .map(|&n| (r.vec::<f32>(n, -1.0, 1.0), r.vec::<G>(n, -2.0, 2.0)))
+        .collect();
     let dev: Vec<AdamTensor<G>> = host
         .iter()
-        .map(|(p, g)| AdamTensor { param: e.upload(p), grad: e.upload(g), exp_avg: e.upload(&vec![0f32; p.len()]), exp_avg_sq: e.upload(&vec![0f32; p.len()]) })
+        .map(|(p, g)| AdamTensor {
+            param: e.upload(p),
+            grad: e.upload(g),
+            exp_avg: e.upload(&vec![0f32; p.len()]),
+            exp_avg_sq: e.upload(&vec![0f32; p.len()]),
+        })
         .collect();
     let tables = adamw_tables(&dev).unwrap();
     let (tt, tc) = (e.upload(&tables.tensors), e.upload(&tables.chunks));
     let mut m: Vec<Vec<f64>> = sizes.iter().map(|&n| vec![0.0; n]).collect();
     let mut v = m.clone();
-    let mut p: Vec<Vec<f64>> = host.iter().map(|(p, _)| p.iter().map(|&x| x as f64).collect()).collect();
+    let mut p: Vec<Vec<f64>> = host
+        .iter()
+        .map(|(p, _)| p.iter().map(|&x| x as f64).collect())
+        .collect();
     for step in 1..=2u64 {
         let c = AdamConfig { step, ..cfg };
         e.go(&[adamw::<G>(tt, tc, tables.chunks.len() / 2, &c).unwrap()]);
@@ -421,13 +644,29 @@ pub fn adamw_multi_tensor(e: &impl Exec) -> Digest {
 fn embedding_t<T: TF>(e: &impl Exec, dg: &mut Digest) {
     let mut r = Rng::new(8);
     let (vocab, dim) = (11usize, 13usize);
-    let idx: Vec<i64> = (0..29).map(|i| if i == 5 { 11 } else if i == 6 { -1 } else { (i * 7 % 11) as i64 }).collect();
+    let idx: Vec<i64> = (0..29)
+        .map(|i| {
+            if i == 5 {
+                11
+            } else if i == 6 {
+                -1
+            } else {
+                (i * 7 % 11) as i64
+            }
+        })
+        .collect();
     let n = idx.len();
     let w: Vec<T> = r.vec(vocab * dim, -1.0, 1.0);
     let go: Vec<T> = r.vec(n * dim, -1.0, 1.0);
     let (pw, pi, pgo) = (e.upload(&w), e.upload(&idx), e.upload(&go));
-    let (out, gw) = (e.upload(&vec![T::default(); n * dim]), e.upload(&vec![0f32; vocab * dim]));
-    e.go(&[embedding_fwd(pw, pi, out, n, vocab, dim).unwrap(), embedding_bwd(pgo, pi, gw, n, vocab, dim).unwrap()]);
+    let (out, gw) = (
+        e.upload(&vec![T::default(); n * dim]),
+        e.upload(&vec![0f32; vocab * dim]),
+    );
+    e.go(&[
+        embedding_fwd(pw, pi, out, n, vocab, dim).unwrap(),
+        embedding_bwd(pgo, pi, gw, n, vocab, dim).unwrap(),
+    ]);
     let mut want = vec![f64::NAN; n * dim];
     let mut wgw = vec![0.0; vocab * dim];
     for (i, &k) in idx.iter().enumerate() {
@@ -438,7 +677,13 @@ fn embedding_t<T: TF>(e: &impl Exec, dg: &mut Digest) {
             }
         }
     }
-    assert_close(&format!("embedding fwd {}", T::NAME), &to64(&e.download(out)), &want, 0.0, 0.0);
+    assert_close(
+        &format!("embedding fwd {}", T::NAME),
+        &to64(&e.download(out)),
+        &want,
+        0.0,
+        0.0,
+    );
     let got: Vec<f64> = e.download(gw).iter().map(|&x| x as f64).collect();
     assert_close(&format!("embedding bwd {}", T::NAME), &got, &wgw, 1e-6, 1e-6);
     dg.add(&e.download(out));
@@ -453,15 +698,34 @@ pub fn embedding(e: &impl Exec) -> Digest {
 fn conv_t<T: TF>(e: &impl Exec, dg: &mut Digest) {
     let mut r = Rng::new(9);
     for g in [
-        ConvGeom { batch: 2, channels: 3, input: [7, 6], kernel: [3, 2], padding: [1, 1], stride: [2, 1], dilation: [1, 2] },
-        ConvGeom { batch: 1, channels: 1, input: [1, 1], kernel: [1, 1], padding: [0, 0], stride: [1, 1], dilation: [1, 1] },
+        ConvGeom {
+            batch: 2,
+            channels: 3,
+            input: [7, 6],
+            kernel: [3, 2],
+            padding: [1, 1],
+            stride: [2, 1],
+            dilation: [1, 2],
+        },
+        ConvGeom {
+            batch: 1,
+            channels: 1,
+            input: [1, 1],
+            kernel: [1, 1],
+            padding: [0, 0],
+            stride: [1, 1],
+            dilation: [1, 1],
+        },
     ] {
         let [oh, ow] = g.output().unwrap();
         let (il, cl) = (g.image_len().unwrap(), g.col_len().unwrap());
         let x: Vec<T> = r.vec(g.batch * il, -1.0, 1.0);
         let y: Vec<T> = r.vec(g.batch * cl, -1.0, 1.0);
         let (px, py) = (e.upload(&x), e.upload(&y));
-        let (col, img) = (e.upload(&vec![T::default(); g.batch * cl]), e.upload(&vec![T::default(); g.batch * il]));
+        let (col, img) = (
+            e.upload(&vec![T::default(); g.batch * cl]),
+            e.upload(&vec![T::default(); g.batch * il]),
+        );
         e.go(&[im2col(&g, px, col).unwrap(), col2im(&g, py, img).unwrap()]);
         let (mut want_col, mut want_img) = (vec![0.0; g.batch * cl], vec![0.0; g.batch * il]);
         let [h, w] = g.input;
@@ -472,8 +736,10 @@ fn conv_t<T: TF>(e: &impl Exec, dg: &mut Digest) {
                         let row = (c * g.kernel[0] + ki) * g.kernel[1] + kj;
                         for oy in 0..oh {
                             for ox in 0..ow {
-                                let yy = (oy * g.stride[0] + ki * g.dilation[0]) as isize - g.padding[0] as isize;
-                                let xx = (ox * g.stride[1] + kj * g.dilation[1]) as isize - g.padding[1] as isize;
+                                let yy =
+                                    (oy * g.stride[0] + ki * g.dilation[0]) as isize - g.padding[0] as isize;
+                                let xx =
+                                    (ox * g.stride[1] + kj * g.dilation[1]) as isize - g.padding[1] as isize;
                                 if yy < 0 || xx < 0 || yy >= h as isize || xx >= w as isize {
                                     continue;
                                 }
@@ -487,8 +753,20 @@ fn conv_t<T: TF>(e: &impl Exec, dg: &mut Digest) {
                 }
             }
         }
-        assert_close(&format!("im2col {}", T::NAME), &to64(&e.download(col)), &want_col, 0.0, 0.0);
-        assert_close(&format!("col2im {}", T::NAME), &to64(&e.download(img)), &want_img, 2.0 * T::EPS, 2.0 * T::EPS);
+        assert_close(
+            &format!("im2col {}", T::NAME),
+            &to64(&e.download(col)),
+            &want_col,
+            0.0,
+            0.0,
+        );
+        assert_close(
+            &format!("col2im {}", T::NAME),
+            &to64(&e.download(img)),
+            &want_img,
+            2.0 * T::EPS,
+            2.0 * T::EPS,
+        );
         dg.add(&e.download(img));
     }
 }

@@ -17,7 +17,26 @@ use tessera_cuda_kernels::{DevPtr, Launch, Module};
 
 use super::Exec;
 
-type LaunchFn = unsafe extern "C" fn(*const c_char, *const u32, *const u32, usize, *mut *mut c_void, u64) -> *const c_char;
+type LaunchFn = unsafe extern "C" fn(
+    *const c_char,
+    *const u32,
+    *const u32,
+    usize,
+    *mut *mut c_void,
+    u64,
+) -> *const c_char;
+
+/// Deliberately broken kernels of `emu/faults.cu`, for the emulator's own tests.
+pub const FAULT_KERNELS: [&str; 8] = [
+    "fault_missing_barrier",
+    "fault_fixed_barrier",
+    "fault_divergent_barrier",
+    "fault_early_exit",
+    "fault_shfl_exited_lane",
+    "fault_deadlock",
+    "fault_cp_async_no_wait",
+    "fault_out_of_bounds",
+];
 
 const FLAGS: &[&str] = &["-std=c++17", "-O1", "-fPIC", "-w"];
 
@@ -26,7 +45,9 @@ fn crate_dir() -> PathBuf {
 }
 
 fn fnv(h: u64, bytes: &[u8]) -> u64 {
-    bytes.iter().fold(h, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+    bytes
+        .iter()
+        .fold(h, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
 }
 
 /// Builds (or reuses) the emulator library and returns its path.
@@ -43,6 +64,11 @@ fn build() -> Result<PathBuf, String> {
         h = fnv(h, m.source().as_bytes());
         h = fnv(h, m.kernels().join(",").as_bytes());
     }
+    let faults = dir.join("emu/faults.cu");
+    h = fnv(
+        h,
+        &std::fs::read(&faults).map_err(|e| format!("{}: {e}", faults.display()))?,
+    );
     h = fnv(h, FLAGS.join(" ").as_bytes());
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("cuda-emu-{h:016x}"));
     let lib = out.join("libkernels_emu.so");
@@ -52,7 +78,11 @@ fn build() -> Result<PathBuf, String> {
     std::fs::create_dir_all(&out).map_err(|e| e.to_string())?;
     let mut units = vec![runtime.clone()];
     for m in Module::ALL {
-        let mut src = format!("#include \"{}\"\n#include \"{}\"\n", common.display(), dir.join("src/kernels").join(m.file_name()).display());
+        let mut src = format!(
+            "#include \"{}\"\n#include \"{}\"\n",
+            common.display(),
+            dir.join("src/kernels").join(m.file_name()).display()
+        );
         for k in m.kernels() {
             src += &format!("EMU_REGISTER({k})\n");
         }
@@ -60,10 +90,24 @@ fn build() -> Result<PathBuf, String> {
         std::fs::write(&p, src).map_err(|e| e.to_string())?;
         units.push(p);
     }
+    let mut src = format!(
+        "#include \"{}\"\n#include \"{}\"\n",
+        common.display(),
+        faults.display()
+    );
+    for k in FAULT_KERNELS {
+        src += &format!("EMU_REGISTER({k})\n");
+    }
+    let p = out.join("faults.cu.cpp");
+    std::fs::write(&p, src).map_err(|e| e.to_string())?;
+    units.push(p);
     let children: Vec<_> = units
         .iter()
         .map(|u| {
-            let obj = out.join(format!("{}.o", u.file_name().unwrap_or_default().to_string_lossy()));
+            let obj = out.join(format!(
+                "{}.o",
+                u.file_name().unwrap_or_default().to_string_lossy()
+            ));
             let child = Command::new("g++")
                 .args(FLAGS)
                 .arg("-include")
@@ -86,7 +130,13 @@ fn build() -> Result<PathBuf, String> {
         objs.push(obj);
     }
     let tmp = out.join("libkernels_emu.so.tmp");
-    let status = Command::new("g++").arg("-shared").arg("-o").arg(&tmp).args(&objs).status().map_err(|e| e.to_string())?;
+    let status = Command::new("g++")
+        .arg("-shared")
+        .arg("-o")
+        .arg(&tmp)
+        .args(&objs)
+        .status()
+        .map_err(|e| e.to_string())?;
     if !status.success() {
         return Err("linking the emulator failed".into());
     }
@@ -133,14 +183,21 @@ pub struct Emu {
 impl Emu {
     pub fn new(mode: u64) -> Self {
         lib();
-        Emu { mode, bufs: RefCell::new(Vec::new()) }
+        Emu {
+            mode,
+            bufs: RefCell::new(Vec::new()),
+        }
     }
 
     fn check_canaries(&self) -> Result<(), String> {
         for (i, (b, len)) in self.bufs.borrow().iter().enumerate() {
             // SAFETY: the box holds CANARY + len + CANARY bytes (rounded up).
             let bytes = unsafe { std::slice::from_raw_parts(b.as_ptr() as *const u8, 2 * CANARY + len) };
-            if bytes[..CANARY].iter().chain(&bytes[CANARY + len..]).any(|&c| c != CANARY_BYTE) {
+            if bytes[..CANARY]
+                .iter()
+                .chain(&bytes[CANARY + len..])
+                .any(|&c| c != CANARY_BYTE)
+            {
                 return Err(format!("a kernel wrote outside buffer {i} ({len} bytes)"));
             }
         }
@@ -173,7 +230,9 @@ impl Exec for Emu {
 
     fn download<T: Copy>(&self, p: DevPtr<T>) -> Vec<T> {
         let bufs = self.bufs.borrow();
-        let known = bufs.iter().any(|(b, len)| b.as_ptr() as u64 + CANARY as u64 == p.addr() && *len == p.len() * std::mem::size_of::<T>());
+        let known = bufs.iter().any(|(b, len)| {
+            b.as_ptr() as u64 + CANARY as u64 == p.addr() && *len == p.len() * std::mem::size_of::<T>()
+        });
         assert!(known, "download of a pointer this emulator did not upload");
         // SAFETY: `p` is one of our live buffers with `p.len()` elements.
         unsafe { std::slice::from_raw_parts(p.addr() as *const T, p.len()).to_vec() }
@@ -188,10 +247,23 @@ impl Exec for Emu {
         let mut ptrs: Vec<*mut c_void> = args.iter_mut().map(|a| a.as_mut_ptr() as *mut c_void).collect();
         // SAFETY: every pointer argument of `l` addresses one of our buffers,
         // checked for length by the wrapper that built `l`.
-        let err = unsafe { (lib().launch)(name.as_ptr(), l.grid.as_ptr(), l.block.as_ptr(), l.shared_mem as usize, ptrs.as_mut_ptr(), self.mode) };
+        let err = unsafe {
+            (lib().launch)(
+                name.as_ptr(),
+                l.grid.as_ptr(),
+                l.block.as_ptr(),
+                l.shared_mem as usize,
+                ptrs.as_mut_ptr(),
+                self.mode,
+            )
+        };
         if !err.is_null() {
             // SAFETY: a NUL-terminated message owned by the emulator thread.
-            return Err(format!("{}: {}", l.kernel, unsafe { CStr::from_ptr(err) }.to_string_lossy()));
+            return Err(format!(
+                "{}: {}",
+                l.kernel,
+                unsafe { CStr::from_ptr(err) }.to_string_lossy()
+            ));
         }
         self.check_canaries().map_err(|e| format!("{}: {e}", l.kernel))
     }

@@ -15,7 +15,12 @@ pub struct GpuExec {
 impl GpuExec {
     /// Opens device 0, or says why not.
     pub fn open() -> Result<Self, String> {
-        Gpu::new(0).map(|gpu| GpuExec { gpu, bufs: RefCell::new(Vec::new()) }).map_err(|e| e.to_string())
+        Gpu::new(0)
+            .map(|gpu| GpuExec {
+                gpu,
+                bufs: RefCell::new(Vec::new()),
+            })
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -26,7 +31,8 @@ impl Exec for GpuExec {
 
     fn upload<T: Copy>(&self, data: &[T]) -> DevPtr<T> {
         // SAFETY: viewing plain-old-data elements as bytes.
-        let bytes = unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, std::mem::size_of_val(data)) };
+        let bytes =
+            unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, std::mem::size_of_val(data)) };
         let mut padded = bytes.to_vec();
         padded.resize(bytes.len().max(16), 0);
         let s = self.gpu.upload(&padded).expect("upload");
@@ -37,13 +43,20 @@ impl Exec for GpuExec {
 
     fn download<T: Copy>(&self, p: DevPtr<T>) -> Vec<T> {
         let bufs = self.bufs.borrow();
-        let s = bufs.iter().find(|s| self.gpu.ptr(*s).addr() == p.addr()).expect("download of a pointer not uploaded here");
+        let s = bufs
+            .iter()
+            .find(|s| self.gpu.ptr(*s).addr() == p.addr())
+            .expect("download of a pointer not uploaded here");
         let bytes = self.gpu.download(s).expect("download");
         let n = p.len();
         let mut out: Vec<T> = Vec::with_capacity(n);
         // SAFETY: `bytes` holds at least n * size_of::<T>() bytes of T values.
         unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr() as *mut u8, n * std::mem::size_of::<T>());
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                out.as_mut_ptr() as *mut u8,
+                n * std::mem::size_of::<T>(),
+            );
             out.set_len(n);
         }
         out

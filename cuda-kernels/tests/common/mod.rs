@@ -113,7 +113,11 @@ pub fn assert_close(what: &str, got: &[f64], want: &[f64], rtol: f64, atol: f64)
         .take(5)
         .map(|(i, (g, w))| format!("[{i}] got {g} want {w}"))
         .collect();
-    assert!(bad.is_empty(), "{what}: mismatches (rtol {rtol}, atol {atol}): {}", bad.join(", "));
+    assert!(
+        bad.is_empty(),
+        "{what}: mismatches (rtol {rtol}, atol {atol}): {}",
+        bad.join(", ")
+    );
 }
 
 /// Digest of a case's outputs, compared bit for bit across thread orders.
