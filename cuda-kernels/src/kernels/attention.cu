@@ -16,6 +16,7 @@
 
 #define A_BC 32
 #define A_THREADS 128
+#define A_SUB 8
 
 __device__ __forceinline__ float quad_sum(float v) {
     v += __shfl_xor_sync(FULL_MASK, v, 1);
@@ -68,29 +69,32 @@ __device__ void attn_fwd(const T* __restrict__ Q, const T* __restrict__ K, const
         load_rows<T, DMAX>(sK, K, j0, Lk, D);
         load_rows<T, DMAX>(sV, V, j0, Lk, D);
         __syncthreads();
-        float s[A_BC];
-        float tmax = NEG_INF;
+        // Sub-tiles of A_SUB keys keep the score array in registers small.
+#pragma unroll 1
+        for (int j1 = 0; j1 < A_BC; j1 += A_SUB) {
+            float s[A_SUB];
+            float tmax = NEG_INF;
 #pragma unroll
-        for (int jj = 0; jj < A_BC; ++jj) {
-            float p = 0.0f;
+            for (int jj = 0; jj < A_SUB; ++jj) {
+                float p = 0.0f;
 #pragma unroll
-            for (int j = 0; j < CH; ++j) p += qr[j] * sK[jj][c + 4 * j];
-            p = quad_sum(p);
-            s[jj] = key_visible(j0 + jj, i, kv, Lq, Lk, causal) ? p : NEG_INF;
-            tmax = fmaxf(tmax, s[jj]);
-        }
-        float mnew = fmaxf(m, tmax);
-        if (mnew != NEG_INF) {
+                for (int j = 0; j < CH; ++j) p += qr[j] * sK[j1 + jj][c + 4 * j];
+                p = quad_sum(p);
+                s[jj] = key_visible(j0 + j1 + jj, i, kv, Lq, Lk, causal) ? p : NEG_INF;
+                tmax = fmaxf(tmax, s[jj]);
+            }
+            float mnew = fmaxf(m, tmax);
+            if (mnew == NEG_INF) continue;
             float corr = expf(m - mnew);
             l *= corr;
 #pragma unroll
             for (int j = 0; j < CH; ++j) acc[j] *= corr;
 #pragma unroll
-            for (int jj = 0; jj < A_BC; ++jj) {
+            for (int jj = 0; jj < A_SUB; ++jj) {
                 float p = expf(s[jj] - mnew);
                 l += p;
 #pragma unroll
-                for (int j = 0; j < CH; ++j) acc[j] += p * sV[jj][c + 4 * j];
+                for (int j = 0; j < CH; ++j) acc[j] += p * sV[j1 + jj][c + 4 * j];
             }
             m = mnew;
         }
