@@ -194,42 +194,45 @@ void resolve(int op, Thread** lanes, unsigned mask) {
     }
 }
 
-// One pass over the warps: completes every warp collective whose lanes have
-// all arrived. Returns whether any thread was released.
+// Completes every warp collective of warp `w` whose lanes have all arrived.
+// Returns whether any thread was released.
+bool resolve_warp(int w, int nthreads) {
+    Thread* lanes[32] = {};
+    for (int l = 0; l < 32 && w * 32 + l < nthreads; ++l) lanes[l] = &sched->threads[w * 32 + l];
+    bool released = false;
+    for (int l = 0; l < 32; ++l) {
+        Thread* t = lanes[l];
+        if (!t || t->state != State::Warp) continue;
+        bool ready = true;
+        for (int k = 0; k < 32 && ready; ++k) {
+            if (!(t->mask >> k & 1)) continue;
+            Thread* o = lanes[k];
+            std::string why;
+            if (!o) why = "names lane " + std::to_string(k) + " beyond the block";
+            else if (o->state == State::Done) why = "waits for lane " + std::to_string(k) + ", which exited";
+            else if (o->state == State::Warp && (o->op != t->op || o->mask != t->mask))
+                why = "meets lane " + std::to_string(k) + " in a different warp op (line " + std::to_string(o->line) + ")";
+            if (!why.empty()) {
+                sched->error = "warp collective at line " + std::to_string(t->line) + " of " + coords(*t) + " " + why;
+                return false;
+            }
+            if (o->state != State::Warp) ready = false;
+        }
+        if (!ready) continue;
+        int op = t->op;
+        unsigned mask = t->mask;
+        resolve(op, lanes, mask);
+        if (!sched->error.empty()) return false;
+        for (int k = 0; k < 32; ++k)
+            if (mask >> k & 1) lanes[k]->state = State::Ready;
+        released = true;
+    }
+    return released;
+}
+
 bool resolve_warps(int nthreads) {
     bool released = false;
-    for (int w = 0; w * 32 < nthreads; ++w) {
-        Thread* lanes[32] = {};
-        for (int l = 0; l < 32 && w * 32 + l < nthreads; ++l) lanes[l] = &sched->threads[w * 32 + l];
-        for (int l = 0; l < 32; ++l) {
-            Thread* t = lanes[l];
-            if (!t || t->state != State::Warp) continue;
-            bool ready = true;
-            for (int k = 0; k < 32 && ready; ++k) {
-                if (!(t->mask >> k & 1)) continue;
-                Thread* o = lanes[k];
-                std::string why;
-                if (!o) why = "names lane " + std::to_string(k) + " beyond the block";
-                else if (o->state == State::Done) why = "waits for lane " + std::to_string(k) + ", which exited";
-                else if (o->state == State::Warp && (o->op != t->op || o->mask != t->mask))
-                    why = "meets lane " + std::to_string(k) + " in a different warp op (line " +
-                          std::to_string(o->line) + ")";
-                if (!why.empty()) {
-                    sched->error = "warp collective at line " + std::to_string(t->line) + " of " + coords(*t) + " " + why;
-                    return false;
-                }
-                if (o->state != State::Warp) ready = false;
-            }
-            if (!ready) continue;
-            int op = t->op;
-            unsigned mask = t->mask;
-            resolve(op, lanes, mask);
-            if (!sched->error.empty()) return false;
-            for (int k = 0; k < 32; ++k)
-                if (mask >> k & 1) lanes[k]->state = State::Ready;
-            released = true;
-        }
-    }
+    for (int w = 0; w * 32 < nthreads; ++w) released |= resolve_warp(w, nthreads);
     return released;
 }
 }  // namespace
@@ -278,16 +281,28 @@ void cp_async_wait(int n) {
 
 // Runs one block to completion. Returns false (with sched->error set) on a
 // divergent barrier, a deadlock or an error raised by a thread.
+//
+// `order` is a priority list: the scheduler always resumes the first ready
+// thread in it, and a warp collective completes as soon as its last lane
+// arrives. So the warp holding the first thread runs ahead to the next
+// block barrier before any other warp moves: data that another warp writes
+// without a barrier in between is read stale, as it can be on a GPU.
 static bool run_block(int nthreads, std::mt19937_64& rng, int mode) {
     std::vector<int> order(nthreads);
     for (int i = 0; i < nthreads; ++i) order[i] = mode == 1 ? nthreads - 1 - i : i;
     for (;;) {
         if (mode >= 2) std::shuffle(order.begin(), order.end(), rng);
-        for (int i : order) {
-            Thread& t = sched->threads[i];
-            if (t.state != State::Ready) continue;
+        for (size_t k = 0; k < order.size();) {
+            Thread& t = sched->threads[order[k]];
+            if (t.state != State::Ready) {
+                ++k;
+                continue;
+            }
             cur_thread = &t;
             swapcontext(&sched->main, &t.ctx);
+            if (!sched->error.empty()) return false;
+            if (t.state == State::Warp && resolve_warp(t.linear / 32, nthreads)) k = 0;
+            else ++k;
             if (!sched->error.empty()) return false;
         }
         bool released = resolve_warps(nthreads);

@@ -14,7 +14,7 @@ fn gemm_t<T: TF + Half>(e: &impl Exec, dg: &mut Digest) {
     for (m, n, k, batch, bcast) in [
         (37usize, 45usize, 70usize, 1usize, false),
         (1, 1, 1, 1, false),
-        (136, 24, 40, 2, true),
+        (136, 24, 168, 2, true),
         (20, 33, 16, 3, false),
     ] {
         for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
