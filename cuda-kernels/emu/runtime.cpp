@@ -3,6 +3,7 @@
 // `emu_launch` that the Rust tests call through dlopen.
 #include "cuda_emu.h"
 
+#include <setjmp.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 
@@ -30,7 +31,9 @@ struct CpCopy {
 };
 
 struct Thread {
-    ucontext_t ctx;
+    ucontext_t ctx;  // only to start the fiber on its stack
+    jmp_buf jb;      // every later switch: _setjmp/_longjmp skip the signal-mask syscalls
+    bool started = false;
     uint3 tid;
     int linear = 0;
     State state = State::Ready;
@@ -52,6 +55,7 @@ constexpr size_t GUARD = 4096;
 
 struct Sched {
     ucontext_t main;
+    jmp_buf main_jb;
     std::vector<Thread> threads;
     std::vector<char*> stacks;
     Invoker kernel = nullptr;
@@ -72,8 +76,20 @@ std::string coords(const Thread& t) {
 
 void yield() {
     Thread* t = cur_thread;
-    swapcontext(&t->ctx, &sched->main);
+    if (!_setjmp(t->jb)) _longjmp(sched->main_jb, 1);
     if (!sched->error.empty()) throw Abort{};
+}
+
+// Runs `t` until it blocks or exits.
+void resume(Thread& t) {
+    cur_thread = &t;
+    if (_setjmp(sched->main_jb)) return;
+    if (!t.started) {
+        t.started = true;
+        swapcontext(&sched->main, &t.ctx);
+    } else {
+        _longjmp(t.jb, 1);
+    }
 }
 
 void fiber_main() {
@@ -82,7 +98,7 @@ void fiber_main() {
     } catch (Abort&) {
     }
     cur_thread->state = State::Done;
-    swapcontext(&cur_thread->ctx, &sched->main);
+    _longjmp(sched->main_jb, 1);
 }
 
 void run_copies(std::vector<CpCopy>& g) {
@@ -298,8 +314,7 @@ static bool run_block(int nthreads, std::mt19937_64& rng, int mode) {
                 ++k;
                 continue;
             }
-            cur_thread = &t;
-            swapcontext(&sched->main, &t.ctx);
+            resume(t);
             if (!sched->error.empty()) return false;
             if (t.state == State::Warp && resolve_warp(t.linear / 32, nthreads)) k = 0;
             else ++k;
@@ -403,10 +418,7 @@ extern "C" const char* emu_launch(const char* name, const unsigned* grid, const 
                     err = s.error;
                     // Unwind the fibers still parked so their stacks are left cleanly.
                     for (auto& t : s.threads)
-                        if (t.state != State::Done) {
-                            cur_thread = &t;
-                            swapcontext(&s.main, &t.ctx);
-                        }
+                        if (t.state != State::Done) resume(t);
                     sched = nullptr;
                     return err.c_str();
                 }
