@@ -1,3 +1,4 @@
 //! Tensor operations, one module per family. Each module adds methods to
 //! [`crate::Tensor`]; its CPU kernels sit beside it (`cpu.rs`), so a faster
 //! kernel or a CUDA launch can replace one without touching callers.
+pub mod index;
