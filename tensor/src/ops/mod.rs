@@ -2,3 +2,9 @@
 //! [`crate::Tensor`]; its CPU kernels sit beside it (`cpu.rs`), so a faster
 //! kernel or a CUDA launch can replace one without touching callers.
 pub mod index;
+pub mod join;
+pub mod pad;
+pub mod repeat;
+mod rows;
+pub mod tri;
+pub mod topk;
