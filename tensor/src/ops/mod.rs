@@ -8,3 +8,5 @@ pub mod repeat;
 mod rows;
 pub mod tri;
 pub mod topk;
+#[cfg(test)]
+mod naive;
