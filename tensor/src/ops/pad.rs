@@ -129,7 +129,7 @@ fn pad_kernel<T: Element>(
                     *y = m.map_or(value, |i| s[(base + i as isize * st) as usize]);
                 }
             };
-            if st == 1 {
+            if st == 1 && run > 0 {
                 let b = base as usize;
                 let (head, rest) = row.split_at_mut(left);
                 let (mid, tail) = rest.split_at_mut(run);
@@ -141,4 +141,118 @@ fn pad_kernel<T: Element>(
             }
         });
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PadMode;
+    use crate::ops::naive::{ravel, unravel};
+    use crate::test_util::{layouts_of, rand_f64, tensor_of, values_f64};
+    use crate::{bf16, Element, Error, Tensor};
+
+    /// The naive pad: each output coordinate mapped back dim by dim.
+    fn naive(v: &[f64], shape: &[usize], pads: &[usize], mode: PadMode) -> (Vec<f64>, Vec<usize>) {
+        let nd = shape.len();
+        let lr = |d: usize| {
+            let k = nd - 1 - d;
+            pads.get(2 * k).map_or((0, 0), |&l| (l, pads[2 * k + 1]))
+        };
+        let out_shape: Vec<usize> = (0..nd).map(|d| shape[d] + lr(d).0 + lr(d).1).collect();
+        let out = (0..out_shape.iter().product())
+            .map(|lin| {
+                let mut src = Vec::with_capacity(nd);
+                for (d, &j) in unravel(lin, &out_shape).iter().enumerate() {
+                    let n = shape[d] as i64;
+                    let mut s = j as i64 - lr(d).0 as i64;
+                    match mode {
+                        PadMode::Constant(c) if s < 0 || s >= n => return c,
+                        PadMode::Reflect if s < 0 => s = -s,
+                        PadMode::Reflect if s >= n => s = 2 * n - 2 - s,
+                        PadMode::Replicate => s = s.max(0).min(n - 1),
+                        _ => {}
+                    }
+                    src.push(s as usize);
+                }
+                v[ravel(&src, shape)]
+            })
+            .collect();
+        (out, out_shape)
+    }
+
+    fn pad_matches<T: Element>() {
+        let cases: &[(&[usize], &[usize])] = &[
+            (&[5], &[2, 3]),
+            (&[3, 4], &[1, 2]),
+            (&[3, 4], &[0, 3, 2, 1]),
+            (&[2, 3, 4], &[3, 1, 2, 0, 1, 1]),
+            (&[2, 3, 4], &[]),
+            (&[2, 1, 4], &[1, 1]),
+        ];
+        for (s, &(shape, pads)) in cases.iter().enumerate() {
+            let v = rand_f64(s as u64, shape.iter().product());
+            let vals = values_f64(&tensor_of::<T>(&v, shape));
+            for mode in [PadMode::Constant(0.0), PadMode::Constant(-3.0), PadMode::Reflect, PadMode::Replicate] {
+                let (want, want_shape) = naive(&vals, shape, pads, mode);
+                let want: Vec<f64> = want.iter().map(|&x| T::from_f64(x).to_f64()).collect();
+                for t in layouts_of::<T>(&v, shape) {
+                    let got = t.pad(pads, mode).unwrap();
+                    assert_eq!(got.shape(), &want_shape[..]);
+                    assert_eq!(values_f64(&got), want, "{t:?} {pads:?} {mode:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn pad_matches_naive() {
+        pad_matches::<f32>();
+        pad_matches::<f64>();
+        pad_matches::<bf16>();
+        pad_matches::<i64>();
+        pad_matches::<bool>();
+    }
+
+    #[test]
+    fn pad_like_torch_examples() {
+        let t = Tensor::from_vec(vec![0.0f32, 1.0, 2.0], &[3]).unwrap();
+        let run = |m| t.pad(&[2, 1], m).unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(run(PadMode::Reflect), vec![2.0, 1.0, 0.0, 1.0, 2.0, 1.0]);
+        assert_eq!(run(PadMode::Replicate), vec![0.0, 0.0, 0.0, 1.0, 2.0, 2.0]);
+        assert_eq!(run(PadMode::Constant(9.0)), vec![9.0, 9.0, 0.0, 1.0, 2.0, 9.0]);
+        let s = Tensor::scalar(1.0f32);
+        assert_eq!(s.pad(&[], PadMode::Reflect).unwrap().shape(), &[] as &[usize]);
+        let z = tensor_of::<f32>(&[], &[2, 0]);
+        let zp = z.pad(&[1, 2], PadMode::Constant(5.0)).unwrap();
+        assert_eq!(zp.to_vec::<f32>().unwrap(), vec![5.0; 6]);
+        assert_eq!(z.pad(&[0, 0, 1, 0], PadMode::Replicate).unwrap().shape(), &[3, 0]);
+    }
+
+    #[test]
+    fn large_pad_runs_in_parallel() {
+        let shape = [64, 40, 33];
+        let v = rand_f64(8, shape.iter().product());
+        let pads = [2, 3, 1, 4, 5, 0];
+        for mode in [PadMode::Constant(1.5), PadMode::Reflect] {
+            let (want, _) = naive(&v, &shape, &pads, mode);
+            for t in layouts_of::<f64>(&v, &shape) {
+                assert_eq!(values_f64(&t.pad(&pads, mode).unwrap()), want);
+            }
+        }
+    }
+
+    #[test]
+    fn pad_errors() {
+        let t = tensor_of::<f32>(&rand_f64(1, 12), &[3, 4]);
+        let e = t.pad(&[4, 0], PadMode::Reflect).unwrap_err().to_string();
+        assert!(e.contains("pad") && e.contains("(4, 0)") && e.contains("size 4"), "{e}");
+        assert!(t.pad(&[0, 1, 3, 0], PadMode::Reflect).is_err());
+        assert!(t.pad(&[0, 1, 2, 0], PadMode::Reflect).is_ok());
+        assert!(matches!(t.pad(&[1], PadMode::Reflect), Err(Error::Arg { op: "pad", .. })));
+        assert!(t.pad(&[1, 1, 1, 1, 1, 1], PadMode::Constant(0.0)).is_err());
+        assert!(t.pad(&[usize::MAX, 1], PadMode::Constant(0.0)).is_err());
+        let z = tensor_of::<f32>(&[], &[0, 2]);
+        assert!(z.pad(&[0, 0, 1, 0], PadMode::Replicate).is_err());
+        assert!(z.pad(&[0, 0, 0, 0], PadMode::Reflect).is_ok());
+        assert!(z.pad(&[0, 0, 1, 0], PadMode::Reflect).is_err());
+    }
 }

@@ -40,3 +40,61 @@ impl Tensor {
         tiled.contiguous().reshape(&shape)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::ops::naive::{ravel, unravel};
+    use crate::test_util::{layouts_of, rand_f64, tensor_of, values_f64};
+    use crate::{bf16, Element, Error};
+
+    fn repeat_matches<T: Element>() {
+        let cases: &[(&[usize], &[usize])] = &[
+            (&[3], &[2]),
+            (&[3], &[2, 1, 3]),
+            (&[2, 3], &[1, 1]),
+            (&[2, 3], &[3, 2]),
+            (&[2, 3, 4], &[2, 1, 2]),
+            (&[2, 3], &[0, 2]),
+            (&[2, 0], &[2, 3]),
+            (&[], &[2, 3]),
+        ];
+        for (s, &(shape, reps)) in cases.iter().enumerate() {
+            let v = rand_f64(s as u64, shape.iter().product());
+            let vals = values_f64(&tensor_of::<T>(&v, shape));
+            let lead = reps.len() - shape.len();
+            let full: Vec<usize> = (0..reps.len()).map(|k| if k < lead { 1 } else { shape[k - lead] }).collect();
+            let out_shape: Vec<usize> = full.iter().zip(reps).map(|(n, r)| n * r).collect();
+            let want: Vec<f64> = (0..out_shape.iter().product())
+                .map(|lin| {
+                    let i: Vec<usize> = unravel(lin, &out_shape).iter().zip(&full).map(|(j, n)| j % n).collect();
+                    vals[ravel(&i[lead..], shape)]
+                })
+                .collect();
+            for t in layouts_of::<T>(&v, shape) {
+                let got = t.repeat(reps).unwrap();
+                assert_eq!(got.shape(), &out_shape[..]);
+                assert!(got.is_contiguous());
+                assert_eq!(values_f64(&got), want, "{t:?} {reps:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn repeat_matches_naive() {
+        repeat_matches::<f32>();
+        repeat_matches::<f64>();
+        repeat_matches::<bf16>();
+        repeat_matches::<i64>();
+        repeat_matches::<bool>();
+    }
+
+    #[test]
+    fn repeat_errors() {
+        let t = tensor_of::<f32>(&rand_f64(1, 6), &[2, 3]);
+        let e = t.repeat(&[2]).unwrap_err();
+        assert!(matches!(e, Error::Arg { op: "repeat", .. }), "{e}");
+        assert!(e.to_string().contains("[2, 3]"), "{e}");
+        assert!(t.repeat(&[usize::MAX, 2]).is_err());
+        assert!(t.repeat(&[usize::MAX / 4, 1, 1]).is_err());
+    }
+}
