@@ -102,3 +102,146 @@ fn total_cmp<T: Element>(a: T, b: T) -> Ordering {
         a_nan.cmp(&b_nan)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use crate::ops::naive::{ravel, unravel};
+    use crate::test_util::{layouts_of, rand_f64, tensor_of, values_f64};
+    use crate::{bf16, DType, Element, Error, Tensor};
+
+    /// The reference: each line along `d` fully sorted by a stable sort
+    /// (NaN largest), then cut to `k`. Returns (values, indices, shape).
+    fn naive(vals: &[f64], shape: &[usize], d: usize, k: usize, largest: bool) -> (Vec<f64>, Vec<i64>, Vec<usize>) {
+        let mut out_shape = shape.to_vec();
+        out_shape[d] = k;
+        let n_out: usize = out_shape.iter().product();
+        let (mut ov, mut oi) = (vec![0.0; n_out], vec![0i64; n_out]);
+        let key = |x: f64| if x.is_nan() { f64::INFINITY } else { x };
+        let rank = |x: f64| (x.is_nan() as u8, key(x));
+        for lin in 0..n_out {
+            let mut i = unravel(lin, &out_shape);
+            let j = i[d];
+            let mut line: Vec<(usize, f64)> = (0..shape[d])
+                .map(|p| {
+                    i[d] = p;
+                    (p, vals[ravel(&i, shape)])
+                })
+                .collect();
+            line.sort_by(|a, b| {
+                let o = rank(a.1).partial_cmp(&rank(b.1)).unwrap();
+                if largest {
+                    o.reverse()
+                } else {
+                    o
+                }
+            });
+            ov[lin] = line[j].1;
+            oi[lin] = line[j].0 as i64;
+        }
+        (ov, oi, out_shape)
+    }
+
+    fn same(a: &[f64], b: &[f64]) -> bool {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y || (x.is_nan() && y.is_nan()))
+    }
+
+    /// Values with many ties (and NaN for floats).
+    fn tie_values(seed: u64, n: usize, nan: bool) -> Vec<f64> {
+        rand_f64(seed, n)
+            .iter()
+            .enumerate()
+            .map(|(i, x)| if nan && i % 7 == 3 { f64::NAN } else { (x * 3.0).round() })
+            .collect()
+    }
+
+    fn topk_matches<T: Element>() {
+        let nan = T::DTYPE.is_float();
+        for shape in [&[7usize][..], &[3, 5], &[2, 4, 3], &[3, 0, 2]] {
+            let v = tie_values(shape.len() as u64, shape.iter().product(), nan);
+            let vals = values_f64(&tensor_of::<T>(&v, shape));
+            for d in 0..shape.len() {
+                for k in [0, 1.min(shape[d]), shape[d] / 2, shape[d]] {
+                    for largest in [true, false] {
+                        let (wv, wi, ws) = naive(&vals, shape, d, k, largest);
+                        for t in layouts_of::<T>(&v, shape) {
+                            let dim = d as isize - shape.len() as isize;
+                            let (gv, gi) = t.topk(k, dim, largest, true).unwrap();
+                            assert_eq!(gv.shape(), &ws[..]);
+                            assert_eq!(gi.dtype(), DType::I64);
+                            assert!(same(&values_f64(&gv), &wv), "{t:?} d={d} k={k} largest={largest}");
+                            assert_eq!(gi.to_vec::<i64>().unwrap(), wi, "{t:?} d={d} k={k}");
+                        }
+                    }
+                }
+                let (wv, wi, _) = naive(&vals, shape, d, shape[d], true);
+                let (sv, si) = layouts_of::<T>(&v, shape)[2].sort(d as isize, true).unwrap();
+                assert!(same(&values_f64(&sv), &wv));
+                assert_eq!(si.to_vec::<i64>().unwrap(), wi);
+                let (_, wi, _) = naive(&vals, shape, d, shape[d], false);
+                let ai = layouts_of::<T>(&v, shape)[1].argsort(d as isize, false).unwrap();
+                assert_eq!(ai.to_vec::<i64>().unwrap(), wi);
+            }
+        }
+    }
+
+    #[test]
+    fn topk_and_sort_match_a_stable_full_sort() {
+        topk_matches::<f32>();
+        topk_matches::<f64>();
+        topk_matches::<bf16>();
+        topk_matches::<i64>();
+        topk_matches::<u8>();
+        topk_matches::<bool>();
+    }
+
+    #[test]
+    fn large_topk_along_first_dim() {
+        let shape = [3000, 24];
+        let v = tie_values(5, shape.iter().product(), true);
+        let (wv, wi, _) = naive(&v, &shape, 0, 5, true);
+        let (gv, gi) = tensor_of::<f64>(&v, &shape).topk(5, 0, true, false).unwrap();
+        assert!(same(&values_f64(&gv), &wv));
+        assert_eq!(gi.to_vec::<i64>().unwrap(), wi);
+    }
+
+    #[test]
+    fn topk_errors() {
+        let t = tensor_of::<f32>(&rand_f64(1, 6), &[2, 3]);
+        let e = t.topk(4, 1, true, true).unwrap_err();
+        assert!(matches!(e, Error::Arg { op: "topk", .. }), "{e}");
+        assert!(e.to_string().contains("k = 4") && e.to_string().contains("size 3"), "{e}");
+        assert!(t.topk(1, 2, true, true).is_err());
+        assert!(t.sort(-3, false).is_err());
+        assert!(t.argsort(2, false).is_err());
+        assert!(Tensor::scalar(1.0f32).topk(1, 0, true, true).is_err());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// topk equals the first k of a full descending sort, along any dim.
+        #[test]
+        fn topk_is_a_prefix_of_sort(
+            shape in proptest::collection::vec(1usize..7, 1..4),
+            dim_pick in 0usize..3,
+            k_pick in 0usize..7,
+            largest in any::<bool>(),
+            seed in 0u64..1000,
+        ) {
+            let d = dim_pick % shape.len();
+            let k = k_pick % (shape[d] + 1);
+            let v = tie_values(seed, shape.iter().product(), true);
+            let t = tensor_of::<f32>(&v, &shape);
+            let (tv, ti) = t.topk(k, d as isize, largest, true).unwrap();
+            let (sv, si) = t.sort(d as isize, largest).unwrap();
+            let sv = sv.narrow(d as isize, 0, k).unwrap();
+            let si = si.narrow(d as isize, 0, k).unwrap();
+            prop_assert!(same(&values_f64(&tv), &values_f64(&sv)));
+            prop_assert_eq!(ti.to_vec::<i64>().unwrap(), si.to_vec::<i64>().unwrap());
+            // The indices point at the values.
+            prop_assert!(same(&values_f64(&t.gather(d as isize, &ti).unwrap()), &values_f64(&tv)));
+        }
+    }
+}
