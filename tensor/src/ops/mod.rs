@@ -3,10 +3,10 @@
 //! kernel or a CUDA launch can replace one without touching callers.
 pub mod index;
 pub mod join;
+#[cfg(test)]
+mod naive;
 pub mod pad;
 pub mod repeat;
 mod rows;
-pub mod tri;
 pub mod topk;
-#[cfg(test)]
-mod naive;
+pub mod tri;

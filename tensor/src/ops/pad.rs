@@ -24,7 +24,7 @@ impl Tensor {
     pub fn pad(&self, pads: &[usize], mode: PadMode) -> Result<Tensor> {
         const OP: &str = "pad";
         let nd = self.ndim();
-        if pads.len() % 2 != 0 || pads.len() > 2 * nd {
+        if !pads.len().is_multiple_of(2) || pads.len() > 2 * nd {
             return Err(Error::arg(
                 OP,
                 format!(
@@ -37,7 +37,11 @@ impl Tensor {
         let mut shape = Vec::with_capacity(nd);
         for (d, &n) in self.shape().iter().enumerate() {
             let k = nd - 1 - d;
-            let (l, r) = if 2 * k < pads.len() { (pads[2 * k], pads[2 * k + 1]) } else { (0, 0) };
+            let (l, r) = if 2 * k < pads.len() {
+                (pads[2 * k], pads[2 * k + 1])
+            } else {
+                (0, 0)
+            };
             let map = source_map(OP, mode, d, n, l, r)?;
             shape.push(map.len());
             maps.push(map);
@@ -57,7 +61,14 @@ impl Tensor {
 
 /// For each output position along one dim, the source position, or `None`
 /// for a constant fill. Errors as [`Tensor::pad`] describes.
-fn source_map(op: &'static str, mode: PadMode, d: usize, n: usize, l: usize, r: usize) -> Result<Vec<Option<usize>>> {
+fn source_map(
+    op: &'static str,
+    mode: PadMode,
+    d: usize,
+    n: usize,
+    l: usize,
+    r: usize,
+) -> Result<Vec<Option<usize>>> {
     let len = n
         .checked_add(l)
         .and_then(|x| x.checked_add(r))
@@ -191,7 +202,12 @@ mod tests {
         for (s, &(shape, pads)) in cases.iter().enumerate() {
             let v = rand_f64(s as u64, shape.iter().product());
             let vals = values_f64(&tensor_of::<T>(&v, shape));
-            for mode in [PadMode::Constant(0.0), PadMode::Constant(-3.0), PadMode::Reflect, PadMode::Replicate] {
+            for mode in [
+                PadMode::Constant(0.0),
+                PadMode::Constant(-3.0),
+                PadMode::Reflect,
+                PadMode::Replicate,
+            ] {
                 let (want, want_shape) = naive(&vals, shape, pads, mode);
                 let want: Vec<f64> = want.iter().map(|&x| T::from_f64(x).to_f64()).collect();
                 for t in layouts_of::<T>(&v, shape) {
@@ -244,10 +260,16 @@ mod tests {
     fn pad_errors() {
         let t = tensor_of::<f32>(&rand_f64(1, 12), &[3, 4]);
         let e = t.pad(&[4, 0], PadMode::Reflect).unwrap_err().to_string();
-        assert!(e.contains("pad") && e.contains("(4, 0)") && e.contains("size 4"), "{e}");
+        assert!(
+            e.contains("pad") && e.contains("(4, 0)") && e.contains("size 4"),
+            "{e}"
+        );
         assert!(t.pad(&[0, 1, 3, 0], PadMode::Reflect).is_err());
         assert!(t.pad(&[0, 1, 2, 0], PadMode::Reflect).is_ok());
-        assert!(matches!(t.pad(&[1], PadMode::Reflect), Err(Error::Arg { op: "pad", .. })));
+        assert!(matches!(
+            t.pad(&[1], PadMode::Reflect),
+            Err(Error::Arg { op: "pad", .. })
+        ));
         assert!(t.pad(&[1, 1, 1, 1, 1, 1], PadMode::Constant(0.0)).is_err());
         assert!(t.pad(&[usize::MAX, 1], PadMode::Constant(0.0)).is_err());
         let z = tensor_of::<f32>(&[], &[0, 2]);

@@ -27,12 +27,17 @@ impl Tensor {
         let mut big_strides = Vec::with_capacity(2 * repeats.len());
         let mut shape = Vec::with_capacity(repeats.len());
         for (k, &r) in repeats.iter().enumerate() {
-            let (n, st) = if k < lead { (1, 0) } else { (self.shape()[k - lead], self.strides()[k - lead]) };
+            let (n, st) = if k < lead {
+                (1, 0)
+            } else {
+                (self.shape()[k - lead], self.strides()[k - lead])
+            };
             big_shape.extend([r, n]);
             big_strides.extend([0, st]);
-            shape.push(r.checked_mul(n).ok_or_else(|| {
-                Error::arg(OP, format!("repeating size {n} by {r} overflows"))
-            })?);
+            shape.push(
+                r.checked_mul(n)
+                    .ok_or_else(|| Error::arg(OP, format!("repeating size {n} by {r} overflows")))?,
+            );
         }
         crate::tensor::checked_numel(OP, &shape)?;
         let tiled = self.with_layout(Layout::new(big_shape, big_strides, self.layout().offset()));
@@ -62,11 +67,17 @@ mod tests {
             let v = rand_f64(s as u64, shape.iter().product());
             let vals = values_f64(&tensor_of::<T>(&v, shape));
             let lead = reps.len() - shape.len();
-            let full: Vec<usize> = (0..reps.len()).map(|k| if k < lead { 1 } else { shape[k - lead] }).collect();
+            let full: Vec<usize> = (0..reps.len())
+                .map(|k| if k < lead { 1 } else { shape[k - lead] })
+                .collect();
             let out_shape: Vec<usize> = full.iter().zip(reps).map(|(n, r)| n * r).collect();
             let want: Vec<f64> = (0..out_shape.iter().product())
                 .map(|lin| {
-                    let i: Vec<usize> = unravel(lin, &out_shape).iter().zip(&full).map(|(j, n)| j % n).collect();
+                    let i: Vec<usize> = unravel(lin, &out_shape)
+                        .iter()
+                        .zip(&full)
+                        .map(|(j, n)| j % n)
+                        .collect();
                     vals[ravel(&i[lead..], shape)]
                 })
                 .collect();

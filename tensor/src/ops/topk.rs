@@ -22,7 +22,10 @@ impl Tensor {
         if k > n {
             return Err(Error::arg(
                 OP,
-                format!("k = {k} is larger than size {n} of dimension {d} (shape {:?})", self.shape()),
+                format!(
+                    "k = {k} is larger than size {n} of dimension {d} (shape {:?})",
+                    self.shape()
+                ),
             ));
         }
         self.select_along(d, k, largest)
@@ -80,7 +83,11 @@ impl Tensor {
 fn select_row<T: Element>(line: &[T], out: &mut [i64], largest: bool) {
     let k = out.len();
     let cmp = |&a: &usize, &b: &usize| {
-        let by_value = if largest { total_cmp(line[b], line[a]) } else { total_cmp(line[a], line[b]) };
+        let by_value = if largest {
+            total_cmp(line[b], line[a])
+        } else {
+            total_cmp(line[a], line[b])
+        };
         by_value.then(a.cmp(&b))
     };
     let mut order: Vec<usize> = (0..line.len()).collect();
@@ -113,7 +120,13 @@ mod tests {
 
     /// The reference: each line along `d` fully sorted by a stable sort
     /// (NaN largest), then cut to `k`. Returns (values, indices, shape).
-    fn naive(vals: &[f64], shape: &[usize], d: usize, k: usize, largest: bool) -> (Vec<f64>, Vec<i64>, Vec<usize>) {
+    fn naive(
+        vals: &[f64],
+        shape: &[usize],
+        d: usize,
+        k: usize,
+        largest: bool,
+    ) -> (Vec<f64>, Vec<i64>, Vec<usize>) {
         let mut out_shape = shape.to_vec();
         out_shape[d] = k;
         let n_out: usize = out_shape.iter().product();
@@ -152,7 +165,13 @@ mod tests {
         rand_f64(seed, n)
             .iter()
             .enumerate()
-            .map(|(i, x)| if nan && i % 7 == 3 { f64::NAN } else { (x * 3.0).round() })
+            .map(|(i, x)| {
+                if nan && i % 7 == 3 {
+                    f64::NAN
+                } else {
+                    (x * 3.0).round()
+                }
+            })
             .collect()
     }
 
@@ -211,7 +230,10 @@ mod tests {
         let t = tensor_of::<f32>(&rand_f64(1, 6), &[2, 3]);
         let e = t.topk(4, 1, true, true).unwrap_err();
         assert!(matches!(e, Error::Arg { op: "topk", .. }), "{e}");
-        assert!(e.to_string().contains("k = 4") && e.to_string().contains("size 3"), "{e}");
+        assert!(
+            e.to_string().contains("k = 4") && e.to_string().contains("size 3"),
+            "{e}"
+        );
         assert!(t.topk(1, 2, true, true).is_err());
         assert!(t.sort(-3, false).is_err());
         assert!(t.argsort(2, false).is_err());

@@ -27,20 +27,22 @@ impl Tensor {
             ));
         }
         let (rows, cols) = (self.shape()[nd - 2], self.shape()[nd - 1]);
-        Ok(crate::with_dtype!(self.dtype(), T => Tensor::build::<T>(self.shape(), |out| {
-            self.copy_into(out);
-            for_each_row(out, cols, |r, row| {
-                let i = (r % rows) as isize;
-                // Kept columns: j <= i + diagonal (lower) or j >= i + diagonal (upper).
-                let edge = (i.saturating_add(diagonal)).clamp(-1, cols as isize);
-                let zero = if lower {
-                    &mut row[(edge + 1).min(cols as isize) as usize..]
-                } else {
-                    &mut row[..edge.max(0) as usize]
-                };
-                zero.fill(T::ZERO);
-            });
-        })))
+        Ok(
+            crate::with_dtype!(self.dtype(), T => Tensor::build::<T>(self.shape(), |out| {
+                self.copy_into(out);
+                for_each_row(out, cols, |r, row| {
+                    let i = (r % rows) as isize;
+                    // Kept columns: j <= i + diagonal (lower) or j >= i + diagonal (upper).
+                    let edge = (i.saturating_add(diagonal)).clamp(-1, cols as isize);
+                    let zero = if lower {
+                        &mut row[(edge + 1).min(cols as isize) as usize..]
+                    } else {
+                        &mut row[..edge.max(0) as usize]
+                    };
+                    zero.fill(T::ZERO);
+                });
+            })),
+        )
     }
 }
 
@@ -66,7 +68,9 @@ mod tests {
                     }
                 };
                 let want = |lower| -> Vec<f64> {
-                    (0..vals.len()).map(|l| if keep(l, lower) { vals[l] } else { 0.0 }).collect()
+                    (0..vals.len())
+                        .map(|l| if keep(l, lower) { vals[l] } else { 0.0 })
+                        .collect()
                 };
                 let (lo, up) = (want(true), want(false));
                 for t in layouts_of::<T>(&v, shape) {
@@ -88,13 +92,20 @@ mod tests {
 
     #[test]
     fn tri_needs_a_matrix() {
-        let e = tensor_of::<f32>(&[1.0, 2.0], &[2]).tril(0).unwrap_err().to_string();
+        let e = tensor_of::<f32>(&[1.0, 2.0], &[2])
+            .tril(0)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("tril") && e.contains("[2]"), "{e}");
         assert!(crate::Tensor::scalar(1.0f32).triu(0).is_err());
         let big = tensor_of::<f32>(&rand_f64(1, 200 * 300), &[200, 300]);
         let l = big.tril(isize::MAX).unwrap();
         assert_eq!(values_f64(&l), values_f64(&big));
-        assert!(values_f64(&big.triu(isize::MAX).unwrap()).iter().all(|&x| x == 0.0));
-        assert!(values_f64(&big.tril(isize::MIN).unwrap()).iter().all(|&x| x == 0.0));
+        assert!(values_f64(&big.triu(isize::MAX).unwrap())
+            .iter()
+            .all(|&x| x == 0.0));
+        assert!(values_f64(&big.tril(isize::MIN).unwrap())
+            .iter()
+            .all(|&x| x == 0.0));
     }
 }

@@ -171,7 +171,10 @@ impl ScatterPlan {
 fn row_major_offsets(inner: &[usize], outer: &[usize]) -> Vec<usize> {
     let mut offs = vec![0usize];
     for (&n, &m) in inner.iter().zip(outer) {
-        offs = offs.iter().flat_map(|&o| (0..n).map(move |i| o * m + i)).collect();
+        offs = offs
+            .iter()
+            .flat_map(|&o| (0..n).map(move |i| o * m + i))
+            .collect();
     }
     offs
 }

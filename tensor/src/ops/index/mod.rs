@@ -11,8 +11,8 @@ mod embedding;
 #[cfg(test)]
 mod tests;
 
-use cpu::AddElement;
 use crate::{dim_index, DType, Element, Error, Layout, Result, Tensor};
+use cpu::AddElement;
 
 pub use embedding::embedding_backward;
 
@@ -114,7 +114,10 @@ impl Tensor {
     pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Result<Tensor> {
         const OP: &str = "masked_fill";
         if mask.dtype() != DType::Bool {
-            return Err(Error::dtype(OP, format!("mask must be bool, got {}", mask.dtype())));
+            return Err(Error::dtype(
+                OP,
+                format!("mask must be bool, got {}", mask.dtype()),
+            ));
         }
         crate::with_dtype!(self.dtype(), T => {
             let v = T::from_f64(value);
@@ -152,7 +155,14 @@ impl Tensor {
         }))
     }
 
-    fn scatter_with(&self, op: &'static str, dim: isize, index: &Tensor, src: &Tensor, add: bool) -> Result<Tensor> {
+    fn scatter_with(
+        &self,
+        op: &'static str,
+        dim: isize,
+        index: &Tensor,
+        src: &Tensor,
+        add: bool,
+    ) -> Result<Tensor> {
         self.device().same_as(index.device(), op)?;
         self.device().same_as(src.device(), op)?;
         let d = dim_index(op, dim, self.ndim())?;
@@ -199,7 +209,10 @@ impl Tensor {
 /// when it is not I64.
 pub(crate) fn index_values(op: &'static str, index: &Tensor) -> Result<Vec<i64>> {
     if index.dtype() != DType::I64 {
-        return Err(Error::dtype(op, format!("index must be i64, got {}", index.dtype())));
+        return Err(Error::dtype(
+            op,
+            format!("index must be i64, got {}", index.dtype()),
+        ));
     }
     index.to_vec::<i64>()
 }
@@ -218,7 +231,13 @@ pub(crate) fn check_range(op: &'static str, idx: &[i64], dim: usize, size: usize
 
 /// PyTorch's gather/scatter shape rule: `index` has the rank of `target`
 /// and is no larger in every dimension but `dim`.
-fn check_index_shape(op: &'static str, dim: usize, index: &[usize], target: &[usize], name: &str) -> Result<()> {
+fn check_index_shape(
+    op: &'static str,
+    dim: usize,
+    index: &[usize],
+    target: &[usize],
+    name: &str,
+) -> Result<()> {
     let fits = index.len() == target.len()
         && index
             .iter()
@@ -230,7 +249,9 @@ fn check_index_shape(op: &'static str, dim: usize, index: &[usize], target: &[us
     } else {
         Err(Error::shape(
             op,
-            format!("index of shape {index:?} does not fit {name} of shape {target:?} outside dimension {dim}"),
+            format!(
+                "index of shape {index:?} does not fit {name} of shape {target:?} outside dimension {dim}"
+            ),
         ))
     }
 }

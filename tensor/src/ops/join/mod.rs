@@ -24,7 +24,10 @@ impl Tensor {
             .ok_or_else(|| Error::arg(OP, "expects a non-empty list of tensors"))?
             .borrow();
         if first.ndim() == 0 {
-            return Err(Error::shape(OP, "zero-dimensional tensors cannot be concatenated"));
+            return Err(Error::shape(
+                OP,
+                "zero-dimensional tensors cannot be concatenated",
+            ));
         }
         let d = dim_index(OP, dim, first.ndim())?;
         let mut dtype = first.dtype();
@@ -33,7 +36,11 @@ impl Tensor {
             let t = t.borrow();
             first.device().same_as(t.device(), OP)?;
             let fits = t.ndim() == first.ndim()
-                && t.shape().iter().zip(first.shape()).enumerate().all(|(k, (a, b))| k == d || a == b);
+                && t.shape()
+                    .iter()
+                    .zip(first.shape())
+                    .enumerate()
+                    .all(|(k, (a, b))| k == d || a == b);
             if !fits {
                 let shapes: Vec<&[usize]> = tensors.iter().map(|t| t.borrow().shape()).collect();
                 return Err(Error::shape(
@@ -46,7 +53,10 @@ impl Tensor {
         }
         let mut shape = first.shape().to_vec();
         shape[d] = total;
-        let parts: Vec<Tensor> = tensors.iter().map(|t| t.borrow().to_dtype(dtype).contiguous()).collect();
+        let parts: Vec<Tensor> = tensors
+            .iter()
+            .map(|t| t.borrow().to_dtype(dtype).contiguous())
+            .collect();
         Ok(crate::with_dtype!(dtype, E => cat_kernel::<E>(&parts, d, &shape)))
     }
 
@@ -165,11 +175,13 @@ fn cat_kernel<E: Element>(parts: &[Tensor], d: usize, shape: &[usize]) -> Tensor
                 fill_row(r, dst);
             }
         } else {
-            out.par_chunks_mut(row * rows_per_task).enumerate().for_each(|(t, block)| {
-                for (k, dst) in block.chunks_mut(row).enumerate() {
-                    fill_row(t * rows_per_task + k, dst);
-                }
-            });
+            out.par_chunks_mut(row * rows_per_task)
+                .enumerate()
+                .for_each(|(t, block)| {
+                    for (k, dst) in block.chunks_mut(row).enumerate() {
+                        fill_row(t * rows_per_task + k, dst);
+                    }
+                });
         }
     })
 }

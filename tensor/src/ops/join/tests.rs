@@ -38,10 +38,18 @@ fn cat_matches<T: Element>() {
                 .enumerate()
                 .map(|(k, s)| rand_f64(k as u64 + 10, s.iter().product()))
                 .collect();
-            let vals: Vec<Vec<f64>> = raw.iter().zip(&shapes).map(|(v, s)| values_f64(&tensor_of::<T>(v, s))).collect();
+            let vals: Vec<Vec<f64>> = raw
+                .iter()
+                .zip(&shapes)
+                .map(|(v, s)| values_f64(&tensor_of::<T>(v, s)))
+                .collect();
             let (want, want_shape) = naive_cat(&vals, &shapes, d);
             // Every part in each of its layouts (by position, cycling).
-            let views: Vec<Vec<Tensor>> = raw.iter().zip(&shapes).map(|(v, s)| layouts_of::<T>(v, s)).collect();
+            let views: Vec<Vec<Tensor>> = raw
+                .iter()
+                .zip(&shapes)
+                .map(|(v, s)| layouts_of::<T>(v, s))
+                .collect();
             for l in 0..5 {
                 let parts: Vec<&Tensor> = views.iter().map(|v| &v[l % v.len()]).collect();
                 for dim in [d as isize, d as isize - base.len() as isize] {
@@ -76,7 +84,10 @@ fn cat_promotes_like_torch() {
     assert_eq!(Tensor::cat(&[h, bh], 0).unwrap().dtype(), DType::F32);
     let t = Tensor::from_vec(vec![true], &[1]).unwrap();
     let u = Tensor::from_vec(vec![7u8], &[1]).unwrap();
-    assert_eq!(Tensor::cat(&[t, u], 0).unwrap().to_vec::<u8>().unwrap(), vec![1, 7]);
+    assert_eq!(
+        Tensor::cat(&[t, u], 0).unwrap().to_vec::<u8>().unwrap(),
+        vec![1, 7]
+    );
 }
 
 #[test]
@@ -101,7 +112,11 @@ fn large_cat_copies_rows_in_parallel() {
 fn stack_adds_a_dim() {
     let shape = [2, 3];
     let vs: Vec<Vec<f64>> = (0..3).map(|k| rand_f64(k, 6)).collect();
-    let ts: Vec<Tensor> = vs.iter().enumerate().map(|(k, v)| layouts_of::<f64>(v, &shape)[k + 1].clone()).collect();
+    let ts: Vec<Tensor> = vs
+        .iter()
+        .enumerate()
+        .map(|(k, v)| layouts_of::<f64>(v, &shape)[k + 1].clone())
+        .collect();
     for dim in [0isize, 1, 2, -1, -3] {
         let got = Tensor::stack(&ts, dim).unwrap();
         let d = if dim < 0 { dim + 3 } else { dim } as usize;
@@ -132,7 +147,10 @@ fn split_and_chunk_follow_torch_sizes() {
     assert_eq!(sizes(t.split(3, 1).unwrap()), vec![3, 3, 3, 1]);
     assert_eq!(sizes(t.split(20, -1).unwrap()), vec![10]);
     assert_eq!(sizes(t.chunk(4, 1).unwrap()), vec![3, 3, 3, 1]);
-    assert_eq!(sizes(t.narrow(1, 0, 6).unwrap().chunk(4, 1).unwrap()), vec![2, 2, 2]);
+    assert_eq!(
+        sizes(t.narrow(1, 0, 6).unwrap().chunk(4, 1).unwrap()),
+        vec![2, 2, 2]
+    );
     assert_eq!(sizes(t.chunk(20, 1).unwrap()), vec![1; 10]);
     assert_eq!(sizes(t.split_with_sizes(&[0, 4, 6], 1).unwrap()), vec![0, 4, 6]);
     // Views: no copy.
@@ -154,7 +172,10 @@ fn cat_errors_name_shapes() {
     let a = tensor_of::<f32>(&[0.0; 6], &[2, 3]);
     let b = tensor_of::<f32>(&[0.0; 8], &[2, 4]);
     let e = Tensor::cat(&[&a, &b], 0).unwrap_err().to_string();
-    assert!(e.contains("cat") && e.contains("[2, 3]") && e.contains("[2, 4]"), "{e}");
+    assert!(
+        e.contains("cat") && e.contains("[2, 3]") && e.contains("[2, 4]"),
+        "{e}"
+    );
     assert_eq!(Tensor::cat(&[&a, &b], 1).unwrap().shape(), &[2, 7]);
     assert!(Tensor::cat(&[&a, &b.reshape(&[8]).unwrap()], 0).is_err());
     assert!(Tensor::cat(&[&a], 2).is_err());
