@@ -5,6 +5,8 @@ pub mod index;
 pub mod join;
 #[cfg(test)]
 mod naive;
+#[cfg(test)]
+mod no_panic_tests;
 pub mod pad;
 pub mod repeat;
 mod rows;

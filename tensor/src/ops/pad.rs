@@ -33,21 +33,30 @@ impl Tensor {
                 ),
             ));
         }
-        let mut maps = Vec::with_capacity(nd);
+        let lr = |d: usize| {
+            let k = nd - 1 - d;
+            pads.get(2 * k).map_or((0, 0), |&l| (l, pads[2 * k + 1]))
+        };
         let mut shape = Vec::with_capacity(nd);
         for (d, &n) in self.shape().iter().enumerate() {
-            let k = nd - 1 - d;
-            let (l, r) = if 2 * k < pads.len() {
-                (pads[2 * k], pads[2 * k + 1])
-            } else {
-                (0, 0)
-            };
-            let map = source_map(OP, mode, d, n, l, r)?;
-            shape.push(map.len());
-            maps.push(map);
+            let (l, r) = lr(d);
+            shape.push(padded_len(OP, mode, d, n, l, r)?);
         }
         if nd == 0 {
             return Ok(self.clone());
+        }
+        crate::tensor::checked_numel(OP, &shape)?;
+        // Each map is no longer than the (now known to fit) output, or the
+        // output is empty and has nothing to map.
+        let maps: Vec<Vec<Option<usize>>> = if shape.contains(&0) {
+            Vec::new()
+        } else {
+            (0..nd)
+                .map(|d| source_map(mode, self.shape()[d], lr(d).0, shape[d]))
+                .collect()
+        };
+        if maps.is_empty() {
+            return Ok(crate::with_dtype!(self.dtype(), T => Tensor::build::<T>(&shape, |_| {})));
         }
         Ok(crate::with_dtype!(self.dtype(), T => {
             let value = match mode {
@@ -59,37 +68,31 @@ impl Tensor {
     }
 }
 
-/// For each output position along one dim, the source position, or `None`
-/// for a constant fill. Errors as [`Tensor::pad`] describes.
-fn source_map(
-    op: &'static str,
-    mode: PadMode,
-    d: usize,
-    n: usize,
-    l: usize,
-    r: usize,
-) -> Result<Vec<Option<usize>>> {
+/// The padded size of dimension `d` (size `n`, padding `l`, `r`). Errors as
+/// [`Tensor::pad`] describes.
+fn padded_len(op: &'static str, mode: PadMode, d: usize, n: usize, l: usize, r: usize) -> Result<usize> {
     let len = n
         .checked_add(l)
         .and_then(|x| x.checked_add(r))
         .ok_or_else(|| Error::arg(op, format!("padding ({l}, {r}) of dimension {d} overflows")))?;
     match mode {
-        PadMode::Reflect if l >= n.max(1) || r >= n.max(1) => {
-            return Err(Error::arg(
-                op,
-                format!("reflect padding ({l}, {r}) must be smaller than size {n} of dimension {d}"),
-            ))
-        }
-        PadMode::Replicate if n == 0 && l + r > 0 => {
-            return Err(Error::arg(
-                op,
-                format!("replicate padding ({l}, {r}) needs a non-empty dimension {d}"),
-            ))
-        }
-        _ => {}
+        PadMode::Reflect if l >= n.max(1) || r >= n.max(1) => Err(Error::arg(
+            op,
+            format!("reflect padding ({l}, {r}) must be smaller than size {n} of dimension {d}"),
+        )),
+        PadMode::Replicate if n == 0 && len > 0 => Err(Error::arg(
+            op,
+            format!("replicate padding ({l}, {r}) needs a non-empty dimension {d}"),
+        )),
+        _ => Ok(len),
     }
+}
+
+/// For each of the `len` output positions along a dim of size `n` padded by
+/// `l` on the left, the source position, or `None` for a constant fill.
+fn source_map(mode: PadMode, n: usize, l: usize, len: usize) -> Vec<Option<usize>> {
     let (n, l) = (n as isize, l as isize);
-    Ok((0..len as isize)
+    (0..len as isize)
         .map(|j| {
             let s = j - l;
             if (0..n).contains(&s) {
@@ -101,7 +104,7 @@ fn source_map(
                 PadMode::Replicate => Some(s.clamp(0, n - 1) as usize),
             }
         })
-        .collect())
+        .collect()
 }
 
 /// Fills `shape` row by row (last dim): a row is all `value` when an outer

@@ -73,6 +73,7 @@ pub fn embedding_backward(
     let idx = index_values(OP, indices)?;
     check_range(OP, &idx, 0, num_weights)?;
     let d = grad.shape()[indices.ndim()];
+    crate::tensor::checked_numel(OP, &[num_weights, d])?;
     let grad = grad.contiguous();
     crate::with_float_dtype!(grad.dtype(), T => {
         let g = grad.as_slice::<T>()?;

@@ -148,6 +148,7 @@ impl Tensor {
         }
         let mut shape = self.shape().to_vec();
         shape.push(classes);
+        crate::tensor::checked_numel(OP, &shape)?;
         Ok(Tensor::build::<i64>(&shape, |out| {
             for (row, &i) in idx.iter().enumerate() {
                 out[row * classes + i as usize] = 1;
