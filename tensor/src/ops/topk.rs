@@ -79,27 +79,53 @@ impl Tensor {
 }
 
 /// Writes into `out` the positions of the first `out.len()` elements of
-/// `line` in the total order (value, then position).
+/// `line` in the total order (value, then position). A small `k` keeps a
+/// sorted buffer of the best `k` in one pass (most elements cost one
+/// comparison); otherwise (value, position) pairs are partially selected
+/// and sorted.
 fn select_row<T: Element>(line: &[T], out: &mut [i64], largest: bool) {
     let k = out.len();
-    let cmp = |&a: &usize, &b: &usize| {
+    let cmp = |a: &(T, usize), b: &(T, usize)| {
         let by_value = if largest {
-            total_cmp(line[b], line[a])
+            total_cmp(b.0, a.0)
         } else {
-            total_cmp(line[a], line[b])
+            total_cmp(a.0, b.0)
         };
-        by_value.then(a.cmp(&b))
+        by_value.then(a.1.cmp(&b.1))
     };
-    let mut order: Vec<usize> = (0..line.len()).collect();
-    if k < line.len() && k > 0 {
-        order.select_nth_unstable_by(k - 1, cmp);
+    if k == 0 {
+        return;
     }
-    let top = &mut order[..k];
-    top.sort_unstable_by(cmp);
-    for (y, &i) in out.iter_mut().zip(top.iter()) {
+    let mut best: Vec<(T, usize)>;
+    if k.saturating_mul(SMALL_K_RATIO) <= line.len() {
+        best = Vec::with_capacity(k + 1);
+        for (i, &x) in line.iter().enumerate() {
+            let e = (x, i);
+            if best.len() == k {
+                if cmp(&e, &best[k - 1]) != Ordering::Less {
+                    continue;
+                }
+                best.pop();
+            }
+            let at = best.partition_point(|b| cmp(b, &e) == Ordering::Less);
+            best.insert(at, e);
+        }
+    } else {
+        best = line.iter().copied().zip(0..).collect();
+        if k < best.len() {
+            best.select_nth_unstable_by(k - 1, cmp);
+            best.truncate(k);
+        }
+        best.sort_unstable_by(cmp);
+    }
+    for (y, &(_, i)) in out.iter_mut().zip(&best) {
         *y = i as i64;
     }
 }
+
+/// Below `line.len() / SMALL_K_RATIO`, `k` is small enough for the
+/// one-pass insertion buffer of [`select_row`].
+const SMALL_K_RATIO: usize = 16;
 
 /// A total order on elements: the usual one, with NaN above everything.
 fn total_cmp<T: Element>(a: T, b: T) -> Ordering {
@@ -177,7 +203,7 @@ mod tests {
 
     fn topk_matches<T: Element>() {
         let nan = T::DTYPE.is_float();
-        for shape in [&[7usize][..], &[3, 5], &[2, 4, 3], &[3, 0, 2]] {
+        for shape in [&[7usize][..], &[3, 5], &[2, 4, 3], &[3, 0, 2], &[2, 40]] {
             let v = tie_values(shape.len() as u64, shape.iter().product(), nan);
             let vals = values_f64(&tensor_of::<T>(&v, shape));
             for d in 0..shape.len() {
