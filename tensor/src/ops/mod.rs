@@ -10,5 +10,7 @@ mod no_panic_tests;
 pub mod pad;
 pub mod repeat;
 mod rows;
+#[cfg(test)]
+mod threads_tests;
 pub mod topk;
 pub mod tri;
