@@ -1,6 +1,6 @@
 //! Indexing by integer tensors: `index_select`, `gather`, `scatter`,
 //! `scatter_add`, `masked_fill`, `one_hot` (PyTorch semantics and shape
-//! rules), plus `embedding` and its backward in [`embedding`].
+//! rules), plus `embedding` and its backward, [`embedding_backward`].
 //!
 //! Index tensors must be I64, like PyTorch's. Every index is checked against
 //! its dimension before anything is written: a negative or out-of-range index
