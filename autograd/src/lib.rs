@@ -1,1 +1,34 @@
-//! Tape-based, define-by-run automatic differentiation over `tessera-tensor` (filled by the autograd issue).
+//! # tessera-autograd
+//!
+//! Define-by-run automatic differentiation. Ops on [`Var`]s run eagerly and,
+//! when an input requires a gradient, record a node (op, inputs, a backward
+//! closure holding only what it reads). [`Var::backward`] walks the recorded
+//! nodes reachable from the output in reverse creation order and returns
+//! [`Gradients`] keyed by leaf. Saved tensors are freed as each node runs.
+//!
+//! - [`no_grad`] turns recording off on this thread; [`Var::detach`] cuts a
+//!   value from the graph; [`Var::requires_grad_`] freezes a leaf.
+//! - [`Var::register_hook`] runs a callback with a leaf's gradient as soon
+//!   as it is final during backward (DDP and ZeRO start communication there).
+//! - [`checkpoint`] recomputes a segment during backward instead of keeping
+//!   its activations.
+//! - New differentiable ops are written with [`record`] / [`record_multi`].
+
+mod checkpoint;
+mod engine;
+mod gradcheck;
+mod mode;
+mod node;
+mod record;
+mod var;
+
+pub use checkpoint::{checkpoint, checkpoint_sequential};
+pub use engine::{backward_many, Gradients};
+pub use gradcheck::{gradcheck, op_names, GradcheckOptions, GradcheckReport};
+pub use mode::{enable_grad, is_grad_enabled, no_grad, GradModeGuard};
+pub use node::{BackwardFn, Hook};
+pub use record::{record, record_multi};
+pub use var::{Var, VarId};
+
+#[cfg(test)]
+mod tests;

@@ -18,12 +18,16 @@
 //! # Ok::<(), tessera_tensor::Error>(())
 //! ```
 
+pub mod alloc;
 mod device;
+mod display;
 mod dtype;
 mod error;
 mod layout;
 mod map;
 pub mod ops;
+pub mod rng;
+pub mod safetensors;
 mod special;
 mod storage;
 pub mod strided;
@@ -31,11 +35,15 @@ mod tensor;
 #[cfg(test)]
 pub(crate) mod test_util;
 
+pub use alloc::ALIGN;
 pub use device::Device;
 pub use dtype::{DType, Element, FloatElement, FloatMath};
 pub use error::{Error, Result};
 pub use half::{bf16, f16};
 pub use layout::{broadcast_shapes, contiguous_strides, dim_index, dim_indices, infer_shape, Layout};
+pub use ops::creation::TensorOptions;
+pub use rng::{manual_seed, Generator};
+pub use ops::unary::GeluApprox;
 pub use special::erf;
 pub use storage::{live_bytes, Storage};
 pub use tensor::Tensor;

@@ -12,7 +12,7 @@ impl Tensor {
     /// [`crate::with_dtype!`] first.
     pub fn map<T: Element, U: Element>(&self, f: impl Fn(T) -> U + Sync) -> Tensor {
         let src = self.storage().as_slice::<T>();
-        Tensor::build::<U>(self.shape(), |out| {
+        Tensor::build_overwrite::<U>(self.shape(), |out| {
             fill_rows(out, [self.layout()], |o, [off], [st]| {
                 if st == 1 {
                     let n = o.len();
@@ -44,12 +44,24 @@ impl Tensor {
         let la = self.layout().broadcast_to(&shape)?;
         let lb = other.layout().broadcast_to(&shape)?;
         let (sa, sb) = (self.storage().as_slice::<A>(), other.storage().as_slice::<B>());
-        Ok(Tensor::build::<U>(&shape, |out| {
+        Ok(Tensor::build_overwrite::<U>(&shape, |out| {
             fill_rows(out, [&la, &lb], |o, [oa, ob], [ta, tb]| {
                 if ta == 1 && tb == 1 {
                     let n = o.len();
                     let (xa, xb) = (&sa[oa..oa + n], &sb[ob..ob + n]);
                     for ((y, &a), &b) in o.iter_mut().zip(xa).zip(xb) {
+                        *y = f(a, b);
+                    }
+                } else if ta == 1 && tb == 0 {
+                    // One operand broadcast along the row (bias, scalar):
+                    // hoisting it keeps the loop vectorisable.
+                    let (b, n) = (sb[ob], o.len());
+                    for (y, &a) in o.iter_mut().zip(&sa[oa..oa + n]) {
+                        *y = f(a, b);
+                    }
+                } else if ta == 0 && tb == 1 {
+                    let (a, n) = (sa[oa], o.len());
+                    for (y, &b) in o.iter_mut().zip(&sb[ob..ob + n]) {
                         *y = f(a, b);
                     }
                 } else {
@@ -87,7 +99,7 @@ impl Tensor {
             b.storage().as_slice::<B>(),
             c.storage().as_slice::<C>(),
         );
-        Ok(Tensor::build::<U>(&shape, |out| {
+        Ok(Tensor::build_overwrite::<U>(&shape, |out| {
             fill_rows(out, [&la, &lb, &lc], |o, [oa, ob, oc], [ta, tb, tc]| {
                 let (mut pa, mut pb, mut pc) = (oa as isize, ob as isize, oc as isize);
                 for y in o.iter_mut() {
@@ -98,6 +110,53 @@ impl Tensor {
                 }
             })
         }))
+    }
+
+    /// In-place `self[i] = f(self[i], other[i])`, with `other` broadcast to
+    /// `self`'s shape. Mutates the storage when this tensor is its only
+    /// owner, contiguous and covers all of it (so an optimizer step or a
+    /// gradient accumulation allocates nothing); otherwise `self` becomes a
+    /// fresh tensor holding the result. `T` and `B` must be the dtypes of
+    /// `self` and `other`. Errors, naming `op`, when `other` does not
+    /// broadcast to `self`'s shape or the devices differ.
+    pub fn zip_map_<T: Element, B: Element>(
+        &mut self,
+        other: &Tensor,
+        op: &'static str,
+        f: impl Fn(T, B) -> T + Sync,
+    ) -> Result<()> {
+        self.device().same_as(other.device(), op)?;
+        let lb = other.layout().broadcast_to(self.shape()).map_err(|_| {
+            crate::Error::shape(
+                op,
+                format!(
+                    "cannot update a tensor of shape {:?} in place from shape {:?}",
+                    self.shape(),
+                    other.shape()
+                ),
+            )
+        })?;
+        let whole =
+            self.is_contiguous() && self.layout().offset() == 0 && self.numel() == self.storage().len();
+        let shape = self.shape().to_vec();
+        match (whole, self.storage_mut()) {
+            (true, Some(storage)) if !std::ptr::eq(storage as *const _, other.storage().as_ref()) => {
+                let dst = storage.as_mut_slice::<T>();
+                let src = other.storage().as_slice::<B>();
+                fill_rows(dst, [&lb], |o, [ob], [tb]| {
+                    let mut p = ob as isize;
+                    for y in o.iter_mut() {
+                        *y = f(*y, src[p as usize]);
+                        p += tb;
+                    }
+                });
+            }
+            _ => {
+                let fresh = self.zip_map::<T, B, T>(&other.broadcast_to(&shape)?, op, f)?;
+                *self = fresh;
+            }
+        }
+        Ok(())
     }
 
     /// The tensor converted to `dtype`: floats round to nearest even (f16,
@@ -146,5 +205,39 @@ mod tests {
         );
         let b = a.to_dtype(crate::DType::Bool).to_vec::<bool>().unwrap();
         assert_eq!(b, vec![true, true, true, true]);
+    }
+
+    #[test]
+    fn zip_map_in_place_mutates_unique_storage_and_copies_shared() {
+        let mut a = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
+        let before = a.storage().as_bytes().as_ptr();
+        let row = Tensor::from_vec(vec![10.0f32, 20.0], &[2]).unwrap();
+        a.zip_map_::<f32, f32>(&row, "add_", |x, y| x + y).unwrap();
+        assert_eq!(
+            a.storage().as_bytes().as_ptr(),
+            before,
+            "unique storage is updated in place"
+        );
+        assert_eq!(a.to_vec::<f32>().unwrap(), vec![11.0, 22.0, 13.0, 24.0]);
+
+        let shared = a.clone();
+        a.zip_map_::<f32, f32>(&row, "add_", |x, y| x + y).unwrap();
+        assert_eq!(
+            shared.to_vec::<f32>().unwrap(),
+            vec![11.0, 22.0, 13.0, 24.0],
+            "a shared value never changes"
+        );
+        assert_eq!(a.to_vec::<f32>().unwrap(), vec![21.0, 42.0, 23.0, 44.0]);
+
+        let mut t = a.t().unwrap();
+        t.zip_map_::<f32, f32>(&row, "add_", |x, y| x + y).unwrap();
+        assert_eq!(t.to_vec::<f32>().unwrap(), vec![31.0, 43.0, 52.0, 64.0]);
+        assert!(a
+            .zip_map_::<f32, f32>(
+                &Tensor::from_vec(vec![1.0f32; 3], &[3]).unwrap(),
+                "add_",
+                |x, y| x + y
+            )
+            .is_err());
     }
 }

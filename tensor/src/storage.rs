@@ -1,15 +1,12 @@
 //! [`Storage`]: the flat, typed, 64-byte-aligned buffer behind tensors, either
 //! owned heap memory or a read-only window into a memory-mapped file.
 
-use std::alloc::{alloc_zeroed, dealloc, Layout as AllocLayout};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use crate::alloc::{self, ALIGN};
 use crate::{DType, Device, Element, Error, Result};
-
-/// Alignment of every owned buffer: a cache line, and enough for AVX-512 loads.
-pub const ALIGN: usize = 64;
 
 static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
 
@@ -40,28 +37,43 @@ unsafe impl Sync for Storage {}
 impl Storage {
     /// `len` zero-valued elements of type `T` on the CPU.
     pub fn zeros<T: Element>(len: usize) -> Self {
-        let bytes = len * T::DTYPE.size_in_bytes();
-        let ptr = if bytes == 0 {
+        let (mut s, zeroed) = Self::allocate::<T>(len);
+        if !zeroed {
+            s.raw_bytes_mut().fill(0);
+        }
+        s
+    }
+
+    /// `len` elements of type `T` on the CPU whose values are unspecified
+    /// (zeros or values of an earlier tensor, never uninitialised memory):
+    /// for kernels that overwrite every element.
+    pub fn for_overwrite<T: Element>(len: usize) -> Self {
+        Self::allocate::<T>(len).0
+    }
+
+    fn allocate<T: Element>(len: usize) -> (Self, bool) {
+        let bytes = len
+            .checked_mul(T::DTYPE.size_in_bytes())
+            .expect("element count fits memory");
+        let (ptr, zeroed) = if bytes == 0 {
             // A dangling but aligned pointer: never dereferenced for 0 bytes.
-            NonNull::new(ALIGN as *mut u8).expect("ALIGN is non-zero")
+            (NonNull::new(ALIGN as *mut u8).expect("ALIGN is non-zero"), true)
         } else {
-            let layout = AllocLayout::from_size_align(bytes, ALIGN).expect("size fits isize");
-            // SAFETY: bytes > 0 and the layout is valid.
-            let p = unsafe { alloc_zeroed(layout) };
-            NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout))
+            alloc::allocate(bytes)
         };
         LIVE_BYTES.fetch_add(bytes, Ordering::Relaxed);
-        Storage {
+        let s = Storage {
             buf: Buffer::Owned { ptr, bytes },
             dtype: T::DTYPE,
             len,
             device: Device::Cpu,
-        }
+        };
+        (s, zeroed)
     }
 
     /// A copy of `data` in a fresh aligned buffer.
     pub fn from_slice<T: Element>(data: &[T]) -> Self {
-        let mut s = Self::zeros::<T>(data.len());
+        let mut s = Self::for_overwrite::<T>(data.len());
         s.as_mut_slice::<T>().copy_from_slice(data);
         s
     }
@@ -72,7 +84,7 @@ impl Storage {
     pub(crate) fn mapped(map: Arc<memmap2::Mmap>, start: usize, dtype: DType, len: usize) -> Option<Self> {
         let bytes = len.checked_mul(dtype.size_in_bytes())?;
         let window = map.get(start..start.checked_add(bytes)?)?;
-        if (window.as_ptr() as usize) % dtype.size_in_bytes() != 0 {
+        if !(window.as_ptr() as usize).is_multiple_of(dtype.size_in_bytes()) {
             return None;
         }
         if dtype == DType::Bool && window.iter().any(|&b| b > 1) {
@@ -99,6 +111,11 @@ impl Storage {
     /// True when the storage holds no elements.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// True when the elements are read in place from a memory-mapped file.
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.buf, Buffer::Mapped { .. })
     }
 
     /// The device the elements live on.
@@ -142,7 +159,7 @@ impl Storage {
     pub(crate) fn as_mut_slice<T: Element>(&mut self) -> &mut [T] {
         assert_eq!(T::DTYPE, self.dtype, "kernel dispatched on the wrong dtype");
         if let Buffer::Mapped { .. } = self.buf {
-            let mut owned = Storage::zeros::<T>(self.len);
+            let mut owned = Storage::for_overwrite::<T>(self.len);
             owned.raw_bytes_mut().copy_from_slice(self.as_bytes());
             *self = owned;
         }
@@ -172,9 +189,8 @@ impl Drop for Storage {
         if let Buffer::Owned { ptr, bytes } = self.buf {
             LIVE_BYTES.fetch_sub(bytes, Ordering::Relaxed);
             if bytes > 0 {
-                let layout = AllocLayout::from_size_align(bytes, ALIGN).expect("size fits isize");
-                // SAFETY: allocated in `zeros` with this exact layout.
-                unsafe { dealloc(ptr.as_ptr(), layout) };
+                // SAFETY: allocated by `alloc::allocate(bytes)` in `allocate`.
+                unsafe { alloc::free(ptr, bytes) };
             }
         }
     }

@@ -30,8 +30,7 @@ impl<const N: usize> Coalesced<N> {
         debug_assert!(layouts.iter().all(|l| l.shape() == shape0));
         let mut shape: Vec<usize> = Vec::with_capacity(shape0.len());
         let mut strides: [Vec<isize>; N] = std::array::from_fn(|_| Vec::with_capacity(shape0.len()));
-        for d in 0..shape0.len() {
-            let n = shape0[d];
+        for (d, &n) in shape0.iter().enumerate() {
             if n == 1 {
                 continue;
             }
@@ -100,15 +99,14 @@ impl<const N: usize> Coalesced<N> {
             f(dst, pos.map(|p| p as usize), inner_strides, len);
             dst += len;
             // Advance to the start of the next row.
-            for k in 0..N {
-                pos[k] += (len as isize) * inner_strides[k];
+            for (p, st) in pos.iter_mut().zip(inner_strides) {
+                *p += len as isize * st;
             }
             idx[nd - 1] += len;
             let mut d = nd - 1;
             while idx[d] == self.shape[d] && d > 0 {
-                for k in 0..N {
-                    pos[k] -= self.shape[d] as isize * self.strides[k][d];
-                    pos[k] += self.strides[k][d - 1];
+                for (p, st) in pos.iter_mut().zip(&self.strides) {
+                    *p += st[d - 1] - self.shape[d] as isize * st[d];
                 }
                 idx[d] = 0;
                 idx[d - 1] += 1;

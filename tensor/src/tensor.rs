@@ -70,6 +70,16 @@ impl Tensor {
         Self::from_storage(storage, Layout::contiguous(shape))
     }
 
+    /// Like [`Tensor::build`], but the buffer passed to `fill` holds
+    /// unspecified values (a reused cached block): for kernels that write
+    /// every element, so no time goes into zeroing first.
+    pub fn build_overwrite<T: Element>(shape: &[usize], fill: impl FnOnce(&mut [T])) -> Tensor {
+        let numel = shape.iter().product();
+        let mut storage = Storage::for_overwrite::<T>(numel);
+        fill(storage.as_mut_slice::<T>());
+        Self::from_storage(storage, Layout::contiguous(shape))
+    }
+
     /// The sizes of the dimensions.
     pub fn shape(&self) -> &[usize] {
         self.layout.shape()
@@ -123,6 +133,11 @@ impl Tensor {
     /// True when `self` and `other` share one storage buffer.
     pub fn shares_storage(&self, other: &Tensor) -> bool {
         Arc::ptr_eq(&self.storage, &other.storage)
+    }
+
+    /// Mutable access to the storage when this tensor is its only owner.
+    pub(crate) fn storage_mut(&mut self) -> Option<&mut Storage> {
+        Arc::get_mut(&mut self.storage)
     }
 
     /// The same storage seen through another layout (views are built on this).
@@ -196,7 +211,7 @@ impl Tensor {
         if self.is_contiguous() {
             return self.clone();
         }
-        crate::with_dtype!(self.dtype(), T => Tensor::build::<T>(self.shape(), |out| self.copy_into(out)))
+        crate::with_dtype!(self.dtype(), T => Tensor::build_overwrite::<T>(self.shape(), |out| self.copy_into(out)))
     }
 
     /// Writes the elements in row-major order into `out` (`out.len() ==

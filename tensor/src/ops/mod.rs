@@ -1,6 +1,24 @@
 //! Tensor operations, one module per family. Each module adds methods to
 //! [`crate::Tensor`]; its CPU kernels sit beside it (`cpu.rs`), so a faster
 //! kernel or a CUDA launch can replace one without touching callers.
+
+pub mod creation;
+pub mod random;
+pub mod batch_norm;
+pub mod cumsum;
+pub mod group_norm;
+pub(crate) mod lanes;
+pub mod layer_norm;
+pub(crate) mod norm_common;
+#[cfg(test)]
+mod norm_tests;
+pub mod reduce;
+pub mod softmax;
+pub mod binary;
+pub mod compare;
+pub mod operators;
+pub mod unary;
+
 pub mod index;
 pub mod join;
 #[cfg(test)]

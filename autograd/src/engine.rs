@@ -1,0 +1,290 @@
+//! The backward pass: a reverse walk over the recorded nodes reachable from
+//! the outputs, by descending creation id (creation order is a topological
+//! order, so no sort by dependencies is needed), accumulating gradients in
+//! place and firing leaf hooks as soon as a leaf's gradient is final.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use tessera_tensor::{with_float_dtype, Error, Result, Tensor};
+
+use crate::node::{Edge, Node, NodeKind};
+use crate::{Var, VarId};
+
+/// The gradients of the leaves a backward pass reached, by leaf id.
+#[derive(Default)]
+pub struct Gradients {
+    map: HashMap<VarId, Tensor>,
+}
+
+impl Gradients {
+    /// The gradient of `var`, if it is a leaf the backward pass reached.
+    pub fn get(&self, var: &Var) -> Option<&Tensor> {
+        var.id().and_then(|id| self.map.get(&id))
+    }
+
+    /// The gradient of the leaf with id `id`.
+    pub fn get_id(&self, id: VarId) -> Option<&Tensor> {
+        self.map.get(&id)
+    }
+
+    /// Removes and returns the gradient of `var`.
+    pub fn remove(&mut self, var: &Var) -> Option<Tensor> {
+        var.id().and_then(|id| self.map.remove(&id))
+    }
+
+    /// Inserts (or replaces) the gradient for `id` — for code that edits
+    /// gradients between backward and the optimizer (clipping, all-reduce).
+    pub fn insert(&mut self, id: VarId, grad: Tensor) {
+        self.map.insert(id, grad);
+    }
+
+    /// The number of leaves with a gradient.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// True when no leaf received a gradient.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Iterates over (leaf id, gradient) pairs in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&VarId, &Tensor)> {
+        self.map.iter()
+    }
+}
+
+impl Var {
+    /// Backpropagates from this scalar (one-element) value with gradient 1.
+    /// Errors when the value has more than one element (use
+    /// [`Var::backward_with`]), does not require grad, or its graph was
+    /// already consumed by an earlier backward.
+    pub fn backward(&self) -> Result<Gradients> {
+        if self.numel() != 1 {
+            return Err(Error::shape(
+                "backward",
+                format!(
+                    "backward() needs a one-element output, got shape {:?}; pass a gradient with backward_with",
+                    self.shape()
+                ),
+            ));
+        }
+        let one = Tensor::from_vec(vec![1.0f64], &[])?
+            .to_dtype(self.dtype())
+            .reshape(&self.shape().iter().map(|&n| n as isize).collect::<Vec<_>>())?;
+        self.backward_with(&one)
+    }
+
+    /// Backpropagates from this value with `grad` as its gradient. Errors
+    /// when `grad`'s shape or dtype differ from the value's, when the value
+    /// does not require grad, or when the graph was already consumed.
+    pub fn backward_with(&self, grad: &Tensor) -> Result<Gradients> {
+        backward_many(&[(self, grad)])
+    }
+}
+
+/// Backpropagates from several outputs at once (their gradients add up where
+/// the graphs meet). Errors as [`Var::backward_with`].
+pub fn backward_many(roots: &[(&Var, &Tensor)]) -> Result<Gradients> {
+    let mut seeds = Vec::with_capacity(roots.len());
+    for (var, grad) in roots {
+        let edge = var.edge().ok_or_else(|| {
+            Error::arg(
+                "backward",
+                "the output does not require grad: no input was a leaf with requires_grad, or it was computed under no_grad",
+            )
+        })?;
+        if grad.shape() != var.shape() || grad.dtype() != var.dtype() {
+            return Err(Error::shape(
+                "backward",
+                format!(
+                    "gradient of shape {:?} ({}) given for an output of shape {:?} ({})",
+                    grad.shape(),
+                    grad.dtype(),
+                    var.shape(),
+                    var.dtype()
+                ),
+            ));
+        }
+        seeds.push((edge.clone(), (*grad).clone()));
+    }
+    let out = run(seeds, 0)?;
+    Ok(Gradients {
+        map: out.leaves.into_iter().map(|(id, g)| (VarId(id), g)).collect(),
+    })
+}
+
+/// What a walk produced: final gradients of the leaves it owns, and the
+/// gradients that reached nodes at or below the boundary (left for an outer
+/// walk, which owns those nodes).
+pub(crate) struct Outcome {
+    pub leaves: HashMap<u64, Tensor>,
+    pub boundary: Vec<(Edge, Tensor)>,
+}
+
+/// Walks the graph from `seeds`. Nodes with id ≤ `boundary` are not entered:
+/// the gradients reaching them are returned instead (gradient checkpointing
+/// runs an inner walk over a recomputed segment this way). `boundary = 0`
+/// walks everything.
+pub(crate) fn run(seeds: Vec<(Edge, Tensor)>, boundary: u64) -> Result<Outcome> {
+    // Discover the op nodes to run and count, for every node, how many edges
+    // from those ops point at it: a leaf's gradient is final when all have run.
+    let mut pending: HashMap<u64, usize> = HashMap::new();
+    let mut ops: Vec<Arc<Node>> = Vec::new();
+    let mut seen: HashSet<u64> = HashSet::new();
+    let mut stack: Vec<Arc<Node>> = Vec::new();
+    for (e, _) in &seeds {
+        if seen.insert(e.node.id) {
+            stack.push(e.node.clone());
+        }
+    }
+    while let Some(node) = stack.pop() {
+        if node.id <= boundary {
+            continue;
+        }
+        if let NodeKind::Op { inputs, .. } = &node.kind {
+            for e in inputs.iter().flatten() {
+                *pending.entry(e.node.id).or_default() += 1;
+                if seen.insert(e.node.id) {
+                    stack.push(e.node.clone());
+                }
+            }
+            ops.push(node);
+        }
+    }
+    ops.sort_unstable_by_key(|n| std::cmp::Reverse(n.id));
+
+    let mut grads: HashMap<u64, (Arc<Node>, Vec<Option<Tensor>>)> = HashMap::new();
+    let mut out = Outcome {
+        leaves: HashMap::new(),
+        boundary: Vec::new(),
+    };
+    for (e, g) in seeds {
+        accumulate(&mut grads, &e, g)?;
+    }
+    // Seeds that are leaves no op feeds into are final right away.
+    let ready: Vec<u64> = grads
+        .iter()
+        .filter(|(id, (n, _))| **id > boundary && is_leaf(n) && !pending.contains_key(id))
+        .map(|(id, _)| *id)
+        .collect();
+    for id in ready {
+        finish_leaf(&mut grads, &mut out, id);
+    }
+
+    for node in ops {
+        let NodeKind::Op {
+            name,
+            inputs,
+            backward,
+            ..
+        } = &node.kind
+        else {
+            unreachable!("only op nodes are queued")
+        };
+        if let Some((_, out_grads)) = grads.remove(&node.id) {
+            let f = backward.lock().expect("backward lock").take().ok_or_else(|| {
+                Error::arg(
+                    "backward",
+                    format!("the graph through `{name}` was already used by a backward pass and its saved tensors freed"),
+                )
+            })?;
+            let needs: Vec<bool> = inputs.iter().map(Option::is_some).collect();
+            let in_grads = f(&out_grads, &needs)?;
+            if in_grads.len() != inputs.len() {
+                return Err(Error::arg(
+                    "backward",
+                    format!(
+                        "`{name}` returned {} gradients for {} inputs",
+                        in_grads.len(),
+                        inputs.len()
+                    ),
+                ));
+            }
+            for (e, g) in inputs.iter().zip(in_grads) {
+                if let (Some(e), Some(g)) = (e, g) {
+                    check_grad(name, e, &g)?;
+                    accumulate(&mut grads, e, g)?;
+                }
+            }
+        }
+        for e in inputs.iter().flatten() {
+            let left = pending.get_mut(&e.node.id).expect("counted during discovery");
+            *left -= 1;
+            if *left == 0 && e.node.id > boundary && is_leaf(&e.node) {
+                finish_leaf(&mut grads, &mut out, e.node.id);
+            }
+        }
+    }
+    for (_, (node, gs)) in grads {
+        debug_assert!(node.id <= boundary, "every node above the boundary was consumed");
+        for (k, g) in gs.into_iter().enumerate() {
+            if let Some(g) = g {
+                out.boundary.push((
+                    Edge {
+                        node: node.clone(),
+                        output: k,
+                    },
+                    g,
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn is_leaf(node: &Node) -> bool {
+    matches!(node.kind, NodeKind::Leaf { .. })
+}
+
+/// Moves a leaf's final gradient to the outcome and runs its hooks.
+fn finish_leaf(grads: &mut HashMap<u64, (Arc<Node>, Vec<Option<Tensor>>)>, out: &mut Outcome, id: u64) {
+    let Some((node, mut gs)) = grads.remove(&id) else {
+        return;
+    };
+    let Some(g) = gs[0].take() else { return };
+    if let NodeKind::Leaf { hooks, .. } = &node.kind {
+        let hooks = hooks.lock().expect("hook list lock").clone();
+        for h in hooks {
+            h(&g);
+        }
+    }
+    out.leaves.insert(id, g);
+}
+
+fn check_grad(op: &'static str, e: &Edge, g: &Tensor) -> Result<()> {
+    let meta = e.node.meta(e.output);
+    if g.shape() != meta.shape.as_slice() || g.dtype() != meta.dtype {
+        return Err(Error::shape(
+            "backward",
+            format!(
+                "`{op}` produced a gradient of shape {:?} ({}) for an input of shape {:?} ({})",
+                g.shape(),
+                g.dtype(),
+                meta.shape,
+                meta.dtype
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Adds `g` into the gradient slot of `e`, in place when the slot's buffer
+/// is not shared.
+fn accumulate(grads: &mut HashMap<u64, (Arc<Node>, Vec<Option<Tensor>>)>, e: &Edge, g: Tensor) -> Result<()> {
+    let (_, slots) = grads
+        .entry(e.node.id)
+        .or_insert_with(|| (e.node.clone(), vec![None; e.node.num_outputs()]));
+    match &mut slots[e.output] {
+        slot @ None => *slot = Some(g),
+        Some(acc) => {
+            let dtype = acc.dtype();
+            with_float_dtype!(dtype, T => acc.zip_map_::<T, T>(&g, "accumulate_grad", |a, b| {
+                use tessera_tensor::FloatElement;
+                T::from_math(a.to_math() + b.to_math())
+            })?, else return Err(Error::dtype("accumulate_grad", format!("gradients must be floating point, got {dtype}"))));
+        }
+    }
+    Ok(())
+}

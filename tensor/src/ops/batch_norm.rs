@@ -1,0 +1,203 @@
+//! Batch normalization over every dim but the channel dim 1: statistics,
+//! forward in training and eval mode (with the running-stat update), and
+//! backward.
+
+use rayon::prelude::*;
+
+use crate::ops::norm_common::{
+    channel_sums, check_eps, check_float, check_grad, param, stats_tensor, tensor_from,
+};
+use crate::ops::reduce::moments;
+use crate::{Element, Error, FloatElement, FloatMath, Result, Tensor};
+
+/// What [`Tensor::batch_norm`] returns.
+#[derive(Debug, Clone)]
+pub struct BatchNormOutput {
+    /// The normalized output, shaped and typed like the input.
+    pub y: Tensor,
+    /// The per-channel mean used (the batch mean in training, the running
+    /// mean in eval), shape `[C]`, f32 (f64 for f64 input).
+    pub mean: Tensor,
+    /// The per-channel 1/sqrt(var + eps) used, like `mean`.
+    pub invstd: Tensor,
+    /// In training, the updated running mean (given one); else `None`.
+    pub running_mean: Option<Tensor>,
+    /// In training, the updated running variance (given one), updated with
+    /// the unbiased batch variance as PyTorch does; else `None`.
+    pub running_var: Option<Tensor>,
+}
+
+impl Tensor {
+    /// Per-channel mean and biased variance of `x` (`[N, C, *]`) over every
+    /// dim but 1, computed in f64 and returned as `[C]` tensors in f32 (f64
+    /// for f64 input). Errors for non-float input or fewer than 2 dims.
+    pub fn batch_norm_stats(&self) -> Result<(Tensor, Tensor)> {
+        let (mean, var) = stats(self, "batch_norm_stats")?;
+        let c = [self.shape()[1]];
+        Ok((
+            stats_tensor(&mean, &c, self.dtype()),
+            stats_tensor(&var, &c, self.dtype()),
+        ))
+    }
+
+    /// Batch normalization of `x` (`[N, C, *]`), per channel:
+    /// y = (x − mean)·invstd·weight plus bias. In training the batch statistics are used and the
+    /// running stats (when given) come back updated:
+    /// r ← (1 − momentum)·r + momentum·stat, with the unbiased batch variance
+    /// for the running variance. In eval the running stats are used and are
+    /// required. Errors for non-float input, fewer than 2 dims, parameters
+    /// without C elements, eval without running stats, training with one
+    /// value per channel, or a bad eps.
+    #[allow(clippy::too_many_arguments)]
+    pub fn batch_norm(
+        &self,
+        running_mean: Option<&Tensor>,
+        running_var: Option<&Tensor>,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        training: bool,
+        momentum: f64,
+        eps: f64,
+    ) -> Result<BatchNormOutput> {
+        const OP: &str = "batch_norm";
+        check_eps(OP, eps)?;
+        let (n, c, s) = dims3(OP, self)?;
+        let rm = param::<f64>(OP, "running_mean", running_mean, self, c)?;
+        let rv = param::<f64>(OP, "running_var", running_var, self, c)?;
+        let (mean, var, new_rm, new_rv) = if training {
+            let count = n * s;
+            if count <= 1 {
+                return Err(Error::shape(
+                    OP,
+                    format!(
+                        "expected more than 1 value per channel when training, got input of shape {:?}",
+                        self.shape()
+                    ),
+                ));
+            }
+            let (mean, var) = stats(self, OP)?;
+            let unbias = count as f64 / (count - 1) as f64;
+            let upd = |r: &[f64], stat: &[f64], scale: f64| -> Vec<f64> {
+                r.iter()
+                    .zip(stat)
+                    .map(|(r, x)| (1.0 - momentum) * r + momentum * x * scale)
+                    .collect()
+            };
+            let new_rm = rm.map(|r| upd(&r, &mean, 1.0));
+            let new_rv = rv.map(|r| upd(&r, &var, unbias));
+            (mean, var, new_rm, new_rv)
+        } else {
+            match (rm, rv) {
+                (Some(m), Some(v)) => (m, v, None, None),
+                _ => return Err(Error::arg(OP, "eval mode needs running_mean and running_var")),
+            }
+        };
+        let invstd: Vec<f64> = var.iter().map(|v| 1.0 / (v + eps).sqrt()).collect();
+        let w = param::<f64>(OP, "weight", weight, self, c)?;
+        let b = param::<f64>(OP, "bias", bias, self, c)?;
+        let x = self.contiguous();
+        let y = crate::with_float_dtype!(self.dtype(), T => {
+            type M = <T as FloatElement>::Math;
+            // Per channel: y = x·scale + shift.
+            let coef: Vec<(M, M)> = (0..c)
+                .map(|ci| {
+                    let scale = invstd[ci] * w.as_ref().map_or(1.0, |w| w[ci]);
+                    let shift = b.as_ref().map_or(0.0, |b| b[ci]) - mean[ci] * scale;
+                    (M::of(scale), M::of(shift))
+                })
+                .collect();
+            let xs = x.as_slice::<T>()?;
+            let y: Vec<T> = crate::ops::norm_common::rows_forward(xs, s.max(1), &vec![<M as FloatMath>::ZERO; n * c], &vec![<M as FloatMath>::ONE; n * c], |r, _| coef[r % c]);
+            tensor_from(&y, self.shape())
+        }, else return Err(Error::dtype(OP, format!("expects a float tensor, got {}", self.dtype()))));
+        let running = |v: Option<Vec<f64>>, like: Option<&Tensor>| {
+            v.zip(like)
+                .map(|(v, t)| Tensor::from_slice(&v, &[c]).map(|r| r.to_dtype(t.dtype())))
+        };
+        Ok(BatchNormOutput {
+            y,
+            mean: stats_tensor(&mean, &[c], self.dtype()),
+            invstd: stats_tensor(&invstd, &[c], self.dtype()),
+            running_mean: running(new_rm, running_mean).transpose()?,
+            running_var: running(new_rv, running_var).transpose()?,
+        })
+    }
+
+    /// The gradients of [`Tensor::batch_norm`] given `dy`, the input `x`
+    /// and the `mean`/`invstd` it returned: (dx, dweight, dbias), dweight =
+    /// Σ dy·x̂ and dbias = Σ dy per channel (`[C]`, `x`'s dtype). In training
+    /// dx also flows through the batch statistics; in eval it is
+    /// dy·weight·invstd. Errors when shapes, dtypes or sizes disagree.
+    pub fn batch_norm_backward(
+        dy: &Tensor,
+        x: &Tensor,
+        mean: &Tensor,
+        invstd: &Tensor,
+        weight: Option<&Tensor>,
+        training: bool,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        const OP: &str = "batch_norm_backward";
+        let (n, c, s) = dims3(OP, x)?;
+        check_grad(OP, dy, x)?;
+        let mean = param::<f64>(OP, "mean", Some(mean), x, c)?.unwrap_or_default();
+        let invstd = param::<f64>(OP, "invstd", Some(invstd), x, c)?.unwrap_or_default();
+        let w = param::<f64>(OP, "weight", weight, x, c)?;
+        let (xc, dyc) = (x.contiguous(), dy.contiguous());
+        crate::with_float_dtype!(x.dtype(), T => {
+            type M = <T as FloatElement>::Math;
+            let (xs, dys) = (xc.as_slice::<T>()?, dyc.as_slice::<T>()?);
+            let (dw, db) = channel_sums(n, c, s, |_, ci, at| {
+                let d = dys[at].to_f64();
+                (d * (xs[at].to_f64() - mean[ci]) * invstd[ci], d)
+            });
+            let count = (n * s) as f64;
+            // dx = k·dy + a·x̂ + b per channel, with x̂ = (x − mean)·invstd.
+            let coef: Vec<[M; 4]> = (0..c)
+                .map(|ci| {
+                    let k = w.as_ref().map_or(1.0, |w| w[ci]) * invstd[ci];
+                    let (a, b) = if training { (-k * dw[ci] / count, -k * db[ci] / count) } else { (0.0, 0.0) };
+                    [M::of(k), M::of(a), M::of(b), M::of(mean[ci])]
+                })
+                .collect();
+            let inv: Vec<M> = invstd.iter().map(|&v| M::of(v)).collect();
+            let dx: Vec<T> = xs
+                .par_iter()
+                .zip(dys)
+                .with_min_len(crate::strided::PAR_THRESHOLD)
+                .enumerate()
+                .map(|(i, (&xv, &d))| {
+                    let ci = (i / s.max(1)) % c.max(1);
+                    let [k, a, b, m] = coef[ci];
+                    T::from_math(k * d.to_math() + a * (xv.to_math() - m) * inv[ci] + b)
+                })
+                .collect();
+            let to_t = |v: Vec<f64>| -> Vec<T> { v.into_iter().map(<T as Element>::from_f64).collect() };
+            Ok((tensor_from(&dx, x.shape()), tensor_from(&to_t(dw), &[c]), tensor_from(&to_t(db), &[c])))
+        }, else Err(Error::dtype(OP, format!("expects a float tensor, got {}", x.dtype()))))
+    }
+}
+
+/// (N, C, product of the remaining dims) of a `[N, C, *]` float input.
+fn dims3(op: &'static str, x: &Tensor) -> Result<(usize, usize, usize)> {
+    check_float(op, x)?;
+    if x.ndim() < 2 {
+        return Err(Error::shape(
+            op,
+            format!("expects an input [N, C, *], got shape {:?}", x.shape()),
+        ));
+    }
+    Ok((x.shape()[0], x.shape()[1], x.shape()[2..].iter().product()))
+}
+
+/// Per-channel (mean, biased var) over every dim but 1, in f64.
+fn stats(x: &Tensor, op: &'static str) -> Result<(Vec<f64>, Vec<f64>)> {
+    dims3(op, x)?;
+    let dims: Vec<isize> = (0..x.ndim() as isize).filter(|&d| d != 1).collect();
+    let m = moments(x, op, &dims)?;
+    let mean = m
+        .iter()
+        .map(|a| if a.0 == 0.0 { f64::NAN } else { a.1 })
+        .collect();
+    let var = m.iter().map(|a| a.2 / a.0).collect();
+    Ok((mean, var))
+}

@@ -1,0 +1,216 @@
+//! Reading and writing the [safetensors] format: memory-mapped load and save
+//! of every dtype, with the optional `__metadata__` string map. Files are
+//! interchangeable with PyTorch's `safetensors.torch.save_file`/`load_file`.
+//!
+//! ```
+//! use tessera_tensor::{safetensors, DType, Tensor};
+//! let path = std::env::temp_dir().join(format!("doc-{}.safetensors", std::process::id()));
+//! let w = Tensor::arange(0.0, 6.0, 1.0, DType::F32)?.reshape(&[2, 3])?;
+//! safetensors::save(&path, [("w", &w.t()?)])?;
+//! let loaded = safetensors::load(&path)?;
+//! assert_eq!(loaded["w"].shape(), &[3, 2]);
+//! assert_eq!(loaded["w"].to_vec::<f32>()?, vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+//! # std::fs::remove_file(&path).ok();
+//! # Ok::<(), tessera_tensor::Error>(())
+//! ```
+//!
+//! [safetensors]: https://github.com/huggingface/safetensors
+
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
+
+use ::safetensors::tensor::{Dtype as StDtype, SafeTensors, View};
+
+use crate::{DType, Element, Error, Layout, Result, Storage, Tensor};
+
+const LOAD: &str = "safetensors::load";
+const SAVE: &str = "safetensors::save";
+
+/// Loads every tensor of the safetensors file at `path`, by name. Tensors
+/// whose data is aligned for their dtype (all of them, in files written by
+/// this module or by PyTorch) are memory-mapped, not read: the file must
+/// not be modified while they are alive. Errors, naming the file, when it
+/// cannot be opened or mapped, when its header or offsets are corrupt, when
+/// it is truncated, when a tensor has a dtype tessera lacks (e.g. I8, F8),
+/// or when a bool tensor holds a byte other than 0 or 1.
+pub fn load(path: impl AsRef<Path>) -> Result<HashMap<String, Tensor>> {
+    Ok(load_with_metadata(path)?.0)
+}
+
+/// As [`load`], also returning the file's `__metadata__` map (empty when
+/// the file has none).
+pub fn load_with_metadata(
+    path: impl AsRef<Path>,
+) -> Result<(HashMap<String, Tensor>, HashMap<String, String>)> {
+    let path = path.as_ref();
+    let err = |msg: String| Error::io(LOAD, format!("{}: {msg}", path.display()));
+    little_endian_only(LOAD)?;
+    let file = File::open(path).map_err(|e| err(e.to_string()))?;
+    // SAFETY: the map is read-only; like every mmap-based loader (PyTorch's
+    // and safetensors' own) we require that the file is not truncated or
+    // rewritten while tensors borrow it. `save` replaces files by rename, so
+    // saving over a loaded file is safe.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| err(e.to_string()))?;
+    let map = Arc::new(map);
+    let (header_len, meta) =
+        SafeTensors::read_metadata(&map).map_err(|e| err(format!("corrupt file: {e}")))?;
+    let data_start = 8 + header_len;
+    let mut tensors = HashMap::new();
+    for (name, info) in meta.tensors() {
+        let dtype = from_st_dtype(info.dtype).ok_or_else(|| {
+            err(format!(
+                "tensor {name:?} has dtype {:?}, which tessera does not support",
+                info.dtype
+            ))
+        })?;
+        // read_metadata checked that the offsets match the shape and dtype
+        // and lie inside the file.
+        let (begin, end) = info.data_offsets;
+        let len = (end - begin) / dtype.size_in_bytes();
+        let start = data_start + begin;
+        let storage = match Storage::mapped(map.clone(), start, dtype, len) {
+            Some(s) => s,
+            None => copy_storage(&map[start..data_start + end], dtype)
+                .ok_or_else(|| err(format!("bool tensor {name:?} holds a byte other than 0 or 1")))?,
+        };
+        tensors.insert(
+            name,
+            Tensor::from_storage(storage, Layout::contiguous(&info.shape)),
+        );
+    }
+    let metadata = meta.metadata().clone().unwrap_or_default();
+    Ok((tensors, metadata))
+}
+
+/// Saves `tensors` (name, tensor pairs: an array, a `Vec`, or a
+/// `&HashMap<String, Tensor>`) to `path`, replacing it atomically (write to
+/// a sibling temporary file, then rename). Non-contiguous tensors are
+/// written in row-major order. Errors, naming the file, for a duplicate or
+/// reserved (`__metadata__`) name, a tensor not on the CPU, or an I/O failure.
+pub fn save<'a, K: AsRef<str>>(
+    path: impl AsRef<Path>,
+    tensors: impl IntoIterator<Item = (K, &'a Tensor)>,
+) -> Result<()> {
+    save_impl(path.as_ref(), tensors, None)
+}
+
+/// As [`save`], also writing the `__metadata__` string map (PyTorch writes
+/// `{"format": "pt"}`).
+pub fn save_with_metadata<'a, K: AsRef<str>>(
+    path: impl AsRef<Path>,
+    tensors: impl IntoIterator<Item = (K, &'a Tensor)>,
+    metadata: &HashMap<String, String>,
+) -> Result<()> {
+    save_impl(path.as_ref(), tensors, Some(metadata.clone()))
+}
+
+fn save_impl<'a, K: AsRef<str>>(
+    path: &Path,
+    tensors: impl IntoIterator<Item = (K, &'a Tensor)>,
+    metadata: Option<HashMap<String, String>>,
+) -> Result<()> {
+    let err = |msg: String| Error::io(SAVE, format!("{}: {msg}", path.display()));
+    little_endian_only(SAVE)?;
+    let mut seen = HashSet::new();
+    let mut views = Vec::new();
+    for (name, t) in tensors {
+        let name = name.as_ref().to_string();
+        if name == "__metadata__" {
+            return Err(err(
+                "the name \"__metadata__\" is reserved for the metadata map".into()
+            ));
+        }
+        if !seen.insert(name.clone()) {
+            return Err(err(format!("the name {name:?} appears twice")));
+        }
+        if !t.device().is_cpu() {
+            return Err(err(format!(
+                "tensor {name:?} is on {}; move it to the CPU first",
+                t.device()
+            )));
+        }
+        views.push((name, TensorBytes(t.contiguous())));
+    }
+    ::safetensors::serialize_to_file(views, metadata, path).map_err(|e| err(e.to_string()))
+}
+
+/// A contiguous tensor seen as the bytes safetensors writes.
+struct TensorBytes(Tensor);
+
+impl View for TensorBytes {
+    fn dtype(&self) -> StDtype {
+        to_st_dtype(self.0.dtype())
+    }
+
+    fn shape(&self) -> &[usize] {
+        self.0.shape()
+    }
+
+    fn data(&self) -> Cow<'_, [u8]> {
+        let size = self.0.dtype().size_in_bytes();
+        let start = self.0.layout().offset() * size;
+        Cow::Borrowed(&self.0.storage().as_bytes()[start..start + self.data_len()])
+    }
+
+    fn data_len(&self) -> usize {
+        self.0.numel() * self.0.dtype().size_in_bytes()
+    }
+}
+
+fn little_endian_only(op: &'static str) -> Result<()> {
+    if cfg!(target_endian = "little") {
+        Ok(())
+    } else {
+        Err(Error::io(op, "safetensors IO needs a little-endian machine"))
+    }
+}
+
+fn to_st_dtype(d: DType) -> StDtype {
+    match d {
+        DType::F32 => StDtype::F32,
+        DType::F64 => StDtype::F64,
+        DType::F16 => StDtype::F16,
+        DType::BF16 => StDtype::BF16,
+        DType::I64 => StDtype::I64,
+        DType::U32 => StDtype::U32,
+        DType::U8 => StDtype::U8,
+        DType::Bool => StDtype::BOOL,
+    }
+}
+
+fn from_st_dtype(d: StDtype) -> Option<DType> {
+    DType::ALL.into_iter().find(|&t| to_st_dtype(t) == d)
+}
+
+/// An owned copy of little-endian `bytes` of `dtype` (for data not aligned
+/// for in-place use). `None` when a bool byte is neither 0 nor 1.
+fn copy_storage(bytes: &[u8], dtype: DType) -> Option<Storage> {
+    fn pod<T: Element + bytemuck::Pod>(bytes: &[u8]) -> Storage {
+        let mut s = Storage::zeros::<T>(bytes.len() / std::mem::size_of::<T>());
+        bytemuck::cast_slice_mut::<T, u8>(s.as_mut_slice::<T>()).copy_from_slice(bytes);
+        s
+    }
+    Some(match dtype {
+        DType::F32 => pod::<f32>(bytes),
+        DType::F64 => pod::<f64>(bytes),
+        DType::F16 => pod::<half::f16>(bytes),
+        DType::BF16 => pod::<half::bf16>(bytes),
+        DType::I64 => pod::<i64>(bytes),
+        DType::U32 => pod::<u32>(bytes),
+        DType::U8 => pod::<u8>(bytes),
+        DType::Bool => {
+            if bytes.iter().any(|&b| b > 1) {
+                return None;
+            }
+            let v: Vec<bool> = bytes.iter().map(|&b| b == 1).collect();
+            Storage::from_slice(&v)
+        }
+    })
+}
+
+#[cfg(test)]
+#[path = "safetensors_tests.rs"]
+mod tests;
