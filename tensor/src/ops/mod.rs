@@ -22,3 +22,17 @@ pub mod binary;
 pub mod compare;
 pub mod operators;
 pub mod unary;
+
+pub mod index;
+pub mod join;
+#[cfg(test)]
+mod naive;
+#[cfg(test)]
+mod no_panic_tests;
+pub mod pad;
+pub mod repeat;
+mod rows;
+#[cfg(test)]
+mod threads_tests;
+pub mod topk;
+pub mod tri;
