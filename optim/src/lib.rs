@@ -53,7 +53,11 @@ mod schedule;
 mod sgd;
 mod state;
 #[cfg(test)]
+mod engine_tests;
+#[cfg(test)]
 mod test_util;
+#[cfg(test)]
+mod torch_reference_tests;
 
 pub use accumulate::GradAccumulator;
 pub use adagrad::{Adagrad, AdagradOptions, AdagradRule};
