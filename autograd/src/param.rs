@@ -142,9 +142,17 @@ mod tests {
         let held_by_module = p.clone();
         let id = p.id().unwrap();
         let before = p.tensor().storage().as_bytes().as_ptr();
-        p.update_::<f64, _>(|x| x.iter_mut().for_each(|v| *v *= 10.0)).unwrap();
-        assert_eq!(p.tensor().storage().as_bytes().as_ptr(), before, "updated in place");
-        assert_eq!(held_by_module.tensor().to_vec::<f64>().unwrap(), vec![10.0, 20.0, 30.0]);
+        p.update_::<f64, _>(|x| x.iter_mut().for_each(|v| *v *= 10.0))
+            .unwrap();
+        assert_eq!(
+            p.tensor().storage().as_bytes().as_ptr(),
+            before,
+            "updated in place"
+        );
+        assert_eq!(
+            held_by_module.tensor().to_vec::<f64>().unwrap(),
+            vec![10.0, 20.0, 30.0]
+        );
         assert_eq!(held_by_module.var().id(), Some(id));
 
         // A value someone still holds is never changed by an update.
@@ -155,7 +163,10 @@ mod tests {
         assert!(p.update_::<f32, _>(|_| ()).is_err());
 
         p.set(snapshot).unwrap();
-        assert_eq!(held_by_module.tensor().to_vec::<f64>().unwrap(), vec![10.0, 20.0, 30.0]);
+        assert_eq!(
+            held_by_module.tensor().to_vec::<f64>().unwrap(),
+            vec![10.0, 20.0, 30.0]
+        );
         assert!(p.set(Tensor::from_vec(vec![1.0f64], &[1]).unwrap()).is_err());
         assert!(p.same(&held_by_module));
         assert_eq!(p.id(), Some(id));

@@ -153,7 +153,12 @@ mod tests {
         let q = param(&[0.0], &[1]);
         let mut acc = GradAccumulator::new(3, true).unwrap();
         let first = grads(&p, &[1.0, 2.0]);
-        let ptr = first.get_id(p.id().unwrap()).unwrap().storage().as_bytes().as_ptr();
+        let ptr = first
+            .get_id(p.id().unwrap())
+            .unwrap()
+            .storage()
+            .as_bytes()
+            .as_ptr();
         assert!(acc.add(first).unwrap().is_none());
         let mut second = grads(&p, &[3.0, 4.0]);
         second.insert(q.id().unwrap(), Tensor::from_vec(vec![6.0f64], &[1]).unwrap());

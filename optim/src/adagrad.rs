@@ -64,7 +64,14 @@ impl Rule for AdagradRule {
         h.initial_accumulator_value
     }
 
-    fn update<T: FloatElement>(&self, h: &AdagradOptions, ctx: StepCtx, p: &mut [T], g: &[T], b: Bufs<'_, T>) {
+    fn update<T: FloatElement>(
+        &self,
+        h: &AdagradOptions,
+        ctx: StepCtx,
+        p: &mut [T],
+        g: &[T],
+        b: Bufs<'_, T>,
+    ) {
         let m = |v: f64| T::Math::of(v);
         let clr = m(h.lr / (1.0 + (ctx.step - 1) as f64 * h.lr_decay));
         let (wd, eps) = (m(h.weight_decay), m(h.eps));

@@ -185,7 +185,7 @@ fn adam_update<T: FloatElement>(s: &Settings, step: u64, p: &mut [T], g: &[T], b
                 if decoupled {
                     x = T::from_math(x * decay).to_math();
                 } else {
-                    gi = gi + wd * x;
+                    gi += wd * x;
                 }
             }
             let mi = T::from_math(lerp(ea[i].to_math(), gi, w1));

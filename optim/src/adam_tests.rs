@@ -12,7 +12,14 @@ use tessera_tensor::{DType, Tensor};
 fn first_step_moves_each_coordinate_by_lr() {
     let p = param(&[0.5, -0.25, 2.0, 0.0], &[2, 2]);
     let g = [3.0, -1e-3, 1e4, -7.0];
-    let mut opt = Adam::new(vec![p.clone()], AdamOptions { lr: 0.01, ..Default::default() }).unwrap();
+    let mut opt = Adam::new(
+        vec![p.clone()],
+        AdamOptions {
+            lr: 0.01,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     run_steps(&mut opt, &[(&p, &g)], 1);
     let v = values(&p);
     for (i, (&x0, &gi)) in [0.5f64, -0.25, 2.0, 0.0].iter().zip(&g).enumerate() {
@@ -33,13 +40,28 @@ fn second_step_and_decoupled_decay_by_hand() {
     let theta2 = theta1 - (0.1 / (1.0 - 0.81)) * m2 / (v2.sqrt() / (1.0f64 - 0.998001).sqrt() + 1e-8);
 
     let p = param(&[1.0], &[1]);
-    let mut opt = Adam::new(vec![p.clone()], AdamOptions { lr: 0.1, ..Default::default() }).unwrap();
+    let mut opt = Adam::new(
+        vec![p.clone()],
+        AdamOptions {
+            lr: 0.1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     run_steps(&mut opt, &[(&p, &[1.0])], 1);
     run_steps(&mut opt, &[(&p, &[-1.0])], 1);
-    assert!((values(&p)[0] - theta2).abs() < 1e-14, "{} vs {theta2}", values(&p)[0]);
+    assert!(
+        (values(&p)[0] - theta2).abs() < 1e-14,
+        "{} vs {theta2}",
+        values(&p)[0]
+    );
 
     let q = param(&[1.0], &[1]);
-    let h = AdamWOptions { lr: 0.1, weight_decay: 0.1, ..Default::default() };
+    let h = AdamWOptions {
+        lr: 0.1,
+        weight_decay: 0.1,
+        ..Default::default()
+    };
     let mut opt = AdamW::new(vec![q.clone()], h).unwrap();
     run_steps(&mut opt, &[(&q, &[1.0])], 1);
     let w1 = 1.0 * (1.0 - 0.01) - 0.1 * 1.0 / (1.0 + 1e-8);
@@ -56,13 +78,27 @@ fn second_step_and_decoupled_decay_by_hand() {
 #[test]
 fn amsgrad_keeps_the_maximum_second_moment() {
     let p = param(&[0.0], &[1]);
-    let h = AdamOptions { amsgrad: true, ..Default::default() };
+    let h = AdamOptions {
+        amsgrad: true,
+        ..Default::default()
+    };
     let mut opt = Adam::new(vec![p.clone()], h).unwrap();
     run_steps(&mut opt, &[(&p, &[10.0])], 1);
     run_steps(&mut opt, &[(&p, &[0.0])], 1);
-    let vmax = opt.state_buffer(0, 0, "max_exp_avg_sq").unwrap().to_vec::<f64>().unwrap()[0];
-    let v = opt.state_buffer(0, 0, "exp_avg_sq").unwrap().to_vec::<f64>().unwrap()[0];
-    assert!((vmax - 0.1).abs() < 1e-15 && (v - 0.0999).abs() < 1e-15, "{vmax} {v}");
+    let vmax = opt
+        .state_buffer(0, 0, "max_exp_avg_sq")
+        .unwrap()
+        .to_vec::<f64>()
+        .unwrap()[0];
+    let v = opt
+        .state_buffer(0, 0, "exp_avg_sq")
+        .unwrap()
+        .to_vec::<f64>()
+        .unwrap()[0];
+    assert!(
+        (vmax - 0.1).abs() < 1e-15 && (v - 0.0999).abs() < 1e-15,
+        "{vmax} {v}"
+    );
 }
 
 /// f16 and bf16 parameters: math in f32, state kept in the parameter's
@@ -73,7 +109,10 @@ fn half_precision_parameters_follow_f32_within_rounding() {
         let init = Tensor::from_vec(vec![0.5f32, -1.0, 0.25], &[3]).unwrap();
         let p16 = tessera_autograd::Parameter::new(init.to_dtype(dtype));
         let p32 = tessera_autograd::Parameter::new(init.clone());
-        let h = AdamWOptions { lr: 0.05, ..Default::default() };
+        let h = AdamWOptions {
+            lr: 0.05,
+            ..Default::default()
+        };
         let mut o16 = AdamW::new(vec![p16.clone()], h).unwrap();
         let mut o32 = AdamW::new(vec![p32.clone()], h).unwrap();
         let g = Tensor::from_vec(vec![0.5f32, -0.25, 1.0], &[3]).unwrap();
@@ -98,7 +137,28 @@ fn half_precision_parameters_follow_f32_within_rounding() {
 #[test]
 fn invalid_betas_are_errors() {
     let p = param(&[1.0], &[1]);
-    assert!(Adam::new(vec![p.clone()], AdamOptions { beta1: 1.0, ..Default::default() }).is_err());
-    assert!(AdamW::new(vec![p.clone()], AdamWOptions { beta2: -0.1, ..Default::default() }).is_err());
-    assert!(Adam::new(vec![p], AdamOptions { eps: -1.0, ..Default::default() }).is_err());
+    assert!(Adam::new(
+        vec![p.clone()],
+        AdamOptions {
+            beta1: 1.0,
+            ..Default::default()
+        }
+    )
+    .is_err());
+    assert!(AdamW::new(
+        vec![p.clone()],
+        AdamWOptions {
+            beta2: -0.1,
+            ..Default::default()
+        }
+    )
+    .is_err());
+    assert!(Adam::new(
+        vec![p],
+        AdamOptions {
+            eps: -1.0,
+            ..Default::default()
+        }
+    )
+    .is_err());
 }

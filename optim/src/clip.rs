@@ -16,7 +16,10 @@ use crate::kernel::{sum_by, sum_sq};
 pub fn clip_grad_norm(grads: &mut Gradients, max_norm: f64, norm_type: f64) -> Result<f64> {
     const OP: &str = "clip_grad_norm";
     if norm_type.is_nan() || norm_type <= 0.0 {
-        return Err(Error::arg(OP, format!("norm_type must be > 0 or infinite, got {norm_type}")));
+        return Err(Error::arg(
+            OP,
+            format!("norm_type must be > 0 or infinite, got {norm_type}"),
+        ));
     }
     if max_norm.is_nan() || max_norm < 0.0 {
         return Err(Error::arg(OP, format!("max_norm must be ≥ 0, got {max_norm}")));
@@ -27,9 +30,17 @@ pub fn clip_grad_norm(grads: &mut Gradients, max_norm: f64, norm_type: f64) -> R
         let g = grads.get_id(id).expect("listed id").contiguous();
         let n = with_float_dtype!(g.dtype(), T => tensor_norm(g.as_slice::<T>()?, norm_type),
             else return Err(not_float(OP, &g)));
-        acc = if norm_type.is_infinite() { acc.max_nan(n) } else { acc + n.powf(norm_type) };
+        acc = if norm_type.is_infinite() {
+            acc.max_nan(n)
+        } else {
+            acc + n.powf(norm_type)
+        };
     }
-    let total = if norm_type.is_infinite() { acc } else { acc.powf(1.0 / norm_type) };
+    let total = if norm_type.is_infinite() {
+        acc
+    } else {
+        acc.powf(1.0 / norm_type)
+    };
     let coef = max_norm / (total + 1e-6);
     let coef = if coef.is_nan() { coef } else { coef.min(1.0) };
     if coef != 1.0 {
@@ -47,7 +58,10 @@ pub fn clip_grad_norm(grads: &mut Gradients, max_norm: f64, norm_type: f64) -> R
 pub fn clip_grad_value(grads: &mut Gradients, clip_value: f64) -> Result<()> {
     const OP: &str = "clip_grad_value";
     if clip_value.is_nan() || clip_value < 0.0 {
-        return Err(Error::arg(OP, format!("clip_value must be ≥ 0, got {clip_value}")));
+        return Err(Error::arg(
+            OP,
+            format!("clip_value must be ≥ 0, got {clip_value}"),
+        ));
     }
     for (_, g) in grads.iter_mut() {
         let dtype = g.dtype();

@@ -114,11 +114,17 @@ impl<R: Rule> GroupOptimizer<R> {
     pub fn add_param_group(&mut self, group: ParamGroup<R::Hyper>) -> Result<()> {
         R::validate(&group.hyper)?;
         for (i, p) in group.params.iter().enumerate() {
-            let seen = group.params[..i].iter().chain(self.groups.iter().flat_map(|g| &g.params));
+            let seen = group.params[..i]
+                .iter()
+                .chain(self.groups.iter().flat_map(|g| &g.params));
             if seen.into_iter().any(|q| q.same(p)) {
                 return Err(Error::arg(
                     "add_param_group",
-                    format!("{}: a parameter of shape {:?} appears in more than one place", R::NAME, p.shape()),
+                    format!(
+                        "{}: a parameter of shape {:?} appears in more than one place",
+                        R::NAME,
+                        p.shape()
+                    ),
                 ));
             }
         }
@@ -166,7 +172,11 @@ impl<R: Rule> GroupOptimizer<R> {
                 if !p.dtype().is_float() {
                     return Err(Error::dtype(
                         "step",
-                        format!("{}: parameters must be floating point, got {}", R::NAME, p.dtype()),
+                        format!(
+                            "{}: parameters must be floating point, got {}",
+                            R::NAME,
+                            p.dtype()
+                        ),
                     ));
                 }
                 if g.shape() != p.shape().as_slice() || g.dtype() != p.dtype() {
@@ -191,7 +201,13 @@ impl<R: Rule> GroupOptimizer<R> {
 
 impl ParamState {
     /// Creates the buffers in `names` the state lacks; true if any was made.
-    fn ensure<H>(&mut self, names: &[&'static str], h: &H, p: &Parameter, init: impl Fn(&H, &str) -> f64) -> Result<bool> {
+    fn ensure<H>(
+        &mut self,
+        names: &[&'static str],
+        h: &H,
+        p: &Parameter,
+        init: impl Fn(&H, &str) -> f64,
+    ) -> Result<bool> {
         let mut fresh = false;
         for &name in names {
             if !self.bufs.iter().any(|(n, _)| *n == name) {
@@ -291,7 +307,10 @@ impl<R: Rule> Optimizer for GroupOptimizer<R> {
         if n != self.groups.len() {
             return Err(Error::arg(
                 OP,
-                format!("the state dict has {n} parameter groups, the optimizer {}", self.groups.len()),
+                format!(
+                    "the state dict has {n} parameter groups, the optimizer {}",
+                    self.groups.len()
+                ),
             ));
         }
         let mut hypers = Vec::with_capacity(n);
@@ -327,7 +346,10 @@ impl<R: Rule> Optimizer for GroupOptimizer<R> {
                 .and_then(|i| i.parse::<usize>().ok())
                 .is_none_or(|i| i >= k)
         }) {
-            return Err(Error::arg(OP, format!("unexpected tensor {extra:?} in the state dict")));
+            return Err(Error::arg(
+                OP,
+                format!("unexpected tensor {extra:?} in the state dict"),
+            ));
         }
         self.rule.load_config(sd)?;
         for (grp, h) in self.groups.iter_mut().zip(hypers) {
@@ -352,9 +374,14 @@ fn load_param_state<R: Rule>(sd: &StateDict, k: usize, p: &Parameter) -> Result<
     };
     let prefix = format!("state.{k}.");
     for (key, t) in sd.tensors.range(prefix.clone()..) {
-        let Some(name) = key.strip_prefix(&prefix) else { break };
+        let Some(name) = key.strip_prefix(&prefix) else {
+            break;
+        };
         let name = R::BUFFERS.iter().find(|b| **b == name).ok_or_else(|| {
-            Error::arg(OP, format!("{} has no state buffer {name:?} (tensor {key:?})", R::NAME))
+            Error::arg(
+                OP,
+                format!("{} has no state buffer {name:?} (tensor {key:?})", R::NAME),
+            )
         })?;
         if t.shape() != p.shape().as_slice() || !t.dtype().is_float() {
             return Err(Error::shape(

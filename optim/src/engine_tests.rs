@@ -47,19 +47,90 @@ fn round_trip(make: impl Fn(Vec<Parameter>) -> Box<dyn Optimizer>, name: &str) {
 #[test]
 fn every_optimizer_state_round_trips_through_safetensors() {
     round_trip(
-        |p| Box::new(Sgd::new(p, SgdOptions { lr: 0.1, momentum: 0.9, nesterov: true, ..Default::default() }).unwrap()),
+        |p| {
+            Box::new(
+                Sgd::new(
+                    p,
+                    SgdOptions {
+                        lr: 0.1,
+                        momentum: 0.9,
+                        nesterov: true,
+                        ..Default::default()
+                    },
+                )
+                .unwrap(),
+            )
+        },
         "sgd",
     );
-    round_trip(|p| Box::new(Adam::new(p, AdamOptions { amsgrad: true, ..Default::default() }).unwrap()), "adam");
-    round_trip(|p| Box::new(AdamW::new(p, AdamWOptions::default()).unwrap()), "adamw");
-    round_trip(|p| Box::new(Adagrad::new(p, AdagradOptions { lr_decay: 0.1, ..Default::default() }).unwrap()), "adagrad");
     round_trip(
-        |p| Box::new(RmsProp::new(p, RmsPropOptions { centered: true, momentum: 0.5, ..Default::default() }).unwrap()),
+        |p| {
+            Box::new(
+                Adam::new(
+                    p,
+                    AdamOptions {
+                        amsgrad: true,
+                        ..Default::default()
+                    },
+                )
+                .unwrap(),
+            )
+        },
+        "adam",
+    );
+    round_trip(
+        |p| Box::new(AdamW::new(p, AdamWOptions::default()).unwrap()),
+        "adamw",
+    );
+    round_trip(
+        |p| {
+            Box::new(
+                Adagrad::new(
+                    p,
+                    AdagradOptions {
+                        lr_decay: 0.1,
+                        ..Default::default()
+                    },
+                )
+                .unwrap(),
+            )
+        },
+        "adagrad",
+    );
+    round_trip(
+        |p| {
+            Box::new(
+                RmsProp::new(
+                    p,
+                    RmsPropOptions {
+                        centered: true,
+                        momentum: 0.5,
+                        ..Default::default()
+                    },
+                )
+                .unwrap(),
+            )
+        },
         "rmsprop",
     );
-    round_trip(|p| Box::new(Lamb::new(p, LambOptions::default()).unwrap()), "lamb");
     round_trip(
-        |p| Box::new(Lars::new(p, LarsOptions { momentum: 0.9, weight_decay: 1e-3, ..Default::default() }).unwrap()),
+        |p| Box::new(Lamb::new(p, LambOptions::default()).unwrap()),
+        "lamb",
+    );
+    round_trip(
+        |p| {
+            Box::new(
+                Lars::new(
+                    p,
+                    LarsOptions {
+                        momentum: 0.9,
+                        weight_decay: 1e-3,
+                        ..Default::default()
+                    },
+                )
+                .unwrap(),
+            )
+        },
         "lars",
     );
 }
@@ -69,13 +140,23 @@ fn state_dict_names_follow_pytorch_indices() {
     let (w, b) = (param(&[1.0, 2.0, 3.0, 4.0], &[2, 2]), param(&[0.0, 0.0], &[2]));
     let groups = vec![
         ParamGroup::new(vec![w.clone()], AdamOptions::default()),
-        ParamGroup::new(vec![b.clone()], AdamOptions { lr: 0.5, ..Default::default() }),
+        ParamGroup::new(
+            vec![b.clone()],
+            AdamOptions {
+                lr: 0.5,
+                ..Default::default()
+            },
+        ),
     ];
     let mut opt = Adam::with_groups(groups).unwrap();
     opt.step(&fixed_grads(&[(&b, &[1.0, 1.0])])).unwrap();
     let sd = opt.state_dict();
     let keys: Vec<&String> = sd.tensors.keys().collect();
-    assert_eq!(keys, ["state.1.exp_avg", "state.1.exp_avg_sq"], "w had no gradient: no state");
+    assert_eq!(
+        keys,
+        ["state.1.exp_avg", "state.1.exp_avg_sq"],
+        "w had no gradient: no state"
+    );
     assert_eq!(sd.metadata["kind"], "Adam");
     assert_eq!(sd.metadata["group.1.lr"], "0.5");
     assert_eq!(sd.metadata["state.1.step"], "1");
@@ -92,20 +173,42 @@ fn mismatched_state_dicts_are_errors_that_change_nothing() {
     let mut sgd = Sgd::new(vec![w.clone(), b.clone()], SgdOptions::default()).unwrap();
     assert!(sgd.load_state_dict(&good).is_err(), "another optimizer's state");
 
-    let mut one = Adam::new(vec![w.clone()], AdamOptions { lr: 0.7, ..Default::default() }).unwrap();
+    let mut one = Adam::new(
+        vec![w.clone()],
+        AdamOptions {
+            lr: 0.7,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert!(one.load_state_dict(&good).is_err(), "different parameter count");
     assert_eq!(one.lrs(), vec![0.7]);
 
     let mut bad = good.clone();
-    bad.tensors.insert("state.0.exp_avg".into(), Tensor::zeros(&[3], DType::F64).unwrap());
-    let mut fresh = Adam::new(vec![w.clone(), b.clone()], AdamOptions { lr: 0.7, ..Default::default() }).unwrap();
+    bad.tensors
+        .insert("state.0.exp_avg".into(), Tensor::zeros(&[3], DType::F64).unwrap());
+    let mut fresh = Adam::new(
+        vec![w.clone(), b.clone()],
+        AdamOptions {
+            lr: 0.7,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert!(fresh.load_state_dict(&bad).is_err(), "wrong buffer shape");
     let mut bad = good.clone();
-    bad.tensors.insert("state.0.nonsense".into(), Tensor::zeros(&[2, 2], DType::F64).unwrap());
+    bad.tensors.insert(
+        "state.0.nonsense".into(),
+        Tensor::zeros(&[2, 2], DType::F64).unwrap(),
+    );
     assert!(fresh.load_state_dict(&bad).is_err(), "unknown buffer");
     let mut bad = good.clone();
-    bad.tensors.insert("state.7.exp_avg".into(), Tensor::zeros(&[2], DType::F64).unwrap());
-    assert!(fresh.load_state_dict(&bad).is_err(), "parameter index out of range");
+    bad.tensors
+        .insert("state.7.exp_avg".into(), Tensor::zeros(&[2], DType::F64).unwrap());
+    assert!(
+        fresh.load_state_dict(&bad).is_err(),
+        "parameter index out of range"
+    );
     let mut bad = good.clone();
     bad.metadata.insert("group.0.beta1".into(), "1.5".into());
     assert!(fresh.load_state_dict(&bad).is_err(), "invalid hyperparameter");
@@ -130,12 +233,23 @@ fn a_module_holding_a_clone_sees_every_step() {
     let w = param(&[1.0, 2.0], &[2]);
     let held_by_module = w.clone();
     let id = w.id().unwrap();
-    let mut opt = Sgd::new(vec![w.clone()], SgdOptions { lr: 0.5, ..Default::default() }).unwrap();
+    let mut opt = Sgd::new(
+        vec![w.clone()],
+        SgdOptions {
+            lr: 0.5,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let ptr = w.tensor().storage().as_bytes().as_ptr();
     opt.step(&fixed_grads(&[(&w, &[1.0, 1.0])])).unwrap();
     assert_eq!(held_by_module.tensor().to_vec::<f64>().unwrap(), vec![0.5, 1.5]);
     assert_eq!(held_by_module.var().id(), Some(id), "the gradient key survives");
-    assert_eq!(held_by_module.tensor().storage().as_bytes().as_ptr(), ptr, "updated in place");
+    assert_eq!(
+        held_by_module.tensor().storage().as_bytes().as_ptr(),
+        ptr,
+        "updated in place"
+    );
     // A value captured before the step (e.g. a snapshot) is not changed.
     let snapshot = w.tensor();
     opt.step(&fixed_grads(&[(&w, &[1.0, 1.0])])).unwrap();
@@ -154,14 +268,21 @@ fn groups_have_their_own_hyperparameters_and_untouched_parameters_stay() {
         ("frozen.weight".into(), param(&[1.0, 1.0, 1.0, 1.0], &[2, 2])),
     ];
     named[5].1.requires_grad_(false).unwrap();
-    let base = SgdOptions { lr: 0.1, weight_decay: 0.5, ..Default::default() };
+    let base = SgdOptions {
+        lr: 0.1,
+        weight_decay: 0.5,
+        ..Default::default()
+    };
     let groups = param_groups_weight_decay(&named, &base, &["pos_embed"]);
     assert_eq!(groups.len(), 2);
     let in_group = |g: usize, i: usize| groups[g].params.iter().any(|p| p.same(&named[i].1));
     assert!(in_group(0, 1) && in_group(0, 2) && in_group(0, 3) && in_group(0, 4));
     assert!(in_group(1, 0) && groups[1].params.len() == 1);
     assert!(!in_group(0, 5) && !in_group(1, 5));
-    assert_eq!((groups[0].hyper.weight_decay, groups[1].hyper.weight_decay), (0.0, 0.5));
+    assert_eq!(
+        (groups[0].hyper.weight_decay, groups[1].hyper.weight_decay),
+        (0.0, 0.5)
+    );
 
     let mut opt = Sgd::with_groups(groups).unwrap();
     opt.hyper_mut(0).unwrap().set_lr(1.0);
@@ -185,9 +306,19 @@ fn bad_gradients_and_duplicates_are_errors_before_any_update() {
     ];
     assert!(Sgd::with_groups(groups).is_err());
 
-    let mut opt = Sgd::new(vec![w.clone(), b.clone()], SgdOptions { lr: 1.0, ..Default::default() }).unwrap();
+    let mut opt = Sgd::new(
+        vec![w.clone(), b.clone()],
+        SgdOptions {
+            lr: 1.0,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let mut grads = fixed_grads(&[(&w, &[1.0, 1.0])]);
-    grads.insert(b.id().unwrap(), Tensor::from_vec(vec![1.0f64, 2.0], &[2]).unwrap());
+    grads.insert(
+        b.id().unwrap(),
+        Tensor::from_vec(vec![1.0f64, 2.0], &[2]).unwrap(),
+    );
     assert!(opt.step(&grads).is_err());
     grads.insert(b.id().unwrap(), Tensor::from_vec(vec![1.0f32], &[1]).unwrap());
     assert!(opt.step(&grads).is_err(), "dtype mismatch");

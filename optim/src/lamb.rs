@@ -83,10 +83,16 @@ impl Rule for LambRule {
     const BUFFERS: &'static [&'static str] = &["exp_avg", "exp_avg_sq"];
 
     fn validate(h: &LambOptions) -> Result<()> {
-        check_nonneg("Lamb", &[("lr", h.lr), ("eps", h.eps), ("weight_decay", h.weight_decay)])?;
+        check_nonneg(
+            "Lamb",
+            &[("lr", h.lr), ("eps", h.eps), ("weight_decay", h.weight_decay)],
+        )?;
         for (name, b) in [("beta1", h.beta1), ("beta2", h.beta2)] {
             if !(0.0..1.0).contains(&b) {
-                return Err(Error::arg("Lamb", format!("invalid {name}: {b} (must be in [0, 1))")));
+                return Err(Error::arg(
+                    "Lamb",
+                    format!("invalid {name}: {b} (must be in [0, 1))"),
+                ));
             }
         }
         Ok(())
@@ -106,7 +112,11 @@ impl Rule for LambRule {
         self.clip = 1.0;
         if self.max_grad_norm.is_finite() {
             let mut sq = 0.0;
-            for g in groups.iter().flat_map(|grp| &grp.params).filter_map(|p| p.grad(grads)) {
+            for g in groups
+                .iter()
+                .flat_map(|grp| &grp.params)
+                .filter_map(|p| p.grad(grads))
+            {
                 let g = g.contiguous();
                 sq += with_float_dtype!(g.dtype(), T => crate::kernel::sum_sq(g.as_slice::<T>()?), else 0.0);
             }

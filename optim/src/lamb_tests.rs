@@ -13,7 +13,14 @@ struct Reference {
 }
 
 impl Reference {
-    fn step(&mut self, params: &mut [Vec<f64>], grads: &[Vec<f64>], wds: &[f64], h: &LambOptions, max_norm: f64) {
+    fn step(
+        &mut self,
+        params: &mut [Vec<f64>],
+        grads: &[Vec<f64>],
+        wds: &[f64],
+        h: &LambOptions,
+        max_norm: f64,
+    ) {
         self.t += 1;
         let g_norm = grads.iter().flatten().map(|g| g * g).sum::<f64>().sqrt();
         let c = (g_norm / max_norm).max(1.0);
@@ -61,8 +68,14 @@ fn run(h: LambOptions, max_norm: f64, steps: usize) {
     let b0 = vec![0.1, -0.2, 0.0];
     let w = param(&w0, &[2, 3]);
     let b = param(&b0, &[3]);
-    let no_decay = LambOptions { weight_decay: 0.0, ..h };
-    let groups = vec![ParamGroup::new(vec![w.clone()], h), ParamGroup::new(vec![b.clone()], no_decay)];
+    let no_decay = LambOptions {
+        weight_decay: 0.0,
+        ..h
+    };
+    let groups = vec![
+        ParamGroup::new(vec![w.clone()], h),
+        ParamGroup::new(vec![b.clone()], no_decay),
+    ];
     let mut opt = Lamb::from_rule(LambRule::new(max_norm), groups).unwrap();
     let mut reference = Reference {
         m: vec![vec![0.0; 6], vec![0.0; 3]],
@@ -83,13 +96,40 @@ fn run(h: LambOptions, max_norm: f64, steps: usize) {
 
 #[test]
 fn matches_the_spec_equations() {
-    let h = LambOptions { lr: 0.01, ..Default::default() };
+    let h = LambOptions {
+        lr: 0.01,
+        ..Default::default()
+    };
     // Gradients of norm ≈ 2–9 against max_grad_norm 1: clipping is active.
     run(h, 1.0, 4);
     run(h, f64::INFINITY, 4);
-    run(LambOptions { trust_clip: true, always_adapt: true, ..h }, 1.0, 4);
-    run(LambOptions { decoupled_decay: true, weight_decay: 0.1, ..h }, 2.0, 4);
-    run(LambOptions { bias_correction: false, grad_averaging: false, ..h }, 5.0, 3);
+    run(
+        LambOptions {
+            trust_clip: true,
+            always_adapt: true,
+            ..h
+        },
+        1.0,
+        4,
+    );
+    run(
+        LambOptions {
+            decoupled_decay: true,
+            weight_decay: 0.1,
+            ..h
+        },
+        2.0,
+        4,
+    );
+    run(
+        LambOptions {
+            bias_correction: false,
+            grad_averaging: false,
+            ..h
+        },
+        5.0,
+        3,
+    );
 }
 
 /// The spec's oracle: LAMB with λ = 0 (no trust ratio) and no clipping is
@@ -98,9 +138,21 @@ fn matches_the_spec_equations() {
 fn without_weight_decay_or_clipping_it_is_adam() {
     let p = param(&[0.3, -0.7, 1.1], &[3]);
     let q = param(&[0.3, -0.7, 1.1], &[3]);
-    let h = LambOptions { lr: 0.05, weight_decay: 0.0, ..Default::default() };
-    let mut lamb = Lamb::from_rule(LambRule::new(f64::INFINITY), vec![ParamGroup::new(vec![p.clone()], h)]).unwrap();
-    let a = AdamOptions { lr: 0.05, eps: 1e-6, ..Default::default() };
+    let h = LambOptions {
+        lr: 0.05,
+        weight_decay: 0.0,
+        ..Default::default()
+    };
+    let mut lamb = Lamb::from_rule(
+        LambRule::new(f64::INFINITY),
+        vec![ParamGroup::new(vec![p.clone()], h)],
+    )
+    .unwrap();
+    let a = AdamOptions {
+        lr: 0.05,
+        eps: 1e-6,
+        ..Default::default()
+    };
     let mut adam = Adam::new(vec![q.clone()], a).unwrap();
     for t in 0..5 {
         let g = [0.4 * t as f64 - 0.5, 1.5, -0.25 * t as f64];
@@ -113,7 +165,11 @@ fn without_weight_decay_or_clipping_it_is_adam() {
 #[test]
 fn max_grad_norm_is_saved_and_validated() {
     let p = param(&[1.0], &[1]);
-    let mut opt = Lamb::from_rule(LambRule::new(3.5), vec![ParamGroup::new(vec![p.clone()], LambOptions::default())]).unwrap();
+    let mut opt = Lamb::from_rule(
+        LambRule::new(3.5),
+        vec![ParamGroup::new(vec![p.clone()], LambOptions::default())],
+    )
+    .unwrap();
     let sd = opt.state_dict();
     let mut other = Lamb::new(vec![p.clone()], LambOptions::default()).unwrap();
     assert_eq!(other.rule().max_grad_norm, 1.0);

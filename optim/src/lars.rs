@@ -98,7 +98,13 @@ impl Rule for LarsRule {
         } else {
             1.0
         };
-        let (r, wd, lr, mu, damp) = (m(ratio), m(h.weight_decay), m(h.lr), m(h.momentum), m(1.0 - h.dampening));
+        let (r, wd, lr, mu, damp) = (
+            m(ratio),
+            m(h.weight_decay),
+            m(h.lr),
+            m(h.momentum),
+            m(1.0 - h.dampening),
+        );
         let (use_mom, nesterov) = (h.momentum != 0.0, h.nesterov);
         update(p, g, b, &|p, g, [buf, _, _]| {
             for i in 0..p.len() {
@@ -108,9 +114,17 @@ impl Rule for LarsRule {
                     d = T::from_math(d + wd * x).to_math() * r;
                 }
                 if use_mom {
-                    let nb = T::from_math(if ctx.fresh { d } else { mu * buf[i].to_math() + damp * d });
+                    let nb = T::from_math(if ctx.fresh {
+                        d
+                    } else {
+                        mu * buf[i].to_math() + damp * d
+                    });
                     buf[i] = nb;
-                    d = if nesterov { d + mu * nb.to_math() } else { nb.to_math() };
+                    d = if nesterov {
+                        d + mu * nb.to_math()
+                    } else {
+                        nb.to_math()
+                    };
                 }
                 p[i] = T::from_math(x - lr * d);
             }

@@ -33,7 +33,11 @@ fn reference(p: &mut [f64], g: &[f64], buf: &mut Option<Vec<f64>>, h: &LarsOptio
             }
         };
         for i in 0..d.len() {
-            d[i] = if h.nesterov { d[i] + h.momentum * b[i] } else { b[i] };
+            d[i] = if h.nesterov {
+                d[i] + h.momentum * b[i]
+            } else {
+                b[i]
+            };
         }
     }
     for i in 0..p.len() {
@@ -44,11 +48,37 @@ fn reference(p: &mut [f64], g: &[f64], buf: &mut Option<Vec<f64>>, h: &LarsOptio
 #[test]
 fn matches_the_spec_equations() {
     let cases = [
-        LarsOptions { lr: 0.5, weight_decay: 1e-2, momentum: 0.9, ..Default::default() },
-        LarsOptions { lr: 0.5, weight_decay: 1e-2, momentum: 0.9, nesterov: true, ..Default::default() },
-        LarsOptions { lr: 2.0, weight_decay: 5e-4, trust_clip: true, trust_coeff: 0.02, ..Default::default() },
-        LarsOptions { lr: 0.1, always_adapt: true, momentum: 0.8, dampening: 0.2, ..Default::default() },
-        LarsOptions { lr: 0.1, ..Default::default() },
+        LarsOptions {
+            lr: 0.5,
+            weight_decay: 1e-2,
+            momentum: 0.9,
+            ..Default::default()
+        },
+        LarsOptions {
+            lr: 0.5,
+            weight_decay: 1e-2,
+            momentum: 0.9,
+            nesterov: true,
+            ..Default::default()
+        },
+        LarsOptions {
+            lr: 2.0,
+            weight_decay: 5e-4,
+            trust_clip: true,
+            trust_coeff: 0.02,
+            ..Default::default()
+        },
+        LarsOptions {
+            lr: 0.1,
+            always_adapt: true,
+            momentum: 0.8,
+            dampening: 0.2,
+            ..Default::default()
+        },
+        LarsOptions {
+            lr: 0.1,
+            ..Default::default()
+        },
     ];
     for h in cases {
         let x0 = vec![0.5, -1.5, 2.0, 0.0, -0.75, 1.0];
@@ -56,7 +86,9 @@ fn matches_the_spec_equations() {
         let mut opt = Lars::new(vec![p.clone()], h).unwrap();
         let (mut expected, mut buf) = (x0, None);
         for t in 0..4 {
-            let g: Vec<f64> = (0..6).map(|i| (i as f64 - 2.0) * (t as f64 + 1.0) * 0.3).collect();
+            let g: Vec<f64> = (0..6)
+                .map(|i| (i as f64 - 2.0) * (t as f64 + 1.0) * 0.3)
+                .collect();
             opt.step(&fixed_grads(&[(&p, &g)])).unwrap();
             reference(&mut expected, &g, &mut buf, &h);
             assert_close(&values(&p), &expected, 1e-14, &format!("{h:?} step {t}"));
@@ -68,7 +100,11 @@ fn matches_the_spec_equations() {
 #[test]
 fn zero_norms_give_ratio_one() {
     let p = param(&[0.0, 0.0], &[2]);
-    let h = LarsOptions { lr: 0.1, weight_decay: 0.1, ..Default::default() };
+    let h = LarsOptions {
+        lr: 0.1,
+        weight_decay: 0.1,
+        ..Default::default()
+    };
     let mut opt = Lars::new(vec![p.clone()], h).unwrap();
     opt.step(&fixed_grads(&[(&p, &[1.0, -2.0])])).unwrap();
     assert_eq!(values(&p), vec![-0.1, 0.2]);

@@ -41,6 +41,8 @@ mod adagrad;
 mod adam;
 mod clip;
 mod engine;
+#[cfg(test)]
+mod engine_tests;
 mod hyper;
 mod kernel;
 mod lamb;
@@ -52,8 +54,6 @@ mod scaler;
 mod schedule;
 mod sgd;
 mod state;
-#[cfg(test)]
-mod engine_tests;
 #[cfg(test)]
 mod test_util;
 #[cfg(test)]
@@ -73,8 +73,9 @@ pub use optimizer::{param_groups_weight_decay, Optimizer, ParamGroup};
 pub use rmsprop::{RmsProp, RmsPropOptions, RmsPropRule};
 pub use scaler::{GradScaler, GradScalerOptions};
 pub use schedule::{
-    Anneal, CosineLR, CosineOptions, LinearSchedule, LinearWarmup, LrScheduler, MultiStepLR, MultiStepSchedule,
-    OneCycleLR, OneCycleOptions, OneCycleSchedule, Schedule, Scheduler, StepLR, StepSchedule,
+    Anneal, CosineLR, CosineOptions, LinearSchedule, LinearWarmup, LrScheduler, MultiStepLR,
+    MultiStepSchedule, OneCycleLR, OneCycleOptions, OneCycleSchedule, Schedule, Scheduler, StepLR,
+    StepSchedule,
 };
 pub use sgd::{Sgd, SgdOptions, SgdRule};
 pub use state::StateDict;

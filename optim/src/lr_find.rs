@@ -91,7 +91,10 @@ pub fn lr_find(target: &mut dyn LrFindTarget, opts: &LrFindOptions) -> Result<Lr
         ));
     }
     if !(0.0..1.0).contains(&opts.beta) {
-        return Err(Error::arg("lr_find", format!("beta must be in [0, 1), got {}", opts.beta)));
+        return Err(Error::arg(
+            "lr_find",
+            format!("beta must be in [0, 1), got {}", opts.beta),
+        ));
     }
     let saved = target.snapshot()?;
     let swept = sweep(target, opts);

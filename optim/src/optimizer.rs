@@ -125,5 +125,8 @@ pub fn param_groups_weight_decay<H: Hyper + Clone>(
     }
     let mut off = hyper.clone();
     off.set_weight_decay(0.0);
-    vec![ParamGroup::new(no_decay, off), ParamGroup::new(decay, hyper.clone())]
+    vec![
+        ParamGroup::new(no_decay, off),
+        ParamGroup::new(decay, hyper.clone()),
+    ]
 }

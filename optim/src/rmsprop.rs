@@ -72,7 +72,14 @@ impl Rule for RmsPropRule {
         }
     }
 
-    fn update<T: FloatElement>(&self, h: &RmsPropOptions, _ctx: StepCtx, p: &mut [T], g: &[T], b: Bufs<'_, T>) {
+    fn update<T: FloatElement>(
+        &self,
+        h: &RmsPropOptions,
+        _ctx: StepCtx,
+        p: &mut [T],
+        g: &[T],
+        b: Bufs<'_, T>,
+    ) {
         let m = |v: f64| T::Math::of(v);
         let (lr, alpha, w, eps, wd, mu) = (
             m(h.lr),
@@ -82,7 +89,8 @@ impl Rule for RmsPropRule {
             m(h.weight_decay),
             m(h.momentum),
         );
-        let (use_wd, maximize, centered, use_mom) = (h.weight_decay != 0.0, h.maximize, h.centered, h.momentum > 0.0);
+        let (use_wd, maximize, centered, use_mom) =
+            (h.weight_decay != 0.0, h.maximize, h.centered, h.momentum > 0.0);
         update(p, g, b, &|p, g, [sq, b1, b2]| {
             let (gavg, mbuf) = if centered { (b1, b2) } else { (b2, b1) };
             let n = p.len();

@@ -10,7 +10,13 @@ use crate::test_util::{param, run_steps, values};
 #[test]
 fn centered_momentum_first_step_by_hand() {
     let p = param(&[1.0], &[1]);
-    let h = RmsPropOptions { lr: 0.01, alpha: 0.9, momentum: 0.5, centered: true, ..Default::default() };
+    let h = RmsPropOptions {
+        lr: 0.01,
+        alpha: 0.9,
+        momentum: 0.5,
+        centered: true,
+        ..Default::default()
+    };
     let mut opt = RmsProp::new(vec![p.clone()], h).unwrap();
     run_steps(&mut opt, &[(&p, &[2.0])], 1);
     let b1 = 2.0 / ((0.4f64 - 0.2 * 0.2).sqrt() + 1e-8);
@@ -25,7 +31,10 @@ fn centered_momentum_first_step_by_hand() {
 
     // Momentum without centering keeps no gradient average.
     let q = param(&[1.0], &[1]);
-    let h = RmsPropOptions { momentum: 0.5, ..Default::default() };
+    let h = RmsPropOptions {
+        momentum: 0.5,
+        ..Default::default()
+    };
     let mut opt = RmsProp::new(vec![q.clone()], h).unwrap();
     run_steps(&mut opt, &[(&q, &[2.0])], 1);
     assert!(opt.state_buffer(0, 0, "grad_avg").is_none());

@@ -66,17 +66,26 @@ impl GradScaler {
     pub fn new(opts: GradScalerOptions) -> Result<GradScaler> {
         const OP: &str = "GradScaler::new";
         if opts.growth_factor.is_nan() || opts.growth_factor <= 1.0 {
-            return Err(Error::arg(OP, format!("growth_factor must be > 1, got {}", opts.growth_factor)));
+            return Err(Error::arg(
+                OP,
+                format!("growth_factor must be > 1, got {}", opts.growth_factor),
+            ));
         }
         if !(opts.backoff_factor > 0.0 && opts.backoff_factor < 1.0) {
-            return Err(Error::arg(OP, format!("backoff_factor must be in (0, 1), got {}", opts.backoff_factor)));
+            return Err(Error::arg(
+                OP,
+                format!("backoff_factor must be in (0, 1), got {}", opts.backoff_factor),
+            ));
         }
         if opts.growth_interval == 0 {
             return Err(Error::arg(OP, "growth_interval must be > 0"));
         }
         let scale = opts.init_scale as f32;
         if !(scale.is_finite() && scale > 0.0) {
-            return Err(Error::arg(OP, format!("init_scale must be positive and finite, got {}", opts.init_scale)));
+            return Err(Error::arg(
+                OP,
+                format!("init_scale must be positive and finite, got {}", opts.init_scale),
+            ));
         }
         Ok(GradScaler {
             opts,
@@ -129,7 +138,10 @@ impl GradScaler {
         }
         match self.stage {
             Stage::Unscaled { .. } => {
-                return Err(Error::arg(OP, "unscale_() has already been called since the last update()"))
+                return Err(Error::arg(
+                    OP,
+                    "unscale_() has already been called since the last update()",
+                ))
             }
             Stage::Stepped { .. } => return Err(Error::arg(OP, "unscale_() is being called after step()")),
             Stage::Ready => {}

@@ -47,7 +47,14 @@ impl Rule for SgdRule {
     const BUFFERS: &'static [&'static str] = &["momentum_buffer"];
 
     fn validate(h: &SgdOptions) -> Result<()> {
-        check_nonneg("SGD", &[("lr", h.lr), ("momentum", h.momentum), ("weight_decay", h.weight_decay)])?;
+        check_nonneg(
+            "SGD",
+            &[
+                ("lr", h.lr),
+                ("momentum", h.momentum),
+                ("weight_decay", h.weight_decay),
+            ],
+        )?;
         if h.nesterov && (h.momentum <= 0.0 || h.dampening != 0.0) {
             return Err(Error::arg(
                 "SGD",

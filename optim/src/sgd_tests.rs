@@ -11,11 +11,20 @@ use crate::Optimizer;
 #[test]
 fn momentum_with_dampening_by_hand() {
     let p = param(&[1.0], &[1]);
-    let h = SgdOptions { lr: 0.1, momentum: 0.9, dampening: 0.5, ..Default::default() };
+    let h = SgdOptions {
+        lr: 0.1,
+        momentum: 0.9,
+        dampening: 0.5,
+        ..Default::default()
+    };
     let mut opt = Sgd::new(vec![p.clone()], h).unwrap();
     for expected in [0.9, 0.76, 0.584] {
         run_steps(&mut opt, &[(&p, &[1.0])], 1);
-        assert!((values(&p)[0] - expected).abs() < 1e-15, "{:?} vs {expected}", values(&p));
+        assert!(
+            (values(&p)[0] - expected).abs() < 1e-15,
+            "{:?} vs {expected}",
+            values(&p)
+        );
     }
     let buf = opt.state_buffer(0, 0, "momentum_buffer").unwrap();
     assert!((buf.to_vec::<f64>().unwrap()[0] - 1.76).abs() < 1e-15);
@@ -30,7 +39,12 @@ fn momentum_with_dampening_by_hand() {
 #[test]
 fn nesterov_weight_decay_and_maximize_by_hand() {
     let p = param(&[1.0], &[1]);
-    let h = SgdOptions { lr: 0.1, momentum: 0.9, nesterov: true, ..Default::default() };
+    let h = SgdOptions {
+        lr: 0.1,
+        momentum: 0.9,
+        nesterov: true,
+        ..Default::default()
+    };
     let mut opt = Sgd::new(vec![p.clone()], h).unwrap();
     run_steps(&mut opt, &[(&p, &[1.0])], 1);
     assert!((values(&p)[0] - 0.81).abs() < 1e-15);
@@ -38,7 +52,11 @@ fn nesterov_weight_decay_and_maximize_by_hand() {
     assert!((values(&p)[0] - 0.539).abs() < 1e-15);
 
     let q = param(&[1.0], &[1]);
-    let h = SgdOptions { weight_decay: 0.1, maximize: true, ..h };
+    let h = SgdOptions {
+        weight_decay: 0.1,
+        maximize: true,
+        ..h
+    };
     let mut opt = Sgd::new(vec![q.clone()], h).unwrap();
     run_steps(&mut opt, &[(&q, &[1.0])], 1);
     assert!((values(&q)[0] - 1.171).abs() < 1e-15);
@@ -49,7 +67,14 @@ fn nesterov_weight_decay_and_maximize_by_hand() {
 #[test]
 fn momentum_switched_on_later_starts_from_the_gradient() {
     let p = param(&[1.0], &[1]);
-    let mut opt = Sgd::new(vec![p.clone()], SgdOptions { lr: 0.1, ..Default::default() }).unwrap();
+    let mut opt = Sgd::new(
+        vec![p.clone()],
+        SgdOptions {
+            lr: 0.1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     run_steps(&mut opt, &[(&p, &[1.0])], 1);
     assert!(opt.state_buffer(0, 0, "momentum_buffer").is_none());
     opt.hyper_mut(0).unwrap().set_momentum(0.9).unwrap();
@@ -65,11 +90,28 @@ fn momentum_switched_on_later_starts_from_the_gradient() {
 fn invalid_hyperparameters_are_errors() {
     let p = param(&[1.0], &[1]);
     for h in [
-        SgdOptions { lr: -1.0, ..Default::default() },
-        SgdOptions { momentum: -0.1, ..Default::default() },
-        SgdOptions { nesterov: true, ..Default::default() },
-        SgdOptions { nesterov: true, momentum: 0.9, dampening: 0.1, ..Default::default() },
-        SgdOptions { weight_decay: f64::NAN, ..Default::default() },
+        SgdOptions {
+            lr: -1.0,
+            ..Default::default()
+        },
+        SgdOptions {
+            momentum: -0.1,
+            ..Default::default()
+        },
+        SgdOptions {
+            nesterov: true,
+            ..Default::default()
+        },
+        SgdOptions {
+            nesterov: true,
+            momentum: 0.9,
+            dampening: 0.1,
+            ..Default::default()
+        },
+        SgdOptions {
+            weight_decay: f64::NAN,
+            ..Default::default()
+        },
     ] {
         assert!(Sgd::new(vec![p.clone()], h).is_err(), "{h:?}");
     }

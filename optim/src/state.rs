@@ -130,7 +130,11 @@ mod tests {
         let back = StateDict::load(&path).unwrap();
         std::fs::remove_file(&path).ok();
         let inner = back.prefixed("optim");
-        assert_eq!(inner.get::<f64>("t", "lr").unwrap(), 0.1 + 0.2, "f64 survives exactly");
+        assert_eq!(
+            inner.get::<f64>("t", "lr").unwrap(),
+            0.1 + 0.2,
+            "f64 survives exactly"
+        );
         assert!(inner.get::<bool>("t", "flag").unwrap());
         assert_eq!(back.get::<u64>("t", "epoch").unwrap(), 7);
         assert_eq!(

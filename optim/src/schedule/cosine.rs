@@ -65,7 +65,10 @@ impl Scheduler<CosineOptions> {
             return Err(Error::arg("CosineLR", "t_initial must be > 0"));
         }
         if opts.lr_min.is_nan() || opts.lr_min < 0.0 {
-            return Err(Error::arg("CosineLR", format!("lr_min must be ≥ 0, got {}", opts.lr_min)));
+            return Err(Error::arg(
+                "CosineLR",
+                format!("lr_min must be ≥ 0, got {}", opts.lr_min),
+            ));
         }
         if opts.cycle_mul.is_nan() || opts.cycle_mul <= 0.0 || opts.cycle_limit == 0 {
             return Err(Error::arg(

@@ -151,7 +151,8 @@ impl<S: Schedule> LrScheduler for Scheduler<S> {
     fn state_dict(&self) -> StateDict {
         let mut sd = StateDict::new();
         sd.metadata.insert("kind".into(), S::NAME.into());
-        sd.metadata.insert("settings".into(), format!("{:?}", self.schedule));
+        sd.metadata
+            .insert("settings".into(), format!("{:?}", self.schedule));
         sd.set("last_epoch", self.last_epoch);
         sd.set("groups", self.base_lrs.len());
         for (g, b) in self.base_lrs.iter().enumerate() {
@@ -175,7 +176,10 @@ impl<S: Schedule> LrScheduler for Scheduler<S> {
         if n != self.base_lrs.len() {
             return Err(Error::arg(
                 OP,
-                format!("the state dict has {n} groups, the scheduler {}", self.base_lrs.len()),
+                format!(
+                    "the state dict has {n} groups, the scheduler {}",
+                    self.base_lrs.len()
+                ),
             ));
         }
         let bases = (0..n)

@@ -108,7 +108,10 @@ impl Scheduler<OneCycleSchedule> {
             return Err(Error::arg(OP, "total_steps must be > 0"));
         }
         if !(0.0..=1.0).contains(&opts.pct_start) {
-            return Err(Error::arg(OP, format!("pct_start must be in [0, 1], got {}", opts.pct_start)));
+            return Err(Error::arg(
+                OP,
+                format!("pct_start must be in [0, 1], got {}", opts.pct_start),
+            ));
         }
         let n = opt.num_groups();
         let bases = match opts.max_lr.len() {
@@ -124,21 +127,44 @@ impl Scheduler<OneCycleSchedule> {
         if opts.cycle_momentum && (0..n).any(|g| opt.hyper(g).is_some_and(|h| h.momentum().is_none())) {
             return Err(Error::arg(
                 OP,
-                format!("{} has no momentum or beta1 to cycle; set cycle_momentum to false", opt.name()),
+                format!(
+                    "{} has no momentum or beta1 to cycle; set cycle_momentum to false",
+                    opt.name()
+                ),
             ));
         }
         let t = opts.total_steps as f64;
         let (lo, hi) = (opts.base_momentum, opts.max_momentum);
         let phases = if opts.three_phase {
             vec![
-                Phase { end: opts.pct_start * t - 1.0, lr: (Level::Initial, Level::Max), momentum: (hi, lo) },
-                Phase { end: 2.0 * opts.pct_start * t - 2.0, lr: (Level::Max, Level::Initial), momentum: (lo, hi) },
-                Phase { end: t - 1.0, lr: (Level::Initial, Level::Min), momentum: (hi, hi) },
+                Phase {
+                    end: opts.pct_start * t - 1.0,
+                    lr: (Level::Initial, Level::Max),
+                    momentum: (hi, lo),
+                },
+                Phase {
+                    end: 2.0 * opts.pct_start * t - 2.0,
+                    lr: (Level::Max, Level::Initial),
+                    momentum: (lo, hi),
+                },
+                Phase {
+                    end: t - 1.0,
+                    lr: (Level::Initial, Level::Min),
+                    momentum: (hi, hi),
+                },
             ]
         } else {
             vec![
-                Phase { end: opts.pct_start * t - 1.0, lr: (Level::Initial, Level::Max), momentum: (hi, lo) },
-                Phase { end: t - 1.0, lr: (Level::Max, Level::Min), momentum: (lo, hi) },
+                Phase {
+                    end: opts.pct_start * t - 1.0,
+                    lr: (Level::Initial, Level::Max),
+                    momentum: (hi, lo),
+                },
+                Phase {
+                    end: t - 1.0,
+                    lr: (Level::Max, Level::Min),
+                    momentum: (lo, hi),
+                },
             ]
         };
         let mut start = 0.0;

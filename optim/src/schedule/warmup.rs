@@ -21,7 +21,12 @@ pub struct LinearSchedule {
 impl Scheduler<LinearSchedule> {
     /// A ramp of every group's current lr. Errors unless
     /// `0 < start_factor ≤ 1`, `0 ≤ end_factor ≤ 1` and `total_iters > 0`.
-    pub fn new(opt: &mut dyn Optimizer, start_factor: f64, end_factor: f64, total_iters: u64) -> Result<LinearWarmup> {
+    pub fn new(
+        opt: &mut dyn Optimizer,
+        start_factor: f64,
+        end_factor: f64,
+        total_iters: u64,
+    ) -> Result<LinearWarmup> {
         if !(start_factor > 0.0 && start_factor <= 1.0) {
             return Err(Error::arg(
                 "LinearWarmup",
