@@ -345,3 +345,40 @@ fn momentum_is_exposed_for_schedules() {
     let fields = AdamOptions::default().fields();
     assert!(fields.contains(&("amsgrad", 0.0)) && fields.contains(&("beta2", 0.999)));
 }
+
+/// The fused kernels and norms split work at fixed points: one thread and
+/// four give bitwise the same parameters (LAMB's trust-ratio norms, LARS's,
+/// and the global clipping norm included).
+#[test]
+fn results_do_not_depend_on_the_thread_count() {
+    let n = 3 * crate::kernel::CHUNK + 5;
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let x0: Vec<f64> = (0..n).map(|i| ((i * 37) % 101) as f64 / 50.0 - 1.0).collect();
+            let g: Vec<f64> = (0..n).map(|i| ((i * 53) % 97) as f64 / 40.0 - 1.2).collect();
+            let (a, b) = (param(&x0, &[n]), param(&x0, &[n]));
+            let mut lamb = Lamb::new(vec![a.clone()], LambOptions::default()).unwrap();
+            let mut lars = Lars::new(
+                vec![b.clone()],
+                LarsOptions {
+                    weight_decay: 1e-3,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            for _ in 0..3 {
+                let mut grads = fixed_grads(&[(&a, &g), (&b, &g)]);
+                let total = clip_grad_norm(&mut grads, 50.0, 2.0).unwrap();
+                lamb.step(&grads).unwrap();
+                lars.step(&grads).unwrap();
+                assert!(total > 50.0, "clipping is active");
+            }
+            (values(&a), values(&b))
+        })
+    };
+    assert_eq!(run(1), run(4));
+}
