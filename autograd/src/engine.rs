@@ -28,6 +28,12 @@ impl Gradients {
         self.map.get(&id)
     }
 
+    /// Mutable access to the gradient of the leaf with id `id` (to scale or
+    /// clip it in place).
+    pub fn get_id_mut(&mut self, id: VarId) -> Option<&mut Tensor> {
+        self.map.get_mut(&id)
+    }
+
     /// Removes and returns the gradient of `var`.
     pub fn remove(&mut self, var: &Var) -> Option<Tensor> {
         var.id().and_then(|id| self.map.remove(&id))
@@ -52,6 +58,11 @@ impl Gradients {
     /// Iterates over (leaf id, gradient) pairs in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (&VarId, &Tensor)> {
         self.map.iter()
+    }
+
+    /// Iterates over (leaf id, mutable gradient) pairs in no particular order.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&VarId, &mut Tensor)> {
+        self.map.iter_mut()
     }
 }
 

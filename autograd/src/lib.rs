@@ -13,12 +13,15 @@
 //! - [`checkpoint`] recomputes a segment during backward instead of keeping
 //!   its activations.
 //! - New differentiable ops are written with [`record`] / [`record_multi`].
+//! - [`Parameter`] is a shared handle to a trainable leaf: the module that
+//!   reads it and the optimizer that updates it in place see one value.
 
 mod checkpoint;
 mod engine;
 mod gradcheck;
 mod mode;
 mod node;
+mod param;
 mod record;
 mod var;
 
@@ -27,6 +30,7 @@ pub use engine::{backward_many, Gradients};
 pub use gradcheck::{gradcheck, op_names, GradcheckOptions, GradcheckReport};
 pub use mode::{enable_grad, is_grad_enabled, no_grad, GradModeGuard};
 pub use node::{BackwardFn, Hook};
+pub use param::Parameter;
 pub use record::{record, record_multi};
 pub use var::{Var, VarId};
 

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use tessera_tensor::{DType, Device, Error, Result, Tensor};
+use tessera_tensor::{DType, Device, Element, Error, Result, Tensor};
 
 use crate::node::{Edge, Hook, Meta, Node, NodeKind};
 
@@ -116,6 +116,46 @@ impl Var {
                 "hooks can only be registered on a leaf that requires grad",
             )),
         }
+    }
+
+    /// Runs `f` on the value's elements as one mutable row-major slice and
+    /// returns its result: the in-place update an optimizer step makes. The
+    /// leaf keeps its id (its gradient key) and hooks. The storage is
+    /// mutated when this `Var` is its only owner; otherwise the value is
+    /// copied first, so clones of the old value never change. Errors when
+    /// `T` is not the dtype, or on an op result (its value belongs to the
+    /// graph).
+    pub fn update_<T: Element, R>(&mut self, f: impl FnOnce(&mut [T]) -> R) -> Result<R> {
+        if !self.is_leaf() {
+            return Err(Error::arg(
+                "update_",
+                "only a leaf's value can be updated in place; use detach() on an op result",
+            ));
+        }
+        Ok(f(self.tensor.make_mut::<T>()?))
+    }
+
+    /// Replaces a leaf's value, keeping its id and hooks (PyTorch's
+    /// `p.data = t`). Errors, leaving the value unchanged, when `tensor`'s
+    /// shape or dtype differ from the current value's, or on an op result.
+    pub fn set_tensor_(&mut self, tensor: Tensor) -> Result<()> {
+        if !self.is_leaf() {
+            return Err(Error::arg("set_tensor_", "only a leaf's value can be replaced"));
+        }
+        if tensor.shape() != self.shape() || tensor.dtype() != self.dtype() {
+            return Err(Error::shape(
+                "set_tensor_",
+                format!(
+                    "cannot replace a value of shape {:?} ({}) by one of shape {:?} ({})",
+                    self.shape(),
+                    self.dtype(),
+                    tensor.shape(),
+                    tensor.dtype()
+                ),
+            ));
+        }
+        self.tensor = tensor;
+        Ok(())
     }
 
     /// The value's shape.

@@ -159,6 +159,28 @@ impl Tensor {
         Ok(())
     }
 
+    /// The elements as one mutable row-major slice, for in-place kernels
+    /// that update several buffers in one pass (optimizer steps, gradient
+    /// unscaling). Mutates the storage when this tensor is its only owner,
+    /// contiguous and covers all of it; otherwise `self` first becomes a
+    /// contiguous copy of its value (copy-on-write: tensors sharing the old
+    /// storage never see the change). Errors when `T` is not the dtype.
+    pub fn make_mut<T: Element>(&mut self) -> Result<&mut [T]> {
+        if T::DTYPE != self.dtype() {
+            return Err(crate::Error::dtype(
+                "make_mut",
+                format!("tensor is {} but &mut [{}] was requested", self.dtype(), T::DTYPE),
+            ));
+        }
+        let whole =
+            self.is_contiguous() && self.layout().offset() == 0 && self.numel() == self.storage().len();
+        if !whole || self.storage_mut().is_none() {
+            *self = Tensor::build_overwrite::<T>(self.shape(), |out| self.copy_into(out));
+        }
+        let storage = self.storage_mut().expect("a fresh copy has one owner");
+        Ok(storage.as_mut_slice::<T>())
+    }
+
     /// The tensor converted to `dtype`: floats round to nearest even (f16,
     /// bf16), floats to integers truncate toward zero and saturate (NaN → 0),
     /// anything non-zero becomes `true`. Returns `self` (no copy) when the
@@ -205,6 +227,30 @@ mod tests {
         );
         let b = a.to_dtype(crate::DType::Bool).to_vec::<bool>().unwrap();
         assert_eq!(b, vec![true, true, true, true]);
+    }
+
+    #[test]
+    fn make_mut_is_in_place_when_unique_and_copy_on_write_otherwise() {
+        let mut a = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
+        let before = a.storage().as_bytes().as_ptr();
+        a.make_mut::<f32>().unwrap()[1] = 20.0;
+        assert_eq!(a.storage().as_bytes().as_ptr(), before);
+        assert_eq!(a.to_vec::<f32>().unwrap(), vec![1.0, 20.0, 3.0, 4.0]);
+
+        let shared = a.clone();
+        a.make_mut::<f32>().unwrap()[0] = 10.0;
+        assert!(!a.shares_storage(&shared));
+        assert_eq!(shared.to_vec::<f32>().unwrap(), vec![1.0, 20.0, 3.0, 4.0]);
+        assert_eq!(a.to_vec::<f32>().unwrap(), vec![10.0, 20.0, 3.0, 4.0]);
+
+        // A transposed view becomes a row-major copy of its value.
+        let mut t = a.t().unwrap();
+        assert_eq!(t.make_mut::<f32>().unwrap(), &[10.0, 3.0, 20.0, 4.0]);
+        assert!(t.is_contiguous());
+        assert_eq!(a.to_vec::<f32>().unwrap(), vec![10.0, 20.0, 3.0, 4.0]);
+        assert!(a.make_mut::<f64>().is_err());
+        let mut empty = Tensor::from_vec(Vec::<f32>::new(), &[0, 3]).unwrap();
+        assert!(empty.make_mut::<f32>().unwrap().is_empty());
     }
 
     #[test]
