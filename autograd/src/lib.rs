@@ -19,6 +19,7 @@ mod engine;
 mod gradcheck;
 mod mode;
 mod node;
+pub mod ops;
 mod record;
 mod var;
 
@@ -27,6 +28,8 @@ pub use engine::{backward_many, Gradients};
 pub use gradcheck::{gradcheck, op_names, GradcheckOptions, GradcheckReport};
 pub use mode::{enable_grad, is_grad_enabled, no_grad, GradModeGuard};
 pub use node::{BackwardFn, Hook};
+pub use ops::registry::DIFFERENTIABLE_OPS;
+pub use ops::sum_to;
 pub use record::{record, record_multi};
 pub use var::{Var, VarId};
 
