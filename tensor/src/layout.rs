@@ -62,6 +62,9 @@ impl Layout {
     /// True when the elements are laid out row-major without gaps, so the
     /// tensor is the storage slice `offset .. offset + numel`.
     pub fn is_contiguous(&self) -> bool {
+        if self.numel() == 0 {
+            return true;
+        }
         let mut expected = 1isize;
         for (&n, &s) in self.shape.iter().zip(&self.strides).rev() {
             if n != 1 && s != expected {

@@ -163,6 +163,10 @@ impl Tensor {
                 ),
             ));
         }
+        if self.numel() == 0 {
+            // An empty view's offset may lie past the end of its storage.
+            return Ok(&[]);
+        }
         let start = self.layout.offset();
         Ok(&all[start..start + self.numel()])
     }

@@ -2,19 +2,37 @@
 //! [`crate::Tensor`]; its CPU kernels sit beside it (`cpu.rs`), so a faster
 //! kernel or a CUDA launch can replace one without touching callers.
 
-pub mod creation;
-pub mod random;
 pub mod batch_norm;
+pub mod binary;
+pub mod compare;
+pub mod conv;
+pub mod creation;
 pub mod cumsum;
 pub mod group_norm;
+pub mod interpolate;
 pub(crate) mod lanes;
 pub mod layer_norm;
+pub mod matmul;
 pub(crate) mod norm_common;
 #[cfg(test)]
 mod norm_tests;
+pub mod operators;
+pub mod pool;
+pub mod random;
 pub mod reduce;
 pub mod softmax;
-pub mod binary;
-pub mod compare;
-pub mod operators;
 pub mod unary;
+
+pub mod index;
+pub mod join;
+#[cfg(test)]
+mod naive;
+#[cfg(test)]
+mod no_panic_tests;
+pub mod pad;
+pub mod repeat;
+mod rows;
+#[cfg(test)]
+mod threads_tests;
+pub mod topk;
+pub mod tri;

@@ -1,0 +1,107 @@
+//! Sum, max and argmax over one dimension of a contiguous tensor viewed as
+//! `[outer, len, inner]`.
+
+use super::Float;
+use crate::launch::{check_len, grid_for, mul, to_i64, Arg, DevPtr, Launch};
+use crate::module::Module;
+use crate::{Error, Result};
+
+const BLOCK: u32 = 256;
+
+/// Which reduction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reduction {
+    /// Sum (f32 accumulation).
+    Sum,
+    /// Maximum (NaN propagates).
+    Max,
+}
+
+fn plan(
+    op: &'static str,
+    kernel: String,
+    outer: usize,
+    len: usize,
+    inner: usize,
+    x: u64,
+    y: u64,
+) -> Result<Launch> {
+    if len == 0 {
+        return Err(Error::arg(op, "cannot reduce a dimension of length 0"));
+    }
+    let grid = if inner == 1 {
+        (outer as u64).div_ceil((BLOCK / 32) as u64).max(1) as u32
+    } else {
+        grid_for(mul(op, outer, inner)? as u64, BLOCK)
+    };
+    if inner == 1 && outer as u64 > (BLOCK / 32) as u64 * u32::MAX as u64 {
+        return Err(Error::arg(op, format!("{outer} rows exceed the grid")));
+    }
+    Ok(Launch {
+        module: Module::Reduce,
+        kernel,
+        grid: [grid, 1, 1],
+        block: [BLOCK, 1, 1],
+        shared_mem: 0,
+        args: vec![
+            Arg::u64(x),
+            Arg::u64(y),
+            Arg::i64(to_i64(op, "outer", outer)?),
+            Arg::i64(to_i64(op, "len", len)?),
+            Arg::i64(to_i64(op, "inner", inner)?),
+        ],
+    })
+}
+
+/// y[o, i] = reduce over r of x[o, r, i]; `y` holds `outer * inner` values.
+///
+/// Errors: `len == 0`, buffers too short, sizes overflowing.
+pub fn reduce<T: Float>(
+    r: Reduction,
+    x: DevPtr<T>,
+    y: DevPtr<T>,
+    outer: usize,
+    len: usize,
+    inner: usize,
+) -> Result<Launch> {
+    const OP: &str = "reduce";
+    check_len(OP, "x", &x, mul(OP, mul(OP, outer, len)?, inner)?)?;
+    check_len(OP, "y", &y, mul(OP, outer, inner)?)?;
+    let k = match r {
+        Reduction::Sum => "reduce_sum",
+        Reduction::Max => "reduce_max",
+    };
+    plan(
+        OP,
+        format!("{k}_{}", T::NAME),
+        outer,
+        len,
+        inner,
+        x.addr(),
+        y.addr(),
+    )
+}
+
+/// y[o, i] = index r of the largest x[o, r, i] (first on ties, NaN wins).
+///
+/// Errors: as [`reduce`].
+pub fn argmax<T: Float>(
+    x: DevPtr<T>,
+    y: DevPtr<i64>,
+    outer: usize,
+    len: usize,
+    inner: usize,
+) -> Result<Launch> {
+    const OP: &str = "argmax";
+    check_len(OP, "x", &x, mul(OP, mul(OP, outer, len)?, inner)?)?;
+    check_len(OP, "y", &y, mul(OP, outer, inner)?)?;
+    plan(
+        OP,
+        format!("argmax_{}", T::NAME),
+        outer,
+        len,
+        inner,
+        x.addr(),
+        y.addr(),
+    )
+}

@@ -1,0 +1,143 @@
+//! A rank's inbox: incoming frames queued per (source, group, channel),
+//! with blocking, deadline-bounded receives that also fail fast when the
+//! source is gone or the group was aborted.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Instant;
+
+use crate::frame::{Frame, Kind};
+
+/// Which stream of messages from one source within one group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Channel {
+    /// The group's collectives (strictly ordered).
+    Coll,
+    /// Point-to-point messages with this tag.
+    P2p(u64),
+}
+
+/// Why a receive failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RecvFail {
+    /// Nothing arrived before the deadline.
+    Timeout,
+    /// The source is gone; the reason.
+    Closed(String),
+    /// A rank aborted the group: that rank (global) and its reason.
+    Aborted(usize, String),
+}
+
+#[derive(Default)]
+struct State {
+    queues: HashMap<(usize, u64, Channel), VecDeque<Frame>>,
+    closed: HashMap<usize, String>,
+    aborted: HashMap<u64, (usize, String)>,
+}
+
+/// The inbox of one rank.
+#[derive(Default)]
+pub(crate) struct Mailbox {
+    state: Mutex<State>,
+    cv: Condvar,
+}
+
+impl Mailbox {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Delivers a frame from global rank `src`.
+    pub fn push(&self, src: usize, frame: Frame) {
+        let mut st = self.lock();
+        match frame.hdr.kind {
+            Kind::Abort => {
+                let group = frame.hdr.group;
+                let reason = frame
+                    .into_owned()
+                    .map(|b| String::from_utf8_lossy(b.as_bytes()).into_owned())
+                    .unwrap_or_default();
+                st.aborted.entry(group).or_insert((src, reason));
+            }
+            Kind::Coll => {
+                st.queues
+                    .entry((src, frame.hdr.group, Channel::Coll))
+                    .or_default()
+                    .push_back(frame);
+            }
+            Kind::P2p => {
+                let key = (src, frame.hdr.group, Channel::P2p(frame.hdr.seq));
+                st.queues.entry(key).or_default().push_back(frame);
+            }
+        }
+        drop(st);
+        self.cv.notify_all();
+    }
+
+    /// Marks global rank `src` as gone: receives from it that find no
+    /// queued frame fail with `reason`.
+    pub fn close_peer(&self, src: usize, reason: &str) {
+        self.lock()
+            .closed
+            .entry(src)
+            .or_insert_with(|| reason.to_string());
+        self.cv.notify_all();
+    }
+
+    /// Waits for the next frame from global rank `src` on `(group, channel)`.
+    pub fn recv(
+        &self,
+        src: usize,
+        group: u64,
+        channel: Channel,
+        deadline: Instant,
+    ) -> Result<Frame, RecvFail> {
+        let key = (src, group, channel);
+        let mut st = self.lock();
+        loop {
+            if let Some(f) = st.queues.get_mut(&key).and_then(VecDeque::pop_front) {
+                return Ok(f);
+            }
+            if channel == Channel::Coll {
+                if let Some((who, why)) = st.aborted.get(&group) {
+                    return Err(RecvFail::Aborted(*who, why.clone()));
+                }
+            }
+            if let Some(why) = st.closed.get(&src) {
+                return Err(RecvFail::Closed(why.clone()));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(RecvFail::Timeout);
+            }
+            st = self
+                .cv
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Drops every queued collective frame of `group` (after a failure, so
+    /// that loans go back to their senders at once).
+    pub fn discard_group(&self, group: u64) {
+        let dropped: Vec<VecDeque<Frame>> = {
+            let mut st = self.lock();
+            let keys: Vec<_> = st
+                .queues
+                .keys()
+                .filter(|k| k.1 == group && k.2 == Channel::Coll)
+                .copied()
+                .collect();
+            keys.into_iter().filter_map(|k| st.queues.remove(&k)).collect()
+        };
+        drop(dropped);
+    }
+
+    /// Drops every queued frame (the rank is going away: loans go back to
+    /// their senders at once).
+    pub fn clear(&self) {
+        let queues = std::mem::take(&mut self.lock().queues);
+        drop(queues);
+    }
+}

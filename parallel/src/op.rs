@@ -1,0 +1,260 @@
+//! [`Op`]: one collective call in progress, and the send/receive
+//! primitives the algorithms talk through.
+
+use std::ops::Range;
+use std::time::Instant;
+
+use crate::element::CommElement;
+use crate::error::{CommError, Result};
+use crate::frame::{dtype_of_code, AlignedBuf, Frame, Header, Kind, LoanFail, LoanHandle};
+use crate::group::{CommConfig, CpuComm, OpKind};
+use crate::mailbox::Channel;
+
+/// One collective call in progress: what every message of it carries, and
+/// the send/receive primitives the algorithms use (group ranks throughout).
+pub(crate) struct Op<'c> {
+    pub(crate) comm: &'c CpuComm,
+    pub(crate) name: &'static str,
+    pub(crate) kind: OpKind,
+    pub(crate) seq: u64,
+    pub(crate) dtype: u8,
+    pub(crate) redop: u8,
+    pub(crate) total: u64,
+    pub(crate) aux: u64,
+    /// The group size.
+    pub(crate) n: usize,
+    /// This rank in the group.
+    pub(crate) r: usize,
+}
+
+impl Op<'_> {
+    /// The configuration of the communicator.
+    pub fn cfg(&self) -> &CommConfig {
+        &self.comm.cfg
+    }
+
+    /// Segments of at most `max_segment_bytes` covering `range`; an empty
+    /// range gives one empty segment, so that every step still exchanges a
+    /// (tag-checked) message.
+    pub fn segments<T>(&self, range: Range<usize>) -> impl Iterator<Item = Range<usize>> {
+        let step = (self.cfg().max_segment_bytes / size_of::<T>().max(1)).max(1);
+        let (lo, hi) = (range.start, range.end);
+        let count = (hi - lo).div_ceil(step).max(1);
+        (0..count).map(move |i| (lo + i * step).min(hi)..(lo + (i + 1) * step).min(hi))
+    }
+
+    fn header(&self, offset: usize) -> Header {
+        let kind = self.kind as u8;
+        self.comm.header(
+            Kind::Coll,
+            kind,
+            self.dtype,
+            self.redop,
+            self.seq,
+            self.total,
+            offset as u64,
+            self.aux,
+        )
+    }
+
+    /// Sends `data` (elements at `offset` of this rank's buffer) to rank `to`.
+    ///
+    /// # Safety
+    /// On an in-process transport the receiver reads `data` where it lies:
+    /// it must stay valid and unwritten until the returned handle is waited
+    /// on or dropped.
+    pub unsafe fn send<T: CommElement>(&self, to: usize, offset: usize, data: &[T]) -> Result<LoanHandle> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        let (frame, handle) = if self.comm.transport.lends() {
+            // SAFETY: forwarded to the caller.
+            unsafe { Frame::loan(self.header(offset), bytes) }
+        } else {
+            (
+                Frame::owned(self.header(offset), AlignedBuf::copy_of(bytes)),
+                LoanHandle::settled(),
+            )
+        };
+        self.comm
+            .transport
+            .send(self.comm.members[to], frame)
+            .map_err(|msg| CommError::PeerClosed {
+                op: self.name,
+                rank: self.r,
+                peer: to,
+                msg,
+            })?;
+        Ok(handle)
+    }
+
+    /// True when peers may write into this rank's loaned memory.
+    pub fn shares_memory(&self) -> bool {
+        self.comm.transport.shares_memory()
+    }
+
+    /// Lends `data` to rank `to` for reading and writing (in-process
+    /// transports only, see [`Op::shares_memory`]).
+    ///
+    /// # Safety
+    /// `data` must stay valid and untouched by this rank until the returned
+    /// handle is waited on or dropped.
+    pub unsafe fn send_mut<T: CommElement>(
+        &self,
+        to: usize,
+        offset: usize,
+        data: &mut [T],
+    ) -> Result<LoanHandle> {
+        // SAFETY: forwarded to the caller.
+        let (frame, handle) = unsafe { Frame::loan_mut(self.header(offset), bytemuck::cast_slice_mut(data)) };
+        self.comm
+            .transport
+            .send(self.comm.members[to], frame)
+            .map_err(|msg| CommError::PeerClosed {
+                op: self.name,
+                rank: self.r,
+                peer: to,
+                msg,
+            })?;
+        Ok(handle)
+    }
+
+    /// Runs `f` on a received writable loan's elements.
+    pub fn read_write<T: CommElement, R>(
+        &self,
+        from: usize,
+        frame: &Frame,
+        f: impl FnOnce(&mut [T]) -> R,
+    ) -> Result<R> {
+        let lost = || CommError::Aborted {
+            op: self.name,
+            rank: self.r,
+            peer: from,
+            msg: "the sender withdrew its message (it failed or timed out)".into(),
+        };
+        let mut data = frame.acquire_mut().ok_or_else(lost)?;
+        let typed = data.typed_mut::<T>().ok_or_else(lost)?;
+        Ok(f(typed))
+    }
+
+    /// Sends an empty message to rank `to` (barriers, zero-length steps).
+    pub fn send_empty(&self, to: usize, offset: usize) -> Result<()> {
+        let frame = Frame::owned(self.header(offset), AlignedBuf::default());
+        self.comm
+            .transport
+            .send(self.comm.members[to], frame)
+            .map_err(|msg| CommError::PeerClosed {
+                op: self.name,
+                rank: self.r,
+                peer: to,
+                msg,
+            })
+    }
+
+    /// Receives the next message of this collective from rank `from` and
+    /// checks that it is the piece `offset .. offset + len` of the same
+    /// call (same collective, sequence number, dtype, operator, total
+    /// length and root) that this rank expects.
+    pub fn recv<T: tessera_tensor::Element>(&self, from: usize, offset: usize, len: usize) -> Result<Frame> {
+        let deadline = Instant::now() + self.cfg().timeout;
+        let what = || {
+            format!(
+                "{len} {} elements at offset {offset} of {} (collective #{})",
+                T::DTYPE,
+                self.total,
+                self.seq
+            )
+        };
+        let frame = self
+            .comm
+            .transport
+            .mailbox()
+            .recv(self.comm.members[from], self.comm.group, Channel::Coll, deadline)
+            .map_err(|f| self.comm.recv_error(self.name, from, f, what()))?;
+        let h = &frame.hdr;
+        let mine = self.header(offset);
+        let dt = |c: u8| dtype_of_code(c).map_or("?".into(), |d| d.to_string());
+        let diff = if h.op != mine.op || h.seq != mine.seq {
+            Some(format!(
+                "rank {from} sent {} #{} while rank {} is in {} #{}",
+                OpKind::name(h.op),
+                h.seq,
+                self.r,
+                self.name,
+                self.seq
+            ))
+        } else if h.dtype != mine.dtype {
+            Some(format!(
+                "dtype {} on rank {from} vs {} on rank {}",
+                dt(h.dtype),
+                dt(mine.dtype),
+                self.r
+            ))
+        } else if h.total != mine.total {
+            Some(format!(
+                "{} elements on rank {from} vs {} on rank {}",
+                h.total, mine.total, self.r
+            ))
+        } else if h.redop != mine.redop || h.aux != mine.aux {
+            Some(format!(
+                "operator/root (code {}, {}) on rank {from} vs ({}, {}) on rank {}",
+                h.redop, h.aux, mine.redop, mine.aux, self.r
+            ))
+        } else if h.offset != mine.offset || h.len != (len * size_of::<T>()) as u64 {
+            Some(format!(
+                "piece of {} bytes at offset {} from rank {from}, expected {} bytes at offset {offset} \
+                 (different max_segment_bytes?)",
+                h.len,
+                h.offset,
+                len * size_of::<T>()
+            ))
+        } else {
+            None
+        };
+        match diff {
+            Some(msg) => Err(CommError::Mismatch {
+                op: self.name,
+                rank: self.r,
+                peer: from,
+                msg,
+            }),
+            None => Ok(frame),
+        }
+    }
+
+    /// Runs `f` on a received frame's elements.
+    pub fn read<T: CommElement, R>(
+        &self,
+        from: usize,
+        frame: &Frame,
+        f: impl FnOnce(&[T]) -> R,
+    ) -> Result<R> {
+        let lost = || CommError::Aborted {
+            op: self.name,
+            rank: self.r,
+            peer: from,
+            msg: "the sender withdrew its message (it failed or timed out)".into(),
+        };
+        let data = frame.acquire().ok_or_else(lost)?;
+        let typed = data.typed::<T>().ok_or_else(lost)?;
+        Ok(f(typed))
+    }
+
+    /// Waits until rank `to` has read the loan `h` of `len` elements.
+    pub fn settle(&self, to: usize, len: usize, h: &mut LoanHandle) -> Result<()> {
+        h.wait(Instant::now() + self.cfg().timeout)
+            .map_err(|fail| match fail {
+                LoanFail::Timeout => CommError::Timeout {
+                    op: self.name,
+                    rank: self.r,
+                    peer: to,
+                    timeout: self.cfg().timeout,
+                    msg: format!("rank {to} to read {len} elements (collective #{})", self.seq),
+                },
+                LoanFail::Dropped => CommError::Aborted {
+                    op: self.name,
+                    rank: self.r,
+                    peer: to,
+                    msg: format!("rank {to} discarded {len} elements unread"),
+                },
+            })
+    }
+}

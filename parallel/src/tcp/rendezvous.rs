@@ -1,0 +1,312 @@
+//! Rendezvous over TCP: rank 0 runs a store on `MASTER_ADDR:MASTER_PORT`
+//! that collects every rank's data address and hands out the table; then
+//! the ranks connect in a full mesh (rank i dials every j < i). Every step
+//! has a deadline; a rank that never arrives fails the whole rendezvous on
+//! every rank that did.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use crate::error::{CommError, Result};
+
+const MAGIC: u32 = 0x7E55_0001;
+const POLL: Duration = Duration::from_millis(2);
+
+/// Resolves `host:port` (a name or an address).
+pub(crate) fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| CommError::rendezvous("resolve", format!("{host}:{port}: {e}")))?
+        .next()
+        .ok_or_else(|| CommError::rendezvous("resolve", format!("{host}:{port} has no address")))
+}
+
+/// The streams to every peer (`None` at this rank's own index).
+pub(crate) fn rendezvous(
+    master: SocketAddr,
+    rank: usize,
+    world: usize,
+    timeout: Duration,
+) -> Result<Vec<Option<TcpStream>>> {
+    let deadline = Instant::now() + timeout;
+    // Data connections use the interface that reaches the master.
+    let bind_ip = if master.ip().is_loopback() {
+        master.ip()
+    } else {
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+    };
+    let data = TcpListener::bind((bind_ip, 0)).map_err(|e| CommError::io("rendezvous: bind", e))?;
+    let data_port = data
+        .local_addr()
+        .map_err(|e| CommError::io("rendezvous", e))?
+        .port();
+    let (nonce, table) = if rank == 0 {
+        run_store(master, world, data_port, deadline)?
+    } else {
+        register(master, rank, world, data_port, deadline)?
+    };
+    mesh(&data, &table, rank, nonce, deadline)
+}
+
+/// Rank 0: accepts `world - 1` registrations, then answers each with the table.
+fn run_store(
+    master: SocketAddr,
+    world: usize,
+    data_port: u16,
+    deadline: Instant,
+) -> Result<(u64, Vec<SocketAddr>)> {
+    let bind = if master.ip().is_loopback() {
+        master
+    } else {
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), master.port())
+    };
+    let store = TcpListener::bind(bind)
+        .map_err(|e| CommError::rendezvous("store", format!("cannot listen on {bind}: {e}")))?;
+    let mut table: Vec<Option<SocketAddr>> = vec![None; world];
+    table[0] = Some(SocketAddr::new(master.ip(), data_port));
+    let mut clients = Vec::new();
+    let mut failure = None;
+    while table.iter().any(Option::is_none) {
+        let Some(mut s) = accept_until(&store, deadline)? else {
+            let missing: Vec<usize> = (0..world).filter(|&k| table[k].is_none()).collect();
+            failure = Some(format!(
+                "ranks {missing:?} of {world} did not arrive before the timeout"
+            ));
+            break;
+        };
+        match read_registration(&mut s, world, deadline) {
+            Ok((k, addr)) if table[k].is_none() => {
+                table[k] = Some(addr);
+                clients.push(s);
+            }
+            Ok((k, _)) => {
+                failure = Some(format!("rank {k} registered twice"));
+                clients.push(s);
+                break;
+            }
+            Err(msg) => {
+                failure = Some(msg);
+                clients.push(s);
+                break;
+            }
+        }
+    }
+    let nonce = ((std::process::id() as u64) << 32) ^ seed_from_time();
+    let mut reply = Vec::new();
+    match &failure {
+        None => {
+            reply.push(0u8);
+            reply.extend_from_slice(&nonce.to_le_bytes());
+            for a in table.iter().flatten() {
+                put_addr(&mut reply, a);
+            }
+        }
+        Some(msg) => {
+            reply.push(1u8);
+            reply.extend_from_slice(&(msg.len() as u32).to_le_bytes());
+            reply.extend_from_slice(msg.as_bytes());
+        }
+    }
+    for mut c in clients {
+        // A client that went away meanwhile learns nothing either way.
+        let _ = c.write_all(&reply);
+    }
+    match failure {
+        Some(msg) => Err(CommError::rendezvous("store", msg)),
+        None => Ok((nonce, table.into_iter().flatten().collect())),
+    }
+}
+
+fn seed_from_time() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// One registration: magic, rank, world, data address (the IP the client
+/// reached us from is what it advertises).
+fn read_registration(
+    s: &mut TcpStream,
+    world: usize,
+    deadline: Instant,
+) -> std::result::Result<(usize, SocketAddr), String> {
+    let ip = s.peer_addr().map_err(|e| e.to_string())?.ip();
+    let mut b = [0u8; 14];
+    read_until(s, &mut b, deadline).map_err(|e| format!("reading a registration: {e}"))?;
+    let magic = u32::from_le_bytes(b[0..4].try_into().expect("4 bytes"));
+    let rank = u32::from_le_bytes(b[4..8].try_into().expect("4 bytes")) as usize;
+    let their_world = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes")) as usize;
+    let port = u16::from_le_bytes(b[12..14].try_into().expect("2 bytes"));
+    if magic != MAGIC {
+        return Err("a connection that is not a tessera rank reached the store".into());
+    }
+    if their_world != world {
+        return Err(format!(
+            "rank {rank} has world size {their_world}, rank 0 has {world}"
+        ));
+    }
+    if rank == 0 || rank >= world {
+        return Err(format!("a rank registered as {rank}, outside 1..{world}"));
+    }
+    Ok((rank, SocketAddr::new(ip, port)))
+}
+
+/// Ranks > 0: registers with the store (retrying until it listens) and
+/// waits for the table.
+fn register(
+    master: SocketAddr,
+    rank: usize,
+    world: usize,
+    data_port: u16,
+    deadline: Instant,
+) -> Result<(u64, Vec<SocketAddr>)> {
+    let mut s = connect_until(master, deadline, "store")?;
+    let mut msg = Vec::with_capacity(14);
+    msg.extend_from_slice(&MAGIC.to_le_bytes());
+    msg.extend_from_slice(&(rank as u32).to_le_bytes());
+    msg.extend_from_slice(&(world as u32).to_le_bytes());
+    msg.extend_from_slice(&data_port.to_le_bytes());
+    s.write_all(&msg)
+        .map_err(|e| CommError::io("rendezvous: register", e))?;
+    let fail = |e: String| {
+        CommError::rendezvous(
+            "register",
+            format!("rank {rank}: no answer from the store at {master}: {e}"),
+        )
+    };
+    let mut status = [0u8; 1];
+    read_until(&mut s, &mut status, deadline).map_err(fail)?;
+    if status[0] != 0 {
+        let mut len = [0u8; 4];
+        read_until(&mut s, &mut len, deadline).map_err(fail)?;
+        let mut text = vec![0u8; (u32::from_le_bytes(len) as usize).min(1 << 16)];
+        read_until(&mut s, &mut text, deadline).map_err(fail)?;
+        return Err(CommError::rendezvous(
+            "register",
+            String::from_utf8_lossy(&text).into_owned(),
+        ));
+    }
+    let mut nonce = [0u8; 8];
+    read_until(&mut s, &mut nonce, deadline).map_err(fail)?;
+    let table = (0..world)
+        .map(|_| get_addr(&mut s, deadline).map_err(fail))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((u64::from_le_bytes(nonce), table))
+}
+
+/// The full mesh: dial lower ranks, accept higher ones, each connection
+/// opened by a hello (magic, nonce, rank).
+fn mesh(
+    data: &TcpListener,
+    table: &[SocketAddr],
+    rank: usize,
+    nonce: u64,
+    deadline: Instant,
+) -> Result<Vec<Option<TcpStream>>> {
+    let world = table.len();
+    let mut peers: Vec<Option<TcpStream>> = (0..world).map(|_| None).collect();
+    for (j, addr) in table.iter().enumerate().take(rank) {
+        let mut s = connect_until(*addr, deadline, "mesh")?;
+        let mut hello = Vec::with_capacity(16);
+        hello.extend_from_slice(&MAGIC.to_le_bytes());
+        hello.extend_from_slice(&nonce.to_le_bytes());
+        hello.extend_from_slice(&(rank as u32).to_le_bytes());
+        s.write_all(&hello)
+            .map_err(|e| CommError::io("rendezvous: mesh", e))?;
+        peers[j] = Some(s);
+    }
+    while peers.iter().enumerate().any(|(j, p)| j > rank && p.is_none()) {
+        let Some(mut s) = accept_until(data, deadline)? else {
+            let missing: Vec<usize> = (rank + 1..world).filter(|&j| peers[j].is_none()).collect();
+            return Err(CommError::rendezvous(
+                "mesh",
+                format!("rank {rank}: ranks {missing:?} never connected"),
+            ));
+        };
+        let mut hello = [0u8; 16];
+        if read_until(&mut s, &mut hello, deadline).is_err() {
+            continue;
+        }
+        let magic = u32::from_le_bytes(hello[0..4].try_into().expect("4 bytes"));
+        let their_nonce = u64::from_le_bytes(hello[4..12].try_into().expect("8 bytes"));
+        let j = u32::from_le_bytes(hello[12..16].try_into().expect("4 bytes")) as usize;
+        // Stray or stale connections (another job, a previous run) are dropped.
+        if magic == MAGIC && their_nonce == nonce && j > rank && j < world && peers[j].is_none() {
+            peers[j] = Some(s);
+        }
+    }
+    for s in peers.iter().flatten() {
+        s.set_nodelay(true).map_err(|e| CommError::io("rendezvous", e))?;
+        s.set_read_timeout(None)
+            .map_err(|e| CommError::io("rendezvous", e))?;
+    }
+    Ok(peers)
+}
+
+fn connect_until(addr: SocketAddr, deadline: Instant, what: &'static str) -> Result<TcpStream> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(CommError::rendezvous(
+                what,
+                format!("could not connect to {addr} before the timeout"),
+            ));
+        }
+        match TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(1))) {
+            Ok(s) => return Ok(s),
+            Err(_) => std::thread::sleep(Duration::from_millis(20).min(left)),
+        }
+    }
+}
+
+/// The next connection, or `None` at the deadline.
+fn accept_until(l: &TcpListener, deadline: Instant) -> Result<Option<TcpStream>> {
+    l.set_nonblocking(true)
+        .map_err(|e| CommError::io("rendezvous: accept", e))?;
+    loop {
+        match l.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false)
+                    .map_err(|e| CommError::io("rendezvous: accept", e))?;
+                return Ok(Some(s));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    return Ok(None);
+                }
+                std::thread::sleep(POLL);
+            }
+            Err(e) => return Err(CommError::io("rendezvous: accept", e)),
+        }
+    }
+}
+
+fn read_until(s: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> std::result::Result<(), String> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err("timed out".into());
+    }
+    s.set_read_timeout(Some(left)).map_err(|e| e.to_string())?;
+    s.read_exact(buf).map_err(|e| e.to_string())
+}
+
+fn put_addr(out: &mut Vec<u8>, a: &SocketAddr) {
+    let ip = a.ip().to_string();
+    out.push(ip.len() as u8);
+    out.extend_from_slice(ip.as_bytes());
+    out.extend_from_slice(&a.port().to_le_bytes());
+}
+
+fn get_addr(s: &mut TcpStream, deadline: Instant) -> std::result::Result<SocketAddr, String> {
+    let mut len = [0u8; 1];
+    read_until(s, &mut len, deadline)?;
+    let mut ip = vec![0u8; len[0] as usize];
+    read_until(s, &mut ip, deadline)?;
+    let mut port = [0u8; 2];
+    read_until(s, &mut port, deadline)?;
+    let ip: IpAddr = String::from_utf8_lossy(&ip)
+        .parse()
+        .map_err(|_| "malformed address table".to_string())?;
+    Ok(SocketAddr::new(ip, u16::from_le_bytes(port)))
+}

@@ -1,0 +1,353 @@
+//! The collective suite over `tcp` with real processes on loopback, and the
+//! fault tests: a rank that dies or stalls mid all-reduce, a rank that never
+//! arrives, ranks that disagree. The test binary spawns itself as the ranks
+//! (the `child_entry` test runs a scenario when `TESSERA_TEST_CHILD` is set).
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{check_case, check_gloo_pattern, Case, DTYPES};
+use tessera_parallel::{tcp, CommError, CommExt, Communicator, ReduceOp};
+use tessera_tensor::Tensor;
+
+const CHILD: &str = "TESSERA_TEST_CHILD";
+/// The communicator timeout of the fault scenarios, seconds.
+const FAULT_TIMEOUT: f64 = 2.0;
+
+/// Runs the scenario named by `TESSERA_TEST_CHILD` as one rank; a no-op in
+/// the ordinary test run.
+#[test]
+fn child_entry() {
+    let Ok(scenario) = std::env::var(CHILD) else {
+        return;
+    };
+    let code = match run_child(&scenario) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("rank failed: {e}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+fn connect(segment: usize) -> Result<tessera_parallel::CpuComm, String> {
+    let mut cfg = tcp::TcpConfig::from_env().map_err(|e| e.to_string())?;
+    cfg.comm.max_segment_bytes = segment;
+    tcp::connect(&cfg).map_err(|e| e.to_string())
+}
+
+fn run_child(scenario: &str) -> Result<(), String> {
+    match scenario {
+        "suite" => suite(),
+        "die" | "stall" => fault(scenario == "stall"),
+        "rendezvous" => connect(1 << 20).map(drop),
+        "mismatch" => mismatch(),
+        other => Err(format!("unknown scenario {other}")),
+    }
+}
+
+/// A handful of cases of every collective and dtype, both all-reduce paths
+/// (small messages take the direct exchange, large ones the ring in 1 KiB
+/// segments), plus point-to-point and split.
+fn suite() -> Result<(), String> {
+    let comm = connect(1024)?;
+    let (n, r) = (comm.world_size(), comm.rank());
+    for len in [0, 1, n + 1, 1000, 10000] {
+        check_gloo_pattern(&comm, len)?;
+    }
+    for (i, &dtype) in DTYPES.iter().enumerate() {
+        for (j, len) in [0usize, 3, 777, 9001].into_iter().enumerate() {
+            let op = ReduceOp::ALL[(i + j) % ReduceOp::ALL.len()];
+            check_case(
+                &comm,
+                &Case {
+                    seed: (i * 10 + j) as u64,
+                    len,
+                    dtype,
+                    op,
+                    root: i + j,
+                },
+            )?;
+        }
+    }
+    // Point-to-point around the ring: a tensor, a slice and raw bytes.
+    let e = |err: CommError| err.to_string();
+    let next = (r + 1) % n;
+    let prev = (r + n - 1) % n;
+    let t = Tensor::from_vec((0..6).map(|i| (i + 10 * r) as f32).collect::<Vec<_>>(), &[2, 3])
+        .map_err(|e| e.to_string())?;
+    comm.send_tensor(&t, next, 7).map_err(e)?;
+    comm.send_slice(&[r as i64; 5], next, 8).map_err(e)?;
+    comm.send_bytes(b"hello", next, 9).map_err(e)?;
+    let got = comm.recv_tensor(prev, 7).map_err(e)?;
+    let want: Vec<f32> = (0..6).map(|i| (i + 10 * prev) as f32).collect();
+    if got.shape() != [2, 3] || got.to_vec::<f32>().map_err(|e| e.to_string())? != want {
+        return Err(format!("recv_tensor on rank {r}: {got:?}"));
+    }
+    let mut s = [0i64; 5];
+    comm.recv_slice(&mut s, prev, 8).map_err(e)?;
+    if s != [prev as i64; 5] || comm.recv_bytes(prev, 9).map_err(e)? != b"hello" {
+        return Err(format!("p2p payloads on rank {r}"));
+    }
+    // Sub-groups: even and odd ranks, in reverse order.
+    let sub = comm
+        .split(Some((r % 2) as u32), -(r as i64))
+        .map_err(e)?
+        .ok_or("no sub-group")?;
+    let members: Vec<usize> = (0..n).filter(|k| k % 2 == r % 2).collect();
+    let mut x = [r as f64];
+    sub.all_reduce_slice(&mut x, ReduceOp::Sum).map_err(e)?;
+    if x[0] != members.iter().sum::<usize>() as f64
+        || sub.rank() != members.len() - 1 - members.iter().position(|&k| k == r).unwrap_or(0)
+    {
+        return Err(format!("split on rank {r}: sum {} rank {}", x[0], sub.rank()));
+    }
+    comm.barrier().map_err(e)
+}
+
+/// The last rank dies (or stalls) in the middle of a stream of large
+/// all-reduces; every other rank must get an error within the timeout.
+fn fault(stall: bool) -> Result<(), String> {
+    let comm = connect(1 << 20)?;
+    let (n, r) = (comm.world_size(), comm.rank());
+    comm.barrier().map_err(|e| e.to_string())?;
+    if r == n - 1 {
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            if stall {
+                std::thread::sleep(Duration::from_secs(120));
+            }
+            std::process::exit(3);
+        });
+        if stall {
+            // Stop taking part without closing anything.
+            std::thread::sleep(Duration::from_secs(120));
+        }
+    }
+    let mut buf = vec![1.0f32; 4 << 20];
+    for i in 0..200 {
+        let t = Instant::now();
+        match comm.all_reduce_slice(&mut buf, ReduceOp::Sum) {
+            Ok(()) => continue,
+            Err(e) => {
+                let waited = t.elapsed().as_secs_f64();
+                eprintln!("rank {r}: all_reduce #{i} failed after {waited:.2}s: {e}");
+                let kind_ok = matches!(
+                    e,
+                    CommError::PeerClosed { .. } | CommError::Aborted { .. } | CommError::Timeout { .. }
+                );
+                if !kind_ok || waited > FAULT_TIMEOUT + 1.5 {
+                    return Err(format!("wrong error or too late: {e:?}"));
+                }
+                // Later calls fail at once.
+                let t = Instant::now();
+                let again = comm.all_reduce_slice(&mut buf[..4], ReduceOp::Sum);
+                if again.is_ok() || t.elapsed() > Duration::from_millis(100) {
+                    return Err(format!("a failed group accepted another call: {again:?}"));
+                }
+                return Ok(());
+            }
+        }
+    }
+    Err(format!(
+        "rank {r}: every all_reduce succeeded although a peer died"
+    ))
+}
+
+/// Rank 0 all-reduces 10 elements, the others 12: an error, not a hang.
+fn mismatch() -> Result<(), String> {
+    let comm = connect(1 << 20)?;
+    let len = if comm.rank() == 0 { 10 } else { 12 };
+    let mut x = vec![1.0f64; len];
+    match comm.all_reduce_slice(&mut x, ReduceOp::Sum) {
+        Err(e @ (CommError::Mismatch { .. } | CommError::Aborted { .. })) => {
+            eprintln!("rank {}: {e}", comm.rank());
+            Ok(())
+        }
+        other => Err(format!("expected a mismatch error, got {other:?}")),
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts ranks `ranks` of a world of `n` running `scenario`.
+fn spawn(n: usize, ranks: &[usize], scenario: &str, port: u16) -> Vec<(usize, Child)> {
+    let exe = std::env::current_exe().unwrap();
+    ranks
+        .iter()
+        .map(|&k| {
+            let child = Command::new(&exe)
+                .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+                .env(CHILD, scenario)
+                .env("RANK", k.to_string())
+                .env("WORLD_SIZE", n.to_string())
+                .env("LOCAL_RANK", k.to_string())
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", port.to_string())
+                .env(tcp::TIMEOUT_VAR, FAULT_TIMEOUT.to_string())
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap();
+            (k, child)
+        })
+        .collect()
+}
+
+/// Waits for every child but rank `hung` (killing them all past `limit`,
+/// and `hung` once the others are done); their exit codes.
+fn wait_all(
+    children: Vec<(usize, Child)>,
+    limit: Duration,
+    hung: Option<usize>,
+) -> Vec<(usize, Option<i32>)> {
+    let start = Instant::now();
+    let mut children = children;
+    let mut codes = vec![None; children.len()];
+    let mut done: Vec<bool> = children.iter().map(|(k, _)| Some(*k) == hung).collect();
+    while done.iter().any(|d| !d) && start.elapsed() < limit {
+        for (i, (_, c)) in children.iter_mut().enumerate() {
+            if !done[i] {
+                if let Some(s) = c.try_wait().unwrap() {
+                    codes[i] = s.code();
+                    done[i] = true;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for (i, (_, c)) in children.iter_mut().enumerate() {
+        if c.try_wait().unwrap().is_none() {
+            let _ = c.kill();
+            let _ = c.wait();
+            codes[i] = None;
+        }
+    }
+    children.iter().map(|(k, _)| *k).zip(codes).collect()
+}
+
+#[test]
+fn suite_over_tcp_through_the_launcher() {
+    let exe = std::env::current_exe().unwrap();
+    for n in 2..=4 {
+        let status = Command::new(env!("CARGO_BIN_EXE_tessera-run"))
+            .args(["--nproc-per-node", &n.to_string(), "--"])
+            .arg(&exe)
+            .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+            .env(CHILD, "suite")
+            .env(tcp::TIMEOUT_VAR, "20")
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "world size {n}: {status}");
+    }
+}
+
+#[test]
+fn a_rank_that_dies_mid_all_reduce_fails_the_others() {
+    for (n, scenario) in [(2, "die"), (3, "die"), (3, "stall")] {
+        let t = Instant::now();
+        let ranks: Vec<usize> = (0..n).collect();
+        let hung = (scenario == "stall").then_some(n - 1);
+        let codes = wait_all(
+            spawn(n, &ranks, scenario, free_port()),
+            Duration::from_secs(30),
+            hung,
+        );
+        for (k, code) in codes {
+            let want = if k == n - 1 {
+                if scenario == "die" {
+                    Some(3)
+                } else {
+                    None
+                }
+            } else {
+                Some(0)
+            };
+            assert_eq!(code, want, "{scenario} n={n}: rank {k}");
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(15),
+            "{scenario} n={n} took {:?}",
+            t.elapsed()
+        );
+    }
+}
+
+#[test]
+fn a_rank_that_never_arrives_fails_the_rendezvous() {
+    // A missing non-zero rank: rank 0's store gives up and tells the others;
+    // a missing rank 0: the others cannot reach the store.
+    for missing in [2, 0] {
+        let t = Instant::now();
+        let ranks: Vec<usize> = (0..3).filter(|&k| k != missing).collect();
+        let codes = wait_all(
+            spawn(3, &ranks, "rendezvous", free_port()),
+            Duration::from_secs(20),
+            None,
+        );
+        for (k, code) in codes {
+            assert_eq!(code, Some(1), "missing {missing}: rank {k} should fail");
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs_f64(FAULT_TIMEOUT + 6.0),
+            "took {:?}",
+            t.elapsed()
+        );
+    }
+}
+
+#[test]
+fn mismatched_lengths_fail_every_rank() {
+    let codes = wait_all(
+        spawn(3, &[0, 1, 2], "mismatch", free_port()),
+        Duration::from_secs(20),
+        None,
+    );
+    for (k, code) in codes {
+        assert_eq!(code, Some(0), "rank {k}");
+    }
+}
+
+#[test]
+fn launcher_stops_the_others_when_one_fails() {
+    let t = Instant::now();
+    let status = Command::new(env!("CARGO_BIN_EXE_tessera-run"))
+        .args([
+            "--nproc-per-node",
+            "3",
+            "--",
+            "sh",
+            "-c",
+            "if [ $RANK = 1 ]; then exit 5; fi; sleep 30",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(5));
+    assert!(t.elapsed() < Duration::from_secs(10));
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera-run"))
+        .args([
+            "--nproc-per-node",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            "echo rank=$RANK of $WORLD_SIZE local=$LOCAL_RANK",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("[rank0]: rank=0 of 2 local=0"), "{text}");
+    assert!(text.contains("[rank1]: rank=1 of 2 local=1"), "{text}");
+}

@@ -1,0 +1,239 @@
+//! The backward primitives of [`crate::Tensor::conv2d`]: gradients with
+//! respect to the input, the weight and the bias.
+
+use rayon::prelude::*;
+
+use super::im2col::{col2im, im2col};
+use super::{weight_ref, Conv2dParams, Geom};
+use crate::ops::matmul::gemm::{gemm, Epilogue, GemmShape, MatMut};
+use crate::ops::matmul::kernel::{GemmScalar, Isa};
+use crate::ops::matmul::pack::MatRef;
+use crate::ops::matmul::{check_operands, math_vec};
+use crate::{Error, FloatElement, FloatMath, Result, Tensor};
+
+/// Samples whose weight gradients one task sums before the fixed-order
+/// reduction across tasks (a constant, so the sum order never depends on
+/// the thread count).
+const SAMPLES_PER_TASK: usize = 4;
+
+/// The gradient of `conv2d(input, weight)` with respect to its input, for
+/// an input of shape `input_shape` `[N, C, H, W]`, given `grad_out`
+/// `[N, O, OH, OW]`; returns `[N, C, H, W]` in `grad_out`'s dtype.
+///
+/// Errors when the shapes do not describe one convolution with `p` (the
+/// message names the op and shapes), or the dtypes or devices differ.
+pub fn conv2d_backward_input(
+    grad_out: &Tensor,
+    weight: &Tensor,
+    input_shape: &[usize],
+    p: &Conv2dParams,
+) -> Result<Tensor> {
+    const OP: &str = "conv2d_backward_input";
+    check_operands(OP, grad_out, weight)?;
+    let g = Geom::new(OP, input_shape, weight.shape(), p)?;
+    check_grad_out(OP, grad_out, &g)?;
+    Ok(
+        crate::with_float_dtype!(grad_out.dtype(), S => input_grad::<S>(grad_out, weight, &g),
+        else unreachable!("check_operands admits only floats")),
+    )
+}
+
+/// The gradient of `conv2d(input, weight)` with respect to a weight of shape
+/// `weight_shape` `[O, C/groups, kh, kw]`, given `grad_out`
+/// `[N, O, OH, OW]`; returns `weight_shape` in `grad_out`'s dtype.
+///
+/// Errors as [`conv2d_backward_input`].
+pub fn conv2d_backward_weight(
+    grad_out: &Tensor,
+    input: &Tensor,
+    weight_shape: &[usize],
+    p: &Conv2dParams,
+) -> Result<Tensor> {
+    const OP: &str = "conv2d_backward_weight";
+    check_operands(OP, grad_out, input)?;
+    let g = Geom::new(OP, input.shape(), weight_shape, p)?;
+    check_grad_out(OP, grad_out, &g)?;
+    Ok(
+        crate::with_float_dtype!(grad_out.dtype(), S => weight_grad::<S>(grad_out, input, &g),
+        else unreachable!("check_operands admits only floats")),
+    )
+}
+
+/// The gradient with respect to the bias: `grad_out` `[N, O, ...]` summed
+/// over every dimension but dimension 1; returns `[O]`.
+///
+/// Errors when `grad_out` has fewer than 2 dimensions or is not a float tensor.
+pub fn conv2d_backward_bias(grad_out: &Tensor) -> Result<Tensor> {
+    const OP: &str = "conv2d_backward_bias";
+    check_operands(OP, grad_out, grad_out)?;
+    if grad_out.ndim() < 2 {
+        return Err(Error::shape(
+            OP,
+            format!("expects [N, O, ...], got shape {:?}", grad_out.shape()),
+        ));
+    }
+    let (n, o) = (grad_out.shape()[0], grad_out.shape()[1]);
+    let l: usize = grad_out.shape()[2..].iter().product();
+    Ok(
+        crate::with_float_dtype!(grad_out.dtype(), S => bias_grad::<S>(grad_out, n, o, l),
+        else unreachable!("check_operands admits only floats")),
+    )
+}
+
+/// Sums `[n, o, l]` over `n` and `l`, per channel in a fixed order.
+fn bias_grad<S: FloatElement>(grad_out: &Tensor, n: usize, o: usize, l: usize) -> Tensor {
+    let go = math_vec::<S>(grad_out);
+    let sums: Vec<S> = (0..o)
+        .into_par_iter()
+        .map(|c| {
+            let mut acc = <S::Math as FloatMath>::ZERO;
+            for b in 0..n {
+                for &v in &go[(b * o + c) * l..(b * o + c + 1) * l] {
+                    acc += v;
+                }
+            }
+            S::from_math(acc)
+        })
+        .collect();
+    Tensor::build::<S>(&[o], |out| out.copy_from_slice(&sums))
+}
+
+fn check_grad_out(op: &'static str, grad_out: &Tensor, g: &Geom) -> Result<()> {
+    if grad_out.shape() != g.out_shape() {
+        return Err(Error::shape(
+            op,
+            format!(
+                "grad_out has shape {:?}, the convolution's output is {:?}",
+                grad_out.shape(),
+                g.out_shape()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn input_grad<S: FloatElement>(grad_out: &Tensor, w: &Tensor, g: &Geom) -> Tensor
+where
+    S::Math: GemmScalar + FloatElement<Math = S::Math>,
+{
+    let go = math_vec::<S>(grad_out);
+    let wm = math_vec::<S>(w);
+    let (kk, l) = (g.kk(), g.l());
+    let plane = g.cg * g.h * g.w;
+    let par_inner = g.n == 1;
+    let sample = |(n, dx): (usize, &mut [S::Math])| {
+        let mut dcols = vec![<S::Math as FloatMath>::ZERO; kk * l];
+        for grp in 0..g.groups {
+            let shape = GemmShape {
+                m: kk,
+                n: l,
+                k: g.og,
+                alpha: <S::Math as FloatMath>::ONE,
+                beta: <S::Math as FloatMath>::ZERO,
+            };
+            let b = MatRef {
+                data: &go[..],
+                off: (n * g.o + grp * g.og) * l,
+                rs: l as isize,
+                cs: 1,
+            };
+            let c = MatMut {
+                data: &mut dcols[..],
+                off: 0,
+                rs: l as isize,
+                cs: 1,
+            };
+            gemm::<S::Math>(
+                shape,
+                weight_ref(&wm, g, grp, true),
+                b,
+                c,
+                Epilogue::none(),
+                Isa::best(),
+                par_inner,
+            );
+            col2im(&dcols, g, &mut dx[grp * plane..(grp + 1) * plane]);
+        }
+    };
+    let out = Tensor::build::<S::Math>(&[g.n, g.c, g.h, g.w], |dx| {
+        if dx.is_empty() {
+            return;
+        }
+        if par_inner {
+            dx.chunks_mut(g.c * g.h * g.w).enumerate().for_each(sample);
+        } else {
+            dx.par_chunks_mut(g.c * g.h * g.w).enumerate().for_each(sample);
+        }
+    });
+    out.to_dtype(S::DTYPE)
+}
+
+fn weight_grad<S: FloatElement>(grad_out: &Tensor, x: &Tensor, g: &Geom) -> Tensor
+where
+    S::Math: GemmScalar + FloatElement<Math = S::Math>,
+{
+    let go = math_vec::<S>(grad_out);
+    let x = x.contiguous();
+    let xs = x.as_slice::<S>().expect("contiguous and dtype-checked");
+    let (kk, l) = (g.kk(), g.l());
+    let size = g.o * kk;
+    let tasks = g.n.div_ceil(SAMPLES_PER_TASK);
+    let par_inner = tasks == 1;
+    // Task t sums samples t·SAMPLES_PER_TASK .. into its own partial gradient.
+    let task = |t: usize| -> Vec<S::Math> {
+        let mut part = vec![<S::Math as FloatMath>::ZERO; size];
+        let mut cols = vec![<S::Math as FloatMath>::ZERO; kk * l];
+        let samples = t * SAMPLES_PER_TASK..((t + 1) * SAMPLES_PER_TASK).min(g.n);
+        for (i, n) in samples.enumerate() {
+            for grp in 0..g.groups {
+                let xg = &xs[(n * g.c + grp * g.cg) * g.h * g.w..][..g.cg * g.h * g.w];
+                im2col(xg, g, &mut cols);
+                let beta = if i == 0 {
+                    <S::Math as FloatMath>::ZERO
+                } else {
+                    <S::Math as FloatMath>::ONE
+                };
+                let shape = GemmShape {
+                    m: g.og,
+                    n: kk,
+                    k: l,
+                    alpha: <S::Math as FloatMath>::ONE,
+                    beta,
+                };
+                let a = MatRef {
+                    data: &go[..],
+                    off: (n * g.o + grp * g.og) * l,
+                    rs: l as isize,
+                    cs: 1,
+                };
+                let b = MatRef {
+                    data: &cols[..],
+                    off: 0,
+                    rs: 1,
+                    cs: l as isize,
+                };
+                let c = MatMut {
+                    data: &mut part[..],
+                    off: grp * g.og * kk,
+                    rs: kk as isize,
+                    cs: 1,
+                };
+                gemm::<S::Math>(shape, a, b, c, Epilogue::none(), Isa::best(), par_inner);
+            }
+        }
+        part
+    };
+    let parts: Vec<Vec<S::Math>> = if par_inner {
+        (0..tasks).map(task).collect()
+    } else {
+        (0..tasks).into_par_iter().map(task).collect()
+    };
+    let out = Tensor::build::<S::Math>(&[g.o, g.cg, g.kh, g.kw], |dw| {
+        for part in &parts {
+            for (d, &v) in dw.iter_mut().zip(part) {
+                *d += v;
+            }
+        }
+    });
+    out.to_dtype(S::DTYPE)
+}

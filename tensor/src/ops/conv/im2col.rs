@@ -1,0 +1,76 @@
+//! im2col / col2im: the unfolding that turns a convolution into a GEMM.
+//!
+//! For one sample and one group, `cols` is a `[cg·kh·kw, oh·ow]` matrix
+//! whose row `(c, ki, kj)` holds, for every output position, the input
+//! element that kernel tap meets (0 in the padding).
+
+use std::ops::Range;
+
+use super::Geom;
+use crate::{FloatElement, FloatMath};
+
+/// Unfolds `x` (one sample's `cg` channels, `[cg, h, w]` row-major) into
+/// `cols` (`[cg·kh·kw, oh·ow]`), converting to the math type.
+pub fn im2col<S: FloatElement>(x: &[S], g: &Geom, cols: &mut [S::Math]) {
+    let l = g.oh * g.ow;
+    let mut row = 0;
+    for c in 0..g.cg {
+        let plane = &x[c * g.h * g.w..(c + 1) * g.h * g.w];
+        for ki in 0..g.kh {
+            let ys = valid(g.oh, g.stride[0], ki * g.dilation[0], g.padding[0], g.h);
+            for kj in 0..g.kw {
+                let xs = valid(g.ow, g.stride[1], kj * g.dilation[1], g.padding[1], g.w);
+                let dst = &mut cols[row * l..(row + 1) * l];
+                dst.fill(<S::Math as FloatMath>::ZERO);
+                for oy in ys.clone() {
+                    let iy = oy * g.stride[0] + ki * g.dilation[0] - g.padding[0];
+                    let src = &plane[iy * g.w..(iy + 1) * g.w];
+                    let out = &mut dst[oy * g.ow..(oy + 1) * g.ow];
+                    for ox in xs.clone() {
+                        out[ox] = src[ox * g.stride[1] + kj * g.dilation[1] - g.padding[1]].to_math();
+                    }
+                }
+                row += 1;
+            }
+        }
+    }
+}
+
+/// The adjoint of [`im2col`]: adds every entry of `cols` into the input
+/// position it was read from in `dx` (`[cg, h, w]`), in a fixed order.
+pub fn col2im<T: FloatMath>(cols: &[T], g: &Geom, dx: &mut [T]) {
+    let l = g.oh * g.ow;
+    let mut row = 0;
+    for c in 0..g.cg {
+        let plane = &mut dx[c * g.h * g.w..(c + 1) * g.h * g.w];
+        for ki in 0..g.kh {
+            let ys = valid(g.oh, g.stride[0], ki * g.dilation[0], g.padding[0], g.h);
+            for kj in 0..g.kw {
+                let xs = valid(g.ow, g.stride[1], kj * g.dilation[1], g.padding[1], g.w);
+                let src = &cols[row * l..(row + 1) * l];
+                for oy in ys.clone() {
+                    let iy = oy * g.stride[0] + ki * g.dilation[0] - g.padding[0];
+                    let dst = &mut plane[iy * g.w..(iy + 1) * g.w];
+                    let s = &src[oy * g.ow..(oy + 1) * g.ow];
+                    for ox in xs.clone() {
+                        dst[ox * g.stride[1] + kj * g.dilation[1] - g.padding[1]] += s[ox];
+                    }
+                }
+                row += 1;
+            }
+        }
+    }
+}
+
+/// The output positions `o < n_out` whose input index `o·stride + tap − pad`
+/// lies in `0 .. size`.
+fn valid(n_out: usize, stride: usize, tap: usize, pad: usize, size: usize) -> Range<usize> {
+    // o·stride + tap ≥ pad  ⇔  o ≥ ceil((pad − tap) / stride)
+    let lo = pad.saturating_sub(tap).div_ceil(stride);
+    // o·stride + tap − pad ≤ size − 1  ⇔  o ≤ (size − 1 + pad − tap) / stride
+    let hi = match (size + pad).checked_sub(tap + 1) {
+        Some(v) => (v / stride + 1).min(n_out),
+        None => 0,
+    };
+    lo.min(hi)..hi
+}

@@ -1,0 +1,297 @@
+//! 2-D convolution (NCHW) with stride, padding, dilation and groups, and its
+//! backward primitives, all as im2col + the packed GEMM.
+//!
+//! Per sample and group, the forward is `out[og, oh·ow] = W[og, cg·kh·kw] ·
+//! cols[cg·kh·kw, oh·ow] + bias` (bias in the GEMM epilogue); grad-input is
+//! `col2im(Wᵀ · grad_out)`; grad-weight is `Σₙ grad_out[n] · cols[n]ᵀ`.
+//! f16/bf16 compute in f32 and round once. Every output element is summed in
+//! an order fixed by the shapes, so results do not depend on the thread count.
+
+mod backward;
+mod im2col;
+#[cfg(test)]
+mod tests;
+
+pub use backward::{conv2d_backward_bias, conv2d_backward_input, conv2d_backward_weight};
+
+use rayon::prelude::*;
+
+use super::matmul::gemm::{gemm, Bias, Epilogue, GemmShape, MatMut};
+use super::matmul::kernel::{GemmScalar, Isa};
+use super::matmul::pack::MatRef;
+use super::matmul::{check_operands, math_vec};
+use crate::{Error, FloatElement, FloatMath, Result, Tensor};
+
+/// Hyper-parameters of [`Tensor::conv2d`], as `(height, width)` pairs where
+/// they have two; the default is PyTorch's (stride 1, no padding, dilation
+/// 1, one group).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conv2dParams {
+    /// Step between output positions.
+    pub stride: [usize; 2],
+    /// Implicit zeros on both sides of each spatial dimension.
+    pub padding: [usize; 2],
+    /// Spacing between kernel taps.
+    pub dilation: [usize; 2],
+    /// Number of channel groups; `groups == in_channels` is a depthwise convolution.
+    pub groups: usize,
+}
+
+impl Default for Conv2dParams {
+    fn default() -> Self {
+        Conv2dParams {
+            stride: [1, 1],
+            padding: [0, 0],
+            dilation: [1, 1],
+            groups: 1,
+        }
+    }
+}
+
+impl Conv2dParams {
+    /// The same parameters with `stride` in both dimensions.
+    pub fn stride(mut self, stride: usize) -> Self {
+        self.stride = [stride, stride];
+        self
+    }
+
+    /// The same parameters with `padding` in both dimensions.
+    pub fn padding(mut self, padding: usize) -> Self {
+        self.padding = [padding, padding];
+        self
+    }
+
+    /// The same parameters with `dilation` in both dimensions.
+    pub fn dilation(mut self, dilation: usize) -> Self {
+        self.dilation = [dilation, dilation];
+        self
+    }
+
+    /// The same parameters with `groups` groups.
+    pub fn groups(mut self, groups: usize) -> Self {
+        self.groups = groups;
+        self
+    }
+}
+
+impl Tensor {
+    /// 2-D convolution (cross-correlation, as in PyTorch) of `self`
+    /// `[N, C, H, W]` with `weight` `[O, C/groups, kh, kw]` and an optional
+    /// `bias` `[O]`; returns `[N, O, OH, OW]` with
+    /// `OH = (H + 2·pad − dil·(kh − 1) − 1) / stride + 1` (likewise OW).
+    ///
+    /// Errors when the ranks, channel counts, groups or bias shape do not
+    /// fit, a stride/dilation/group count is 0, the output would be empty,
+    /// or the dtypes or devices differ.
+    pub fn conv2d(&self, weight: &Tensor, bias: Option<&Tensor>, p: &Conv2dParams) -> Result<Tensor> {
+        const OP: &str = "conv2d";
+        check_operands(OP, self, weight)?;
+        let g = Geom::new(OP, self.shape(), weight.shape(), p)?;
+        if let Some(b) = bias {
+            check_operands(OP, self, b)?;
+            if b.shape() != [g.o] {
+                return Err(Error::shape(
+                    OP,
+                    format!(
+                        "bias of shape {:?} does not match {} output channels",
+                        b.shape(),
+                        g.o
+                    ),
+                ));
+            }
+        }
+        Ok(
+            crate::with_float_dtype!(self.dtype(), S => forward::<S>(self, weight, bias, &g),
+            else unreachable!("check_operands admits only floats")),
+        )
+    }
+}
+
+/// The validated sizes of one convolution.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Geom {
+    pub n: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub o: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub oh: usize,
+    pub ow: usize,
+    pub groups: usize,
+    /// Input channels per group.
+    pub cg: usize,
+    /// Output channels per group.
+    pub og: usize,
+    pub stride: [usize; 2],
+    pub padding: [usize; 2],
+    pub dilation: [usize; 2],
+}
+
+impl Geom {
+    /// Checks an input shape and a weight shape against `p`.
+    pub fn new(op: &'static str, input: &[usize], weight: &[usize], p: &Conv2dParams) -> Result<Geom> {
+        let desc = || format!("input {input:?}, weight {weight:?}, {p:?}");
+        let (&[n, c, h, w], &[o, cg, kh, kw]) = (input, weight) else {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "expects 4-D input [N, C, H, W] and weight [O, C/groups, kh, kw]: {}",
+                    desc()
+                ),
+            ));
+        };
+        if p.groups == 0 || p.stride.contains(&0) || p.dilation.contains(&0) {
+            return Err(Error::arg(
+                op,
+                format!("stride, dilation and groups must be positive: {}", desc()),
+            ));
+        }
+        if c % p.groups != 0 || o % p.groups != 0 || cg != c / p.groups {
+            return Err(Error::shape(
+                op,
+                format!("channels do not fit groups (want C and O divisible by groups and weight.shape[1] = C/groups): {}", desc()),
+            ));
+        }
+        let (Some(eh), Some(ew)) = (
+            span_out(h, kh, p.stride[0], p.padding[0], p.dilation[0]),
+            span_out(w, kw, p.stride[1], p.padding[1], p.dilation[1]),
+        ) else {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "kernel does not fit the padded input (output would be empty): {}",
+                    desc()
+                ),
+            ));
+        };
+        Ok(Geom {
+            n,
+            c,
+            h,
+            w,
+            o,
+            kh,
+            kw,
+            oh: eh,
+            ow: ew,
+            groups: p.groups,
+            cg,
+            og: o / p.groups,
+            stride: p.stride,
+            padding: p.padding,
+            dilation: p.dilation,
+        })
+    }
+
+    /// `cg·kh·kw`: the GEMM depth of the forward.
+    pub fn kk(&self) -> usize {
+        self.cg * self.kh * self.kw
+    }
+
+    /// `oh·ow`.
+    pub fn l(&self) -> usize {
+        self.oh * self.ow
+    }
+
+    /// The output shape `[N, O, OH, OW]`.
+    pub fn out_shape(&self) -> [usize; 4] {
+        [self.n, self.o, self.oh, self.ow]
+    }
+}
+
+/// `(size + 2·pad − dil·(k − 1) − 1) / stride + 1`, or `None` when the
+/// kernel is empty or does not fit the padded input.
+fn span_out(size: usize, k: usize, stride: usize, pad: usize, dil: usize) -> Option<usize> {
+    let span = dil.checked_mul(k.checked_sub(1)?)?.checked_add(1)?;
+    let padded = size.checked_add(pad.checked_mul(2)?)?;
+    Some(padded.checked_sub(span)? / stride + 1)
+}
+
+/// Group `grp` of the weight `wm` (math type, row-major) as the GEMM operand
+/// `[og, cg·kh·kw]`, or its transpose when `t`.
+fn weight_ref<'a, T>(wm: &'a [T], g: &Geom, grp: usize, t: bool) -> MatRef<'a, T> {
+    let kk = g.kk() as isize;
+    let off = grp * g.og * g.kk();
+    if t {
+        MatRef {
+            data: wm,
+            off,
+            rs: 1,
+            cs: kk,
+        }
+    } else {
+        MatRef {
+            data: wm,
+            off,
+            rs: kk,
+            cs: 1,
+        }
+    }
+}
+
+fn forward<S: FloatElement>(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, g: &Geom) -> Tensor
+where
+    S::Math: GemmScalar + FloatElement<Math = S::Math>,
+{
+    let x = x.contiguous();
+    let xs = x.as_slice::<S>().expect("contiguous and dtype-checked");
+    let wm = math_vec::<S>(w);
+    let bm = bias.map(math_vec::<S>);
+    let (kk, l) = (g.kk(), g.l());
+    let plane = g.c * g.h * g.w;
+    let par_inner = g.n == 1;
+    let sample = |(n, out): (usize, &mut [S::Math])| {
+        let mut cols = vec![<S::Math as FloatMath>::ZERO; kk * l];
+        for grp in 0..g.groups {
+            let xg = &xs[n * plane + grp * g.cg * g.h * g.w..][..g.cg * g.h * g.w];
+            im2col::im2col(xg, g, &mut cols);
+            let epi = Epilogue {
+                bias: bm
+                    .as_deref()
+                    .map_or(Bias::None, |b| Bias::Row(&b[grp * g.og..(grp + 1) * g.og])),
+                relu: false,
+            };
+            let shape = GemmShape {
+                m: g.og,
+                n: l,
+                k: kk,
+                alpha: <S::Math as FloatMath>::ONE,
+                beta: <S::Math as FloatMath>::ZERO,
+            };
+            let c = MatMut {
+                data: &mut out[grp * g.og * l..(grp + 1) * g.og * l],
+                off: 0,
+                rs: l as isize,
+                cs: 1,
+            };
+            let cols_ref = MatRef {
+                data: &cols[..],
+                off: 0,
+                rs: l as isize,
+                cs: 1,
+            };
+            gemm::<S::Math>(
+                shape,
+                weight_ref(&wm, g, grp, false),
+                cols_ref,
+                c,
+                epi,
+                Isa::best(),
+                par_inner,
+            );
+        }
+    };
+    let out = Tensor::build::<S::Math>(&g.out_shape(), |out| {
+        if out.is_empty() {
+            return;
+        }
+        if par_inner {
+            out.chunks_mut(g.o * l).enumerate().for_each(sample);
+        } else {
+            out.par_chunks_mut(g.o * l).enumerate().for_each(sample);
+        }
+    });
+    out.to_dtype(S::DTYPE)
+}

@@ -1,0 +1,324 @@
+//! conv2d and its backward primitives against a direct naive convolution,
+//! finite differences and thread-count determinism.
+
+use proptest::prelude::*;
+
+use super::{conv2d_backward_bias, conv2d_backward_input, conv2d_backward_weight, Conv2dParams};
+use crate::test_util::{layouts_of, rand_f64, tensor_of, values_f64};
+use crate::{DType, Tensor};
+
+/// One convolution's sizes.
+#[derive(Debug, Clone, Copy)]
+struct Case {
+    n: usize,
+    c: usize,
+    h: usize,
+    w: usize,
+    o: usize,
+    k: [usize; 2],
+    p: Conv2dParams,
+}
+
+impl Case {
+    fn out_hw(&self) -> Option<[usize; 2]> {
+        let f = |i: usize, size: usize| {
+            let span = self.p.dilation[i] * (self.k[i] - 1) + 1;
+            (size + 2 * self.p.padding[i])
+                .checked_sub(span)
+                .map(|v| v / self.p.stride[i] + 1)
+        };
+        Some([f(0, self.h)?, f(1, self.w)?])
+    }
+
+    /// Calls `f(n, o, oy, ox, c, ki, kj, iy, ix)` for every tap that meets
+    /// the (unpadded) input: the index relation all three naive routines share.
+    fn taps(&self, mut f: impl FnMut([usize; 9])) {
+        let [oh, ow] = self.out_hw().unwrap();
+        let (cg, og) = (self.c / self.p.groups, self.o / self.p.groups);
+        for n in 0..self.n {
+            for o in 0..self.o {
+                let grp = o / og;
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        for ci in 0..cg {
+                            for ki in 0..self.k[0] {
+                                for kj in 0..self.k[1] {
+                                    let iy = (oy * self.p.stride[0] + ki * self.p.dilation[0]) as isize
+                                        - self.p.padding[0] as isize;
+                                    let ix = (ox * self.p.stride[1] + kj * self.p.dilation[1]) as isize
+                                        - self.p.padding[1] as isize;
+                                    if iy >= 0 && ix >= 0 && (iy as usize) < self.h && (ix as usize) < self.w
+                                    {
+                                        f([n, o, oy, ox, grp * cg + ci, ki, kj, iy as usize, ix as usize]);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn xi(&self, n: usize, c: usize, y: usize, x: usize) -> usize {
+        ((n * self.c + c) * self.h + y) * self.w + x
+    }
+    fn wi(&self, o: usize, c: usize, ki: usize, kj: usize) -> usize {
+        let cg = self.c / self.p.groups;
+        ((o * cg + c % cg) * self.k[0] + ki) * self.k[1] + kj
+    }
+    fn oi(&self, n: usize, o: usize, y: usize, x: usize) -> usize {
+        let [oh, ow] = self.out_hw().unwrap();
+        ((n * self.o + o) * oh + y) * ow + x
+    }
+    fn out_len(&self) -> usize {
+        let [oh, ow] = self.out_hw().unwrap();
+        self.n * self.o * oh * ow
+    }
+    fn shapes(&self) -> ([usize; 4], [usize; 4], [usize; 4]) {
+        let [oh, ow] = self.out_hw().unwrap();
+        (
+            [self.n, self.c, self.h, self.w],
+            [self.o, self.c / self.p.groups, self.k[0], self.k[1]],
+            [self.n, self.o, oh, ow],
+        )
+    }
+
+    fn forward(&self, x: &[f64], w: &[f64], b: &[f64]) -> Vec<f64> {
+        let mut out = vec![0.0; self.out_len()];
+        for n in 0..self.n {
+            for o in 0..self.o {
+                let [oh, ow] = self.out_hw().unwrap();
+                for y in 0..oh {
+                    for xx in 0..ow {
+                        out[self.oi(n, o, y, xx)] = b[o];
+                    }
+                }
+            }
+        }
+        self.taps(|[n, o, oy, ox, c, ki, kj, iy, ix]| {
+            out[self.oi(n, o, oy, ox)] += x[self.xi(n, c, iy, ix)] * w[self.wi(o, c, ki, kj)];
+        });
+        out
+    }
+
+    fn backward(&self, x: &[f64], w: &[f64], go: &[f64]) -> (Vec<f64>, Vec<f64>) {
+        let mut dx = vec![0.0; x.len()];
+        let mut dw = vec![0.0; w.len()];
+        self.taps(|[n, o, oy, ox, c, ki, kj, iy, ix]| {
+            let g = go[self.oi(n, o, oy, ox)];
+            dx[self.xi(n, c, iy, ix)] += g * w[self.wi(o, c, ki, kj)];
+            dw[self.wi(o, c, ki, kj)] += g * x[self.xi(n, c, iy, ix)];
+        });
+        (dx, dw)
+    }
+}
+
+fn assert_close(got: &[f64], want: &[f64], tol: f64, what: &str) -> Result<(), TestCaseError> {
+    prop_assert_eq!(got.len(), want.len(), "{}", what);
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        prop_assert!(
+            (g - w).abs() <= tol * (1.0 + w.abs()),
+            "{}: element {}: got {}, want {}",
+            what,
+            i,
+            g,
+            w
+        );
+    }
+    Ok(())
+}
+
+fn case_strategy() -> impl Strategy<Value = Case> {
+    (
+        (1usize..3, 1usize..4, 1usize..4, 1usize..4, 1usize..10, 1usize..10),
+        (
+            1usize..4,
+            1usize..4,
+            1usize..3,
+            1usize..3,
+            0usize..3,
+            0usize..3,
+            1usize..3,
+            1usize..3,
+        ),
+    )
+        .prop_map(
+            |((n, groups, cg, og, h, w), (kh, kw, sh, sw, ph, pw, dh, dw))| Case {
+                n,
+                c: cg * groups,
+                h,
+                w,
+                o: og * groups,
+                k: [kh, kw],
+                p: Conv2dParams {
+                    stride: [sh, sw],
+                    padding: [ph, pw],
+                    dilation: [dh, dw],
+                    groups,
+                },
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn conv2d_and_backwards_match_naive(case in case_strategy(), seed in 0u64..1000, sel in 0usize..5,
+                                        f32_path in any::<bool>()) {
+        let (xs, ws, os) = match case.out_hw() {
+            Some(_) => case.shapes(),
+            None => {
+                let x = tensor_of::<f64>(&rand_f64(seed, case.n * case.c * case.h * case.w), &[case.n, case.c, case.h, case.w]);
+                let w = tensor_of::<f64>(&rand_f64(seed, case.o * case.c / case.p.groups * case.k[0] * case.k[1]),
+                    &[case.o, case.c / case.p.groups, case.k[0], case.k[1]]);
+                prop_assert!(x.conv2d(&w, None, &case.p).is_err());
+                return Ok(());
+            }
+        };
+        let (xv, wv) = (rand_f64(seed, xs.iter().product()), rand_f64(seed + 1, ws.iter().product()));
+        let (bv, gv) = (rand_f64(seed + 2, case.o), rand_f64(seed + 3, os.iter().product()));
+        let (dtype, tol) = if f32_path { (DType::F32, 1e-5) } else { (DType::F64, 1e-12) };
+        let of = |v: &[f64], s: &[usize]| crate::with_float_dtype!(dtype, T => {
+            let all = layouts_of::<T>(v, s);
+            all[sel % all.len()].clone()
+        }, else unreachable!());
+        let (x, w, b, go) = (of(&xv, &xs), of(&wv, &ws), of(&bv, &[case.o]), of(&gv, &os));
+        let y = x.conv2d(&w, Some(&b), &case.p).unwrap();
+        prop_assert_eq!(y.shape(), &os[..]);
+        assert_close(&values_f64(&y), &case.forward(&xv, &wv, &bv), tol, "forward")?;
+        let (dx, dw) = case.backward(&xv, &wv, &gv);
+        let gx = conv2d_backward_input(&go, &w, &xs, &case.p).unwrap();
+        assert_close(&values_f64(&gx), &dx, tol, "grad input")?;
+        let gw = conv2d_backward_weight(&go, &x, &ws, &case.p).unwrap();
+        assert_close(&values_f64(&gw), &dw, tol, "grad weight")?;
+        let gb = conv2d_backward_bias(&go).unwrap();
+        let want_b: Vec<f64> = (0..case.o).map(|o| {
+            (0..case.n).map(|n| gv[(n * case.o + o) * os[2] * os[3]..][..os[2] * os[3]].iter().sum::<f64>()).sum()
+        }).collect();
+        assert_close(&values_f64(&gb), &want_b, tol, "grad bias")?;
+    }
+}
+
+/// loss(x, w) = Σ conv2d(x, w)·g: its central differences match the
+/// backward primitives (the naive backward shares the index relation with
+/// the naive forward, so this checks the relation itself).
+#[test]
+fn backward_matches_finite_differences() {
+    let case = Case {
+        n: 2,
+        c: 4,
+        h: 7,
+        w: 6,
+        o: 6,
+        k: [3, 2],
+        p: Conv2dParams {
+            stride: [2, 1],
+            padding: [1, 1],
+            dilation: [1, 2],
+            groups: 2,
+        },
+    };
+    let (xs, ws, os) = case.shapes();
+    let (xv, wv, gv) = (
+        rand_f64(1, xs.iter().product()),
+        rand_f64(2, ws.iter().product()),
+        rand_f64(3, os.iter().product()),
+    );
+    let loss = |xv: &[f64], wv: &[f64]| -> f64 {
+        let y = tensor_of::<f64>(xv, &xs)
+            .conv2d(&tensor_of::<f64>(wv, &ws), None, &case.p)
+            .unwrap();
+        values_f64(&y).iter().zip(&gv).map(|(a, b)| a * b).sum()
+    };
+    let go = tensor_of::<f64>(&gv, &os);
+    let gx = values_f64(&conv2d_backward_input(&go, &tensor_of::<f64>(&wv, &ws), &xs, &case.p).unwrap());
+    let gw = values_f64(&conv2d_backward_weight(&go, &tensor_of::<f64>(&xv, &xs), &ws, &case.p).unwrap());
+    let h = 1e-5;
+    for i in (0..xv.len()).step_by(7) {
+        let (mut p, mut m) = (xv.clone(), xv.clone());
+        p[i] += h;
+        m[i] -= h;
+        let fd = (loss(&p, &wv) - loss(&m, &wv)) / (2.0 * h);
+        assert!((fd - gx[i]).abs() < 1e-7, "dx[{i}]: fd {fd} vs {}", gx[i]);
+    }
+    for i in 0..wv.len() {
+        let (mut p, mut m) = (wv.clone(), wv.clone());
+        p[i] += h;
+        m[i] -= h;
+        let fd = (loss(&xv, &p) - loss(&xv, &m)) / (2.0 * h);
+        assert!((fd - gw[i]).abs() < 1e-7, "dw[{i}]: fd {fd} vs {}", gw[i]);
+    }
+}
+
+#[test]
+fn depthwise_half_and_thread_determinism() {
+    let p = Conv2dParams::default().padding(1).groups(8);
+    let x = tensor_of::<f32>(&rand_f64(1, 9 * 8 * 12 * 12), &[9, 8, 12, 12]);
+    let w = tensor_of::<f32>(&rand_f64(2, 8 * 9), &[8, 1, 3, 3]);
+    let go = tensor_of::<f32>(&rand_f64(3, 9 * 8 * 144), &[9, 8, 12, 12]);
+    let run = || {
+        (
+            x.conv2d(&w, None, &p).unwrap(),
+            conv2d_backward_input(&go, &w, x.shape(), &p).unwrap(),
+            conv2d_backward_weight(&go, &x, w.shape(), &p).unwrap(),
+        )
+    };
+    let many = run();
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap()
+        .install(run);
+    let bits = |t: &Tensor| {
+        t.to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(bits(&many.0), bits(&one.0));
+    assert_eq!(bits(&many.1), bits(&one.1));
+    assert_eq!(bits(&many.2), bits(&one.2));
+    // bf16 computes in f32 and rounds once.
+    let yb = x
+        .to_dtype(DType::BF16)
+        .conv2d(&w.to_dtype(DType::BF16), None, &p)
+        .unwrap();
+    assert_eq!(yb.dtype(), DType::BF16);
+    let y32 = x
+        .to_dtype(DType::BF16)
+        .to_dtype(DType::F32)
+        .conv2d(&w.to_dtype(DType::BF16).to_dtype(DType::F32), None, &p)
+        .unwrap();
+    assert_eq!(values_f64(&yb), values_f64(&y32.to_dtype(DType::BF16)));
+}
+
+#[test]
+fn invalid_arguments_are_errors() {
+    let x = tensor_of::<f32>(&rand_f64(1, 2 * 4 * 5 * 5), &[2, 4, 5, 5]);
+    let w = tensor_of::<f32>(&rand_f64(2, 6 * 2 * 3 * 3), &[6, 2, 3, 3]);
+    let ok = Conv2dParams::default().groups(2);
+    assert_eq!(x.conv2d(&w, None, &ok).unwrap().shape(), &[2, 6, 3, 3]);
+    for bad in [
+        Conv2dParams::default(),
+        ok.groups(0),
+        ok.groups(3),
+        ok.stride(0),
+        ok.dilation(0),
+        ok.dilation(3),
+    ] {
+        let e = x.conv2d(&w, None, &bad).unwrap_err();
+        assert_eq!(e.op(), "conv2d");
+    }
+    assert!(x
+        .conv2d(&w, Some(&tensor_of::<f32>(&[0.0; 5], &[5])), &ok)
+        .is_err());
+    assert!(x.reshape(&[8, 5, 5]).unwrap().conv2d(&w, None, &ok).is_err());
+    assert!(x.conv2d(&w.to_dtype(DType::F64), None, &ok).is_err());
+    let go = tensor_of::<f32>(&rand_f64(3, 2 * 6 * 9), &[2, 6, 3, 3]);
+    assert!(conv2d_backward_input(&go, &w, &[2, 4, 6, 6], &ok).is_err());
+    assert!(conv2d_backward_weight(&go, &x, &[6, 2, 2, 2], &ok).is_err());
+    assert!(conv2d_backward_bias(&tensor_of::<f32>(&[1.0], &[1])).is_err());
+}

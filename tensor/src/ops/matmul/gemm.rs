@@ -1,0 +1,321 @@
+//! The GEMM driver: `C = alpha·A·B + beta·C` with an optional fused epilogue,
+//! BLIS-style.
+//!
+//! Loop order: columns of B in `nc` blocks → depth in `kc` blocks (pack the
+//! `kc×nc` panel of B and the `m×kc` panel of A) → a grid of macro-tiles
+//! (`mc` rows × a column chunk) run by rayon → micro-tiles of `mr×nr` by the
+//! [`Kernel`]. Every output element is summed in the same order — `kc` blocks
+//! in sequence, each one in the kernel's `p` order — whatever the grid or the
+//! thread count, so results are bitwise identical on any number of threads.
+
+use rayon::prelude::*;
+
+use super::kernel::{GemmScalar, Isa, Kernel, MAX_TILE};
+use super::pack::{pack_a, pack_b, AlignedBuf, MatRef};
+use crate::{FloatElement, FloatMath};
+
+/// Multiply-adds below which a GEMM runs on the calling thread.
+pub const PAR_FLOPS: usize = 1 << 18;
+
+/// What is added to each output row or column after the product, before the activation.
+#[derive(Clone, Copy)]
+pub enum Bias<'a, T> {
+    /// No bias.
+    None,
+    /// `bias[i]` added to every element of row `i` (conv output channels).
+    Row(&'a [T]),
+    /// `bias[j]` added to every element of column `j` (linear layer features).
+    Col(&'a [T]),
+}
+
+/// The fused epilogue, applied once per output element after the last depth block.
+#[derive(Clone, Copy)]
+pub struct Epilogue<'a, T> {
+    /// The bias.
+    pub bias: Bias<'a, T>,
+    /// Apply `max(x, 0)` (NaN stays NaN) after the bias.
+    pub relu: bool,
+}
+
+impl<T> Epilogue<'_, T> {
+    /// No bias, no activation.
+    pub fn none() -> Self {
+        Epilogue {
+            bias: Bias::None,
+            relu: false,
+        }
+    }
+}
+
+/// The output: element `(i, j)` is `data[off + i*rs + j*cs]`. Distinct
+/// `(i, j)` must reach distinct elements, all inside `data`.
+pub struct MatMut<'a, T> {
+    /// The storage.
+    pub data: &'a mut [T],
+    /// Index of element (0, 0).
+    pub off: usize,
+    /// Row stride.
+    pub rs: isize,
+    /// Column stride.
+    pub cs: isize,
+}
+
+/// The shape and scalars of one GEMM: `C[m×n] = alpha·A[m×k]·B[k×n] + beta·C`.
+/// With `beta == 0`, C is not read (NaNs in it do not propagate), as in BLAS.
+#[derive(Clone, Copy)]
+pub struct GemmShape<T> {
+    /// Rows of A and C.
+    pub m: usize,
+    /// Columns of B and C.
+    pub n: usize,
+    /// Columns of A, rows of B.
+    pub k: usize,
+    /// Scale of the product.
+    pub alpha: T,
+    /// Scale of the existing C.
+    pub beta: T,
+}
+
+/// Runs one GEMM with the micro-kernel of `isa` (which the CPU must
+/// support: pass [`Isa::best`] or one of [`Isa::available`]); `par` lets it
+/// use the rayon pool.
+pub fn gemm<S: FloatElement>(
+    s: GemmShape<S::Math>,
+    a: MatRef<S>,
+    b: MatRef<S>,
+    c: MatMut<S::Math>,
+    epi: Epilogue<S::Math>,
+    isa: Isa,
+    par: bool,
+) where
+    S::Math: GemmScalar,
+{
+    let GemmShape { m, n, k, alpha, beta } = s;
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(
+        reach(c.off, c.rs, c.cs, m, n).is_some_and(|hi| hi < c.data.len()),
+        "gemm: output view outside its buffer"
+    );
+    assert!(isa.supported(), "gemm: this CPU cannot run {isa:?} kernels");
+    let kern = <S::Math as GemmScalar>::kernel(isa);
+    let par = par && m.saturating_mul(n).saturating_mul(k) >= PAR_FLOPS && rayon::current_num_threads() > 1;
+    let out = OutPtr {
+        ptr: c.data.as_mut_ptr(),
+        len: c.data.len(),
+        off: c.off,
+        rs: c.rs,
+        cs: c.cs,
+    };
+    let first = if beta == <S::Math as FloatMath>::ZERO {
+        Accum::Overwrite
+    } else if beta == <S::Math as FloatMath>::ONE {
+        Accum::Add
+    } else {
+        Accum::Scale(beta)
+    };
+    if k == 0 {
+        let zeros = [<S::Math as FloatMath>::ZERO; MAX_TILE];
+        let grid = Grid::new(&kern, m, n);
+        for t in 0..grid.tasks() {
+            let (r, cc) = grid.task(t);
+            for_each_tile(&kern, r, cc, |i0, j0, rows, cols| {
+                // SAFETY: tiles lie inside the m×n output; only this thread writes.
+                unsafe {
+                    store(
+                        &zeros,
+                        kern.nr,
+                        i0,
+                        j0,
+                        rows,
+                        cols,
+                        &out,
+                        alpha,
+                        first,
+                        Some(&epi),
+                    )
+                }
+            });
+        }
+        return;
+    }
+    let kc_max = kern.kc.min(k);
+    let nc_max = kern.nc.min(n);
+    let mut pa = AlignedBuf::<S::Math>::new(m.div_ceil(kern.mr) * kern.mr * kc_max);
+    let mut pb = AlignedBuf::<S::Math>::new(nc_max.div_ceil(kern.nr) * kern.nr * kc_max);
+    for jc in (0..n).step_by(kern.nc) {
+        let ncb = kern.nc.min(n - jc);
+        for pc in (0..k).step_by(kern.kc) {
+            let kcb = kern.kc.min(k - pc);
+            pack_b(pb.as_mut_slice(), &b, pc, kcb, jc, ncb, kern.nr, par);
+            pack_a(pa.as_mut_slice(), &a, m, pc, kcb, kern.mr, par);
+            let accum = if pc == 0 { first } else { Accum::Add };
+            let epi = (pc + kcb == k).then_some(&epi);
+            let (pa, pb) = (pa.as_slice(), pb.as_slice());
+            let grid = Grid::new(&kern, m, ncb);
+            let task = |t: usize| {
+                let mut acc = [<S::Math as FloatMath>::ZERO; MAX_TILE];
+                let (r, cc) = grid.task(t);
+                for_each_tile(&kern, r, cc, |i0, j0, rows, cols| {
+                    let ap = &pa[i0 * kcb..(i0 + kern.mr) * kcb];
+                    let bp = &pb[j0 * kcb..(j0 + kern.nr) * kcb];
+                    // SAFETY: the panels hold kcb*mr and kcb*nr elements, the
+                    // tile buffer mr*nr ≤ MAX_TILE, and `isa` is supported.
+                    unsafe { (kern.run)(kcb, ap.as_ptr(), bp.as_ptr(), acc.as_mut_ptr()) };
+                    // SAFETY: tasks cover disjoint tiles of the output.
+                    unsafe { store(&acc, kern.nr, i0, jc + j0, rows, cols, &out, alpha, accum, epi) };
+                });
+            };
+            if par {
+                (0..grid.tasks()).into_par_iter().for_each(task);
+            } else {
+                (0..grid.tasks()).for_each(task);
+            }
+        }
+    }
+}
+
+/// How the first depth block combines with the existing C.
+#[derive(Clone, Copy)]
+enum Accum<T> {
+    Overwrite,
+    Add,
+    Scale(T),
+}
+
+/// The output as a raw pointer, so tasks on different threads can write
+/// their disjoint tiles.
+struct OutPtr<T> {
+    ptr: *mut T,
+    len: usize,
+    off: usize,
+    rs: isize,
+    cs: isize,
+}
+
+// SAFETY: tasks write disjoint elements (see `gemm`); T is a plain float.
+unsafe impl<T: Send> Send for OutPtr<T> {}
+unsafe impl<T: Send> Sync for OutPtr<T> {}
+
+/// The macro-tile grid over an `m × n` block: tasks of `rows` rows (a
+/// multiple of `mr`) by `cols` columns (a multiple of `nr`). Split finer than
+/// the cache blocks when the shape is small so that skinny products still
+/// give every thread work; the split never changes any result.
+struct Grid {
+    m: usize,
+    n: usize,
+    rows: usize,
+    cols: usize,
+}
+
+impl Grid {
+    fn new<T>(kern: &Kernel<T>, m: usize, n: usize) -> Grid {
+        const MIN_TASKS: usize = 8;
+        let mut rows = kern.mc.min(m.div_ceil(kern.mr) * kern.mr);
+        let mut cols = (kern.nr * 16).min(n.div_ceil(kern.nr) * kern.nr);
+        while m.div_ceil(rows) * n.div_ceil(cols) < MIN_TASKS {
+            if cols >= rows && cols > kern.nr {
+                cols = (cols / 2).div_ceil(kern.nr) * kern.nr;
+            } else if rows > kern.mr {
+                rows = (rows / 2).div_ceil(kern.mr) * kern.mr;
+            } else {
+                break;
+            }
+        }
+        Grid { m, n, rows, cols }
+    }
+
+    fn tasks(&self) -> usize {
+        self.m.div_ceil(self.rows) * self.n.div_ceil(self.cols)
+    }
+
+    /// Row range and column range of task `t`.
+    fn task(&self, t: usize) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
+        let per_row = self.n.div_ceil(self.cols);
+        let (ti, tj) = (t / per_row, t % per_row);
+        let r0 = ti * self.rows;
+        let c0 = tj * self.cols;
+        (r0..(r0 + self.rows).min(self.m), c0..(c0 + self.cols).min(self.n))
+    }
+}
+
+/// Calls `f(i0, j0, rows, cols)` for the micro-tiles of a macro-tile, column
+/// panels outer so one `kc×nr` panel of B stays in L1 across the row panels.
+fn for_each_tile<T>(
+    kern: &Kernel<T>,
+    r: std::ops::Range<usize>,
+    c: std::ops::Range<usize>,
+    mut f: impl FnMut(usize, usize, usize, usize),
+) {
+    for j0 in c.clone().step_by(kern.nr) {
+        for i0 in r.clone().step_by(kern.mr) {
+            f(i0, j0, kern.mr.min(r.end - i0), kern.nr.min(c.end - j0));
+        }
+    }
+}
+
+/// Writes the `rows × cols` corner of the tile `acc` (row stride `nr`) to
+/// output rows `i0..` and columns `j0..`, combining per `accum` and applying
+/// the epilogue when given.
+///
+/// # Safety
+/// The tile lies inside the output and no other thread writes it concurrently.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn store<T: GemmScalar>(
+    acc: &[T],
+    nr: usize,
+    i0: usize,
+    j0: usize,
+    rows: usize,
+    cols: usize,
+    out: &OutPtr<T>,
+    alpha: T,
+    accum: Accum<T>,
+    epi: Option<&Epilogue<T>>,
+) {
+    let scale = alpha != <T as FloatMath>::ONE;
+    for i in 0..rows {
+        let row = out.off as isize + (i0 + i) as isize * out.rs + j0 as isize * out.cs;
+        for j in 0..cols {
+            let idx = (row + j as isize * out.cs) as usize;
+            debug_assert!(idx < out.len);
+            // SAFETY: in bounds by the caller's contract; this tile is ours.
+            let p = unsafe { out.ptr.add(idx) };
+            let mut v = acc[i * nr + j];
+            if scale {
+                v = alpha * v;
+            }
+            v = match accum {
+                Accum::Overwrite => v,
+                // SAFETY: as above.
+                Accum::Add => (unsafe { *p }) + v,
+                // SAFETY: as above.
+                Accum::Scale(beta) => beta * unsafe { *p } + v,
+            };
+            if let Some(e) = epi {
+                match e.bias {
+                    Bias::None => {}
+                    Bias::Row(bias) => v += bias[i0 + i],
+                    Bias::Col(bias) => v += bias[j0 + j],
+                }
+                if e.relu && v < <T as FloatMath>::ZERO {
+                    v = <T as FloatMath>::ZERO;
+                }
+            }
+            // SAFETY: as above.
+            unsafe { *p = v };
+        }
+    }
+}
+
+/// The largest index a non-empty `m × n` view at `off` with strides
+/// `(rs, cs)` touches, or `None` when it reaches below 0 (the tiles write
+/// through raw pointers, so a bad view must stop here, not corrupt memory).
+fn reach(off: usize, rs: isize, cs: isize, m: usize, n: usize) -> Option<usize> {
+    let (dr, dc) = ((m as isize - 1) * rs, (n as isize - 1) * cs);
+    let lo = off as isize + dr.min(0) + dc.min(0);
+    let hi = off as isize + dr.max(0) + dc.max(0);
+    (lo >= 0).then_some(hi as usize)
+}

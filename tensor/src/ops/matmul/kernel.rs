@@ -1,0 +1,290 @@
+//! GEMM micro-kernels: `MR×NR` register tiles over packed panels, one per
+//! instruction-set level, chosen at run time.
+//!
+//! A kernel is a plain function pointer in a [`Kernel`] record together with
+//! its tile shape and cache-block sizes, so a faster kernel (hand-written
+//! intrinsics, another ISA) replaces one entry without touching the driver.
+
+use std::sync::OnceLock;
+
+use crate::{Element, FloatMath};
+
+/// An instruction-set level a micro-kernel is compiled for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    /// AVX-512F with FMA (x86-64).
+    Avx512,
+    /// AVX2 with FMA (x86-64).
+    Avx2,
+    /// Whatever the compile target guarantees (SSE2 on x86-64, NEON on aarch64).
+    Portable,
+}
+
+impl Isa {
+    /// The fastest level this CPU supports (detected once).
+    pub fn best() -> Isa {
+        static BEST: OnceLock<Isa> = OnceLock::new();
+        *BEST.get_or_init(|| Isa::available()[0])
+    }
+
+    /// True when this CPU can run kernels of this level.
+    pub fn supported(self) -> bool {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("fma"),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
+            Isa::Portable => true,
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// Every level this CPU can run, fastest first.
+    pub fn available() -> Vec<Isa> {
+        [Isa::Avx512, Isa::Avx2, Isa::Portable]
+            .into_iter()
+            .filter(|i| i.supported())
+            .collect()
+    }
+}
+
+/// Computes `out[i*nr + j] = Σ_{p<kc} a[p*mr + i] · b[p*nr + j]`.
+///
+/// # Safety
+/// `a` holds `kc*mr`, `b` holds `kc*nr` and `out` holds `mr*nr` elements, and
+/// the CPU supports the kernel's [`Isa`].
+pub type KernelFn<T> = unsafe fn(kc: usize, a: *const T, b: *const T, out: *mut T);
+
+/// A micro-kernel with its register tile (`mr × nr`) and the cache blocks the
+/// driver uses with it: `kc` (depth of a packed panel, so a `kc×nr` panel of B
+/// stays in L1), `mc` (rows of A per task, so an `mc×kc` block stays in L2)
+/// and `nc` (columns of B packed at once, sized for L3).
+#[derive(Clone, Copy)]
+pub struct Kernel<T> {
+    /// Rows of the register tile.
+    pub mr: usize,
+    /// Columns of the register tile.
+    pub nr: usize,
+    /// Rows of A per task.
+    pub mc: usize,
+    /// Depth of a packed panel.
+    pub kc: usize,
+    /// Columns of B packed at once.
+    pub nc: usize,
+    /// The tile routine.
+    pub run: KernelFn<T>,
+}
+
+/// The largest `mr * nr` of any kernel: the size of the driver's tile buffer.
+pub const MAX_TILE: usize = 8 * 32;
+
+/// A float type the GEMM computes in natively (f32 and f64).
+pub trait GemmScalar: FloatMath + Element + bytemuck::Pod {
+    /// The micro-kernel for `isa`.
+    fn kernel(isa: Isa) -> Kernel<Self>;
+}
+
+impl GemmScalar for f32 {
+    fn kernel(isa: Isa) -> Kernel<f32> {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => Kernel {
+                mr: 8,
+                nr: 32,
+                mc: 128,
+                kc: 256,
+                nc: 2048,
+                run: x86::f32_avx512,
+            },
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => Kernel {
+                mr: 6,
+                nr: 16,
+                mc: 120,
+                kc: 256,
+                nc: 2048,
+                run: x86::f32_avx2,
+            },
+            _ => Kernel {
+                mr: 4,
+                nr: 8,
+                mc: 64,
+                kc: 256,
+                nc: 2048,
+                run: f32_portable,
+            },
+        }
+    }
+}
+
+impl GemmScalar for f64 {
+    fn kernel(isa: Isa) -> Kernel<f64> {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => Kernel {
+                mr: 8,
+                nr: 16,
+                mc: 96,
+                kc: 256,
+                nc: 1024,
+                run: x86::f64_avx512,
+            },
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => Kernel {
+                mr: 6,
+                nr: 8,
+                mc: 96,
+                kc: 256,
+                nc: 1024,
+                run: x86::f64_avx2,
+            },
+            _ => Kernel {
+                mr: 4,
+                nr: 4,
+                mc: 64,
+                kc: 256,
+                nc: 1024,
+                run: f64_portable,
+            },
+        }
+    }
+}
+
+/// The portable register tile in plain arrays, small enough for the
+/// baseline vector registers (separate multiply and add: a fused one is a
+/// library call without the `fma` target feature).
+#[inline(always)]
+unsafe fn tile<T: GemmScalar, const MR: usize, const NR: usize>(
+    kc: usize,
+    mut a: *const T,
+    mut b: *const T,
+    out: *mut T,
+) {
+    let mut acc = [[<T as FloatMath>::ZERO; NR]; MR];
+    for _ in 0..kc {
+        // SAFETY: the caller guarantees kc*MR elements behind `a` and kc*NR behind `b`.
+        let (av, bv) = unsafe {
+            (
+                a.cast::<[T; MR]>().read_unaligned(),
+                b.cast::<[T; NR]>().read_unaligned(),
+            )
+        };
+        for i in 0..MR {
+            for j in 0..NR {
+                acc[i][j] += av[i] * bv[j];
+            }
+        }
+        // SAFETY: stays within (or one past) the panels.
+        unsafe {
+            a = a.add(MR);
+            b = b.add(NR);
+        }
+    }
+    // SAFETY: the caller guarantees MR*NR elements behind `out`.
+    unsafe { out.cast::<[[T; NR]; MR]>().write_unaligned(acc) };
+}
+
+unsafe fn f32_portable(kc: usize, a: *const f32, b: *const f32, out: *mut f32) {
+    // SAFETY: forwarded contract of `KernelFn`.
+    unsafe { tile::<f32, 4, 8>(kc, a, b, out) }
+}
+
+unsafe fn f64_portable(kc: usize, a: *const f64, b: *const f64, out: *mut f64) {
+    // SAFETY: forwarded contract of `KernelFn`.
+    unsafe { tile::<f64, 4, 4>(kc, a, b, out) }
+}
+
+/// Register tiles with explicit vector intrinsics: LLVM's auto-vectoriser
+/// does not keep a plain-array tile of this size in registers.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// Defines a kernel with `$mr` rows and `$nv` vectors of `$w` lanes per
+    /// row: `$set1` broadcasts an element of A, `$fma` multiplies-adds.
+    macro_rules! simd_kernel {
+        ($name:ident, $feat:literal, $t:ty, $mr:literal, $nv:literal, $w:literal,
+         $zero:ident, $load:ident, $store:ident, $set1:ident, $fma:ident) => {
+            #[target_feature(enable = $feat)]
+            pub unsafe fn $name(kc: usize, a: *const $t, b: *const $t, out: *mut $t) {
+                const NR: usize = $nv * $w;
+                let mut acc = [[$zero(); $nv]; $mr];
+                for p in 0..kc {
+                    // SAFETY: the caller guarantees kc*MR elements behind
+                    // `a` and kc*NR behind `b` (contract of `KernelFn`).
+                    unsafe {
+                        let bp = b.add(p * NR);
+                        let bv: [_; $nv] = std::array::from_fn(|v| $load(bp.add(v * $w)));
+                        let ap = a.add(p * $mr);
+                        for i in 0..$mr {
+                            let av = $set1(*ap.add(i));
+                            for v in 0..$nv {
+                                acc[i][v] = $fma(av, bv[v], acc[i][v]);
+                            }
+                        }
+                    }
+                }
+                for i in 0..$mr {
+                    for v in 0..$nv {
+                        // SAFETY: MR*NR elements behind `out`.
+                        unsafe { $store(out.add(i * NR + v * $w), acc[i][v]) };
+                    }
+                }
+            }
+        };
+    }
+
+    simd_kernel!(
+        f32_avx512,
+        "avx512f,avx2,fma",
+        f32,
+        8,
+        2,
+        16,
+        _mm512_setzero_ps,
+        _mm512_loadu_ps,
+        _mm512_storeu_ps,
+        _mm512_set1_ps,
+        _mm512_fmadd_ps
+    );
+    simd_kernel!(
+        f64_avx512,
+        "avx512f,avx2,fma",
+        f64,
+        8,
+        2,
+        8,
+        _mm512_setzero_pd,
+        _mm512_loadu_pd,
+        _mm512_storeu_pd,
+        _mm512_set1_pd,
+        _mm512_fmadd_pd
+    );
+    simd_kernel!(
+        f32_avx2,
+        "avx2,fma",
+        f32,
+        6,
+        2,
+        8,
+        _mm256_setzero_ps,
+        _mm256_loadu_ps,
+        _mm256_storeu_ps,
+        _mm256_set1_ps,
+        _mm256_fmadd_ps
+    );
+    simd_kernel!(
+        f64_avx2,
+        "avx2,fma",
+        f64,
+        6,
+        2,
+        4,
+        _mm256_setzero_pd,
+        _mm256_loadu_pd,
+        _mm256_storeu_pd,
+        _mm256_set1_pd,
+        _mm256_fmadd_pd
+    );
+}

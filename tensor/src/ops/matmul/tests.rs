@@ -1,0 +1,321 @@
+//! GEMM and matmul against a naive f64 product, over random shapes, strided
+//! layouts, every micro-kernel, dtypes, epilogues and thread counts.
+
+use proptest::prelude::*;
+
+use super::gemm::{gemm, Bias, Epilogue, GemmShape, MatMut};
+use super::kernel::Isa;
+use super::pack::MatRef;
+use super::Activation;
+use crate::test_util::{layouts_of, rand_f64, tensor_of, values_f64};
+use crate::{bf16, f16, DType, Element, Tensor};
+
+/// Naive `[batch.., m, k] @ [batch.., k, n]` on row-major f64 values with
+/// equal (already broadcast) batch counts.
+fn naive(a: &[f64], b: &[f64], batch: usize, m: usize, k: usize, n: usize) -> Vec<f64> {
+    let mut out = vec![0.0; batch * m * n];
+    for t in 0..batch {
+        for i in 0..m {
+            for j in 0..n {
+                out[(t * m + i) * n + j] = (0..k)
+                    .map(|p| a[(t * m + i) * k + p] * b[(t * k + p) * n + j])
+                    .sum();
+            }
+        }
+    }
+    out
+}
+
+/// Absolute tolerance for a length-`k` dot product of values in [-1, 1],
+/// computed in `dtype` (f16/bf16 add the final rounding, relative to |want|).
+fn close(got: &[f64], want: &[f64], k: usize, dtype: DType) -> Result<(), String> {
+    let (abs, rel) = match dtype {
+        DType::F64 => (1e-13 * k as f64 + 1e-15, 0.0),
+        DType::F32 => (2e-6 * k as f64 + 1e-6, 0.0),
+        DType::F16 => (2e-6 * k as f64 + 1e-3, 1e-3),
+        _ => (2e-6 * k as f64 + 1e-2, 8e-3),
+    };
+    if got.len() != want.len() {
+        return Err(format!("length {} vs {}", got.len(), want.len()));
+    }
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        if (g - w).abs() > abs + rel * w.abs() || g.is_nan() != w.is_nan() {
+            return Err(format!("element {i}: got {g}, want {w} (k = {k}, {dtype})"));
+        }
+    }
+    Ok(())
+}
+
+fn pick<T: Element>(values: &[f64], shape: &[usize], sel: usize) -> Tensor {
+    let all = layouts_of::<T>(values, shape);
+    all[sel % all.len()].clone()
+}
+
+fn check_matmul(
+    dtype: DType,
+    m: usize,
+    k: usize,
+    n: usize,
+    sa: usize,
+    sb: usize,
+    seed: u64,
+) -> Result<(), String> {
+    let av = rand_f64(seed, m * k);
+    let bv = rand_f64(seed + 1, k * n);
+    let (a, b) = crate::with_dtype!(dtype, T => (pick::<T>(&av, &[m, k], sa), pick::<T>(&bv, &[k, n], sb)));
+    // The reference sees the operands as rounded to `dtype`.
+    let want = naive(&values_f64(&a), &values_f64(&b), 1, m, k, n);
+    let c = a.matmul(&b).map_err(|e| e.to_string())?;
+    if c.shape() != [m, n] || c.dtype() != dtype {
+        return Err(format!("shape {:?} dtype {}", c.shape(), c.dtype()));
+    }
+    close(&values_f64(&c), &want, k, dtype)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn matmul_f32_matches_naive(m in 1usize..300, k in 1usize..300, n in 1usize..300,
+                                sa in 0usize..5, sb in 0usize..5, seed in 0u64..1000) {
+        check_matmul(DType::F32, m, k, n, sa, sb, seed).map_err(TestCaseError::fail)?;
+    }
+
+    #[test]
+    fn matmul_f64_matches_naive(m in 1usize..200, k in 1usize..300, n in 1usize..200,
+                                sa in 0usize..5, sb in 0usize..5, seed in 0u64..1000) {
+        check_matmul(DType::F64, m, k, n, sa, sb, seed).map_err(TestCaseError::fail)?;
+    }
+
+    #[test]
+    fn matmul_half_types_match_naive(m in 1usize..120, k in 1usize..300, n in 1usize..120,
+                                     sa in 0usize..5, sb in 0usize..5, seed in 0u64..1000, bf in any::<bool>()) {
+        let dtype = if bf { DType::BF16 } else { DType::F16 };
+        check_matmul(dtype, m, k, n, sa, sb, seed).map_err(TestCaseError::fail)?;
+    }
+
+    /// Every micro-kernel this CPU runs, through the driver directly, with
+    /// alpha, beta and an epilogue, into a strided output.
+    #[test]
+    fn every_kernel_matches_naive(m in 1usize..300, k in 0usize..300, n in 1usize..300,
+                                  sa in 0usize..5, sb in 0usize..5, seed in 0u64..1000,
+                                  beta in prop::sample::select(vec![0.0, 1.0, -0.5]),
+                                  row_bias in any::<bool>(), relu in any::<bool>()) {
+        let av = rand_f64(seed, m * k);
+        let bv = rand_f64(seed + 1, k * n);
+        let cv = rand_f64(seed + 2, m * n);
+        let biasv = rand_f64(seed + 3, m.max(n));
+        let a = pick::<f32>(&av, &[m, k], sa);
+        let b = pick::<f32>(&bv, &[k, n], sb);
+        let (a64, b64) = (values_f64(&a), values_f64(&b));
+        let prod = naive(&a64, &b64, 1, m, k, n);
+        let alpha = 0.75;
+        let want: Vec<f64> = (0..m * n).map(|e| {
+            let (i, j) = (e / n, e % n);
+            let mut v = alpha * prod[e] + if beta == 0.0 { 0.0 } else { beta * cv[e] };
+            v += if row_bias { biasv[i] } else { biasv[j] };
+            if relu { v.max(0.0) } else { v }
+        }).collect();
+        let bias32: Vec<f32> = biasv.iter().map(|&x| x as f32).collect();
+        for isa in Isa::available() {
+            // C stored column-major inside a larger buffer at an offset.
+            let mut c = vec![f32::NAN; m * n + 5];
+            for (e, &x) in cv.iter().enumerate() {
+                let (i, j) = (e / n, e % n);
+                c[5 + j * m + i] = if beta == 0.0 { f32::NAN } else { x as f32 };
+            }
+            let epi = Epilogue {
+                bias: if row_bias { Bias::Row(&bias32[..m]) } else { Bias::Col(&bias32[..n]) },
+                relu,
+            };
+            let shape = GemmShape { m, n, k, alpha: alpha as f32, beta: beta as f32 };
+            gemm::<f32>(shape, mat(&a), mat(&b), MatMut { data: &mut c, off: 5, rs: 1, cs: m as isize }, epi, isa, true);
+            let got: Vec<f64> = (0..m * n).map(|e| c[5 + (e % n) * m + e / n] as f64).collect();
+            close(&got, &want, k, DType::F32).map_err(|e| TestCaseError::fail(format!("{isa:?}: {e}")))?;
+        }
+    }
+
+    /// Batch dimensions broadcast, operands of 1 to 4 dimensions.
+    #[test]
+    fn batched_matmul_broadcasts(ba in prop::collection::vec(1usize..4, 0..3),
+                                 bb in prop::collection::vec(1usize..4, 0..3),
+                                 m in 1usize..20, k in 1usize..40, n in 1usize..20,
+                                 sa in 0usize..5, sb in 0usize..5, seed in 0u64..1000) {
+        // Make the batch shapes broadcastable: where both have a dim, one of them is 1 or equal.
+        let mut bb = bb;
+        for d in 1..=ba.len().min(bb.len()) {
+            let (x, y) = (ba[ba.len() - d], bb.len() - d);
+            if bb[y] != x && bb[y] != 1 && x != 1 {
+                bb[y] = 1;
+            }
+        }
+        let sha: Vec<usize> = ba.iter().copied().chain([m, k]).collect();
+        let shb: Vec<usize> = bb.iter().copied().chain([k, n]).collect();
+        let av = rand_f64(seed, sha.iter().product());
+        let bv = rand_f64(seed + 1, shb.iter().product());
+        let a = pick::<f64>(&av, &sha, sa);
+        let b = pick::<f64>(&bv, &shb, sb);
+        let c = a.matmul(&b).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let batch = crate::broadcast_shapes("t", &ba, &bb).unwrap();
+        let mut full_a = batch.clone();
+        full_a.extend([m, k]);
+        let mut full_b = batch.clone();
+        full_b.extend([k, n]);
+        let ae = values_f64(&a.broadcast_to(&full_a).unwrap());
+        let be = values_f64(&b.broadcast_to(&full_b).unwrap());
+        let want = naive(&ae, &be, batch.iter().product(), m, k, n);
+        let mut shape = batch;
+        shape.extend([m, n]);
+        prop_assert_eq!(c.shape(), &shape[..]);
+        close(&values_f64(&c), &want, k, DType::F64).map_err(TestCaseError::fail)?;
+    }
+}
+
+fn mat(t: &Tensor) -> MatRef<'_, f32> {
+    super::mat_ref(t, t.layout())
+}
+
+#[test]
+fn vector_cases_follow_torch() {
+    let v = tensor_of::<f32>(&[1.0, 2.0, 3.0], &[3]);
+    let m = tensor_of::<f32>(&[1.0, 0.0, 2.0, 1.0, 0.0, 3.0], &[3, 2]);
+    let dot = v.matmul(&v).unwrap();
+    assert_eq!(dot.shape(), &[] as &[usize]);
+    assert_eq!(dot.to_scalar::<f32>().unwrap(), 14.0);
+    let vm = v.matmul(&m).unwrap();
+    assert_eq!(vm.shape(), &[2]);
+    assert_eq!(vm.to_vec::<f32>().unwrap(), vec![5.0, 11.0]);
+    let mv = m.t().unwrap().matmul(&v).unwrap();
+    assert_eq!(mv.to_vec::<f32>().unwrap(), vec![5.0, 11.0]);
+    // Batched with a 1-D operand on either side.
+    let b = tensor_of::<f32>(&rand_f64(3, 4 * 3 * 2), &[4, 3, 2]);
+    assert_eq!(v.matmul(&b).unwrap().shape(), &[4, 2]);
+    assert_eq!(b.transpose(1, 2).unwrap().matmul(&v).unwrap().shape(), &[4, 2]);
+    // The example from the docs.
+    let x = tensor_of::<f32>(&rand_f64(4, 24), &[2, 1, 3, 4]);
+    let y = tensor_of::<f32>(&rand_f64(5, 120), &[5, 4, 6]);
+    assert_eq!(x.matmul(&y).unwrap().shape(), &[2, 5, 3, 6]);
+}
+
+#[test]
+fn zero_sizes() {
+    let a = tensor_of::<f32>(&[], &[0, 3]);
+    let b = tensor_of::<f32>(&rand_f64(1, 6), &[3, 2]);
+    assert_eq!(a.matmul(&b).unwrap().shape(), &[0, 2]);
+    let a = tensor_of::<f32>(&[], &[2, 0]);
+    let b = tensor_of::<f32>(&[], &[0, 3]);
+    let c = a.matmul(&b).unwrap();
+    assert_eq!(c.to_vec::<f32>().unwrap(), vec![0.0; 6]);
+    let e = tensor_of::<f64>(&[], &[0, 2, 2]);
+    assert_eq!(e.matmul(&e).unwrap().shape(), &[0, 2, 2]);
+}
+
+#[test]
+fn errors_name_op_and_shapes() {
+    let a = tensor_of::<f32>(&rand_f64(1, 6), &[2, 3]);
+    let e = a.matmul(&a).unwrap_err();
+    assert_eq!(e.op(), "matmul");
+    assert!(e.to_string().contains("[2, 3]"), "{e}");
+    let s = Tensor::scalar(1.0f32);
+    assert!(s.matmul(&a).is_err());
+    assert!(a.matmul(&a.to_dtype(DType::F64).t().unwrap()).is_err());
+    let i = a.to_dtype(DType::I64);
+    assert!(i.matmul(&i.t().unwrap()).is_err());
+    let x = tensor_of::<f32>(&rand_f64(1, 24), &[2, 3, 4]);
+    let y = tensor_of::<f32>(&rand_f64(1, 60), &[3, 4, 5]);
+    assert!(x.matmul(&y).is_err());
+    let w = tensor_of::<f32>(&rand_f64(1, 12), &[4, 3]);
+    assert!(a.linear(&w.t().unwrap(), None).is_err());
+    assert!(a.linear(&w, Some(&tensor_of::<f32>(&[0.0; 3], &[3]))).is_err());
+    assert_eq!(a.linear(&w, None).unwrap().shape(), &[2, 4]);
+    // An empty feature dimension gives the bias alone (as PyTorch does).
+    let x0 = tensor_of::<f32>(&[], &[2, 0]);
+    let w0 = tensor_of::<f32>(&[], &[3, 0]);
+    let b0 = tensor_of::<f32>(&[1.0, 2.0, 3.0], &[3]);
+    assert_eq!(
+        x0.linear(&w0, Some(&b0)).unwrap().to_vec::<f32>().unwrap(),
+        vec![1.0, 2.0, 3.0, 1.0, 2.0, 3.0]
+    );
+    assert!(a.addmm(&a, &w.t().unwrap(), 1.0, 1.0).is_err());
+}
+
+/// linear and linear_act against matmul, then bias and ReLU composed.
+#[test]
+fn linear_epilogue_matches_composition() {
+    for dtype in [DType::F32, DType::F64, DType::BF16] {
+        let x = crate::with_dtype!(dtype, T => pick::<T>(&rand_f64(7, 3 * 5 * 40), &[3, 5, 40], 3));
+        let w = crate::with_dtype!(dtype, T => pick::<T>(&rand_f64(8, 70 * 40), &[70, 40], 4));
+        let b = crate::with_dtype!(dtype, T => tensor_of::<T>(&rand_f64(9, 70), &[70]));
+        let plain = values_f64(&x.matmul(&w.t().unwrap()).unwrap());
+        let bias = values_f64(&b);
+        let y = x.linear_act(&w, Some(&b), Activation::Relu).unwrap();
+        assert_eq!(y.shape(), &[3, 5, 70]);
+        let want: Vec<f64> = plain
+            .iter()
+            .enumerate()
+            .map(|(e, &v)| (v + bias[e % 70]).max(0.0))
+            .collect();
+        close(&values_f64(&y), &want, 40, dtype).unwrap();
+        // Unfused matmul rounds to bf16 before the bias: compare f32/f64 bitwise only.
+        if dtype != DType::BF16 {
+            let y0 = x.linear(&w, None).unwrap();
+            assert_eq!(values_f64(&y0), plain);
+        }
+    }
+}
+
+#[test]
+fn addmm_matches_naive() {
+    let a = tensor_of::<f64>(&rand_f64(1, 30 * 20), &[30, 20]);
+    let b = tensor_of::<f64>(&rand_f64(2, 20 * 10), &[20, 10]);
+    let c = tensor_of::<f64>(&rand_f64(3, 10), &[10]);
+    let got = c.addmm(&a, &b, 0.5, -2.0).unwrap();
+    let prod = naive(&values_f64(&a), &values_f64(&b), 1, 30, 20, 10);
+    let cv = values_f64(&c);
+    let want: Vec<f64> = prod
+        .iter()
+        .enumerate()
+        .map(|(e, &p)| 0.5 * cv[e % 10] - 2.0 * p)
+        .collect();
+    close(&values_f64(&got), &want, 20, DType::F64).unwrap();
+    // beta = 0 ignores NaNs in the input.
+    let nan = tensor_of::<f64>(&[f64::NAN], &[1]);
+    assert!(values_f64(&nan.addmm(&a, &b, 0.0, 1.0).unwrap())
+        .iter()
+        .all(|v| v.is_finite()));
+}
+
+/// The same product on a 1-thread pool and on the default pool is bitwise equal.
+#[test]
+fn results_do_not_depend_on_thread_count() {
+    let a = tensor_of::<f32>(&rand_f64(11, 300 * 513), &[300, 513]);
+    let b = pick::<f32>(&rand_f64(12, 513 * 257), &[513, 257], 3);
+    let x = tensor_of::<f32>(&rand_f64(13, 6 * 9 * 40), &[6, 9, 40]);
+    let run = || {
+        (
+            a.matmul(&b).unwrap(),
+            x.matmul(&x.transpose(1, 2).unwrap()).unwrap(),
+        )
+    };
+    let (c_many, d_many) = run();
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+    let (c_one, d_one) = pool.install(run);
+    let bits = |t: &Tensor| {
+        t.to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(bits(&c_many), bits(&c_one));
+    assert_eq!(bits(&d_many), bits(&d_one));
+}
+
+#[test]
+fn half_operands_round_once() {
+    // An exact product in f32 that f16 holds: the result must be exact.
+    let a = tensor_of::<f16>(&[0.5, 0.25, 2.0, 4.0], &[2, 2]);
+    let b = tensor_of::<bf16>(&[1.0, 2.0, 3.0, 4.0], &[2, 2]);
+    assert_eq!(values_f64(&a.matmul(&a).unwrap()), vec![0.75, 1.125, 9.0, 16.5]);
+    assert_eq!(values_f64(&b.matmul(&b).unwrap()), vec![7.0, 10.0, 15.0, 22.0]);
+}

@@ -1,0 +1,480 @@
+//! 2-D pooling over the last two dimensions of `[N, C, H, W]` or `[C, H, W]`
+//! tensors, with PyTorch's window and output-size rules: max pooling with
+//! indices, average pooling, adaptive average pooling, and their backwards.
+//!
+//! Every output plane is independent, so planes run in parallel; backwards
+//! accumulate within one plane in a fixed order (results never depend on the
+//! thread count). Float dtypes only; f16/bf16 accumulate in f32.
+
+mod adaptive;
+#[cfg(test)]
+mod tests;
+
+pub use adaptive::adaptive_avg_pool2d_backward;
+
+use rayon::prelude::*;
+
+use crate::{Error, FloatElement, FloatMath, Result, Tensor};
+
+/// Window parameters of [`Tensor::max_pool2d`] and [`Tensor::avg_pool2d`],
+/// as `(height, width)` pairs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pool2dParams {
+    /// Window size.
+    pub kernel: [usize; 2],
+    /// Step between windows (PyTorch's default is the kernel size).
+    pub stride: [usize; 2],
+    /// Implicit padding on both sides (at most half the kernel).
+    pub padding: [usize; 2],
+    /// Spacing between window taps (max pooling only; must be 1 for average pooling).
+    pub dilation: [usize; 2],
+    /// Round the output size up instead of down (a last window may start in
+    /// the input or left padding, never in the right padding).
+    pub ceil_mode: bool,
+    /// Average pooling: divide by the window size including padding (true,
+    /// PyTorch's default) or by the number of input elements in it.
+    pub count_include_pad: bool,
+    /// Average pooling: divide by this instead of the window size.
+    pub divisor_override: Option<usize>,
+}
+
+impl Pool2dParams {
+    /// A square `k×k` window with PyTorch's defaults: stride `k`, no
+    /// padding, dilation 1, floor mode, padding counted in averages.
+    pub fn new(k: usize) -> Self {
+        Pool2dParams {
+            kernel: [k, k],
+            stride: [k, k],
+            padding: [0, 0],
+            dilation: [1, 1],
+            ceil_mode: false,
+            count_include_pad: true,
+            divisor_override: None,
+        }
+    }
+
+    /// The same window with `stride` in both dimensions.
+    pub fn stride(mut self, stride: usize) -> Self {
+        self.stride = [stride, stride];
+        self
+    }
+
+    /// The same window with `padding` in both dimensions.
+    pub fn padding(mut self, padding: usize) -> Self {
+        self.padding = [padding, padding];
+        self
+    }
+
+    /// The same window with `dilation` in both dimensions.
+    pub fn dilation(mut self, dilation: usize) -> Self {
+        self.dilation = [dilation, dilation];
+        self
+    }
+
+    /// The same window with `ceil_mode` set.
+    pub fn ceil_mode(mut self, ceil_mode: bool) -> Self {
+        self.ceil_mode = ceil_mode;
+        self
+    }
+}
+
+impl Tensor {
+    /// Max pooling over the last two dimensions of a 3-D or 4-D tensor.
+    /// Returns the maxima and, as an i64 tensor of the same shape, the index
+    /// of each maximum in its flattened `H·W` input plane (PyTorch's
+    /// `return_indices=True`). A NaN in a window is its maximum.
+    ///
+    /// Errors when the tensor is not 3-D/4-D or not float, a kernel, stride
+    /// or dilation is 0, the padding exceeds half the kernel, the output
+    /// would be empty, or a dilated window would meet only padding (where
+    /// PyTorch returns -inf).
+    pub fn max_pool2d(&self, p: &Pool2dParams) -> Result<(Tensor, Tensor)> {
+        const OP: &str = "max_pool2d";
+        let g = Window::new(OP, self, p)?;
+        if (0..g.oh).any(|o| g.max_taps(0, o).len() == 0) || (0..g.ow).any(|o| g.max_taps(1, o).len() == 0) {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "a dilated window meets no input element: input {:?}, {p:?}",
+                    self.shape()
+                ),
+            ));
+        }
+        Ok(
+            crate::with_float_dtype!(self.dtype(), S => max_forward::<S>(self, &g),
+            else unreachable!("Window::new admits only floats")),
+        )
+    }
+
+    /// Average pooling over the last two dimensions of a 3-D or 4-D tensor
+    /// (`dilation` must be 1). Windows entirely in the padding give 0.
+    ///
+    /// Errors as [`Tensor::max_pool2d`], and when `divisor_override` is 0.
+    pub fn avg_pool2d(&self, p: &Pool2dParams) -> Result<Tensor> {
+        const OP: &str = "avg_pool2d";
+        let g = Window::new(OP, self, p)?;
+        g.check_avg(OP)?;
+        Ok(
+            crate::with_float_dtype!(self.dtype(), S => avg_forward::<S>(self, &g),
+            else unreachable!("Window::new admits only floats")),
+        )
+    }
+}
+
+/// The gradient of [`Tensor::max_pool2d`] with respect to its input of shape
+/// `input_shape`: each element of `grad_out` is added at the input position
+/// its `indices` entry names. Returns `input_shape` in `grad_out`'s dtype.
+///
+/// Errors when the shapes differ from each other or do not fit
+/// `input_shape`, `indices` is not i64, or an index is outside `0 .. H·W`.
+pub fn max_pool2d_backward(grad_out: &Tensor, indices: &Tensor, input_shape: &[usize]) -> Result<Tensor> {
+    const OP: &str = "max_pool2d_backward";
+    let (planes, h, w) = plane_dims(OP, input_shape)?;
+    if indices.dtype() != crate::DType::I64 || grad_out.shape() != indices.shape() {
+        return Err(Error::shape(
+            OP,
+            format!(
+                "grad_out {:?} and indices {:?} ({}) must have one shape and indices must be int64",
+                grad_out.shape(),
+                indices.shape(),
+                indices.dtype()
+            ),
+        ));
+    }
+    check_float(OP, grad_out)?;
+    let (gp, oh, ow) = plane_dims(OP, grad_out.shape())?;
+    if gp != planes || grad_out.shape()[..grad_out.ndim() - 2] != input_shape[..input_shape.len() - 2] {
+        return Err(Error::shape(
+            OP,
+            format!(
+                "grad_out {:?} does not fit input shape {input_shape:?}",
+                grad_out.shape()
+            ),
+        ));
+    }
+    let idx = indices.to_vec::<i64>()?;
+    if let Some(&bad) = idx.iter().find(|&&i| i < 0 || i as usize >= h * w) {
+        return Err(Error::index(
+            OP,
+            format!("index {bad} is outside a plane of {h}x{w} elements"),
+        ));
+    }
+    Ok(crate::with_float_dtype!(grad_out.dtype(), S => {
+        let go = crate::ops::matmul::math_vec::<S>(grad_out);
+        scatter_planes::<S>(input_shape, h * w, oh * ow, |pl, gi| {
+            for (&i, &v) in idx[pl * oh * ow..(pl + 1) * oh * ow].iter().zip(&go[pl * oh * ow..]) {
+                gi[i as usize] += v;
+            }
+        })
+    }, else unreachable!("checked float")))
+}
+
+/// The gradient of [`Tensor::avg_pool2d`] with respect to its input of
+/// shape `input_shape`, given `grad_out` and the same parameters.
+///
+/// Errors when the shapes do not describe that pooling, or as [`Tensor::avg_pool2d`].
+pub fn avg_pool2d_backward(grad_out: &Tensor, input_shape: &[usize], p: &Pool2dParams) -> Result<Tensor> {
+    const OP: &str = "avg_pool2d_backward";
+    check_float(OP, grad_out)?;
+    let g = Window::from_shape(OP, input_shape, p)?;
+    g.check_avg(OP)?;
+    g.check_grad(OP, grad_out)?;
+    Ok(crate::with_float_dtype!(grad_out.dtype(), S => {
+        let go = crate::ops::matmul::math_vec::<S>(grad_out);
+        let l = g.oh * g.ow;
+        scatter_planes::<S>(input_shape, g.h * g.w, l, |pl, gi| {
+            for oy in 0..g.oh {
+                for ox in 0..g.ow {
+                    if let Some((ys, xs, div)) = g.avg_window(oy, ox) {
+                        let v = go[pl * l + oy * g.ow + ox] / <<S as FloatElement>::Math as FloatMath>::of(div);
+                        for y in ys {
+                            for x in xs.clone() {
+                                gi[y * g.w + x] += v;
+                            }
+                        }
+                    }
+                }
+            }
+        })
+    }, else unreachable!("checked float")))
+}
+
+/// The validated geometry of one pooling.
+#[derive(Debug, Clone)]
+struct Window {
+    shape: Vec<usize>,
+    planes: usize,
+    h: usize,
+    w: usize,
+    oh: usize,
+    ow: usize,
+    p: Pool2dParams,
+}
+
+impl Window {
+    fn new(op: &'static str, x: &Tensor, p: &Pool2dParams) -> Result<Window> {
+        check_float(op, x)?;
+        Self::from_shape(op, x.shape(), p)
+    }
+
+    fn from_shape(op: &'static str, shape: &[usize], p: &Pool2dParams) -> Result<Window> {
+        let (planes, h, w) = plane_dims(op, shape)?;
+        let desc = || format!("input {shape:?}, {p:?}");
+        if p.kernel.contains(&0) || p.stride.contains(&0) || p.dilation.contains(&0) {
+            return Err(Error::arg(
+                op,
+                format!("kernel, stride and dilation must be positive: {}", desc()),
+            ));
+        }
+        if (0..2).any(|d| p.padding[d] > p.kernel[d] / 2) {
+            return Err(Error::arg(
+                op,
+                format!("padding must be at most half the kernel: {}", desc()),
+            ));
+        }
+        let out = |d: usize, size: usize| -> Option<usize> {
+            let span = p.dilation[d].checked_mul(p.kernel[d] - 1)?.checked_add(1)?;
+            let padded = size.checked_add(p.padding[d].checked_mul(2)?)?;
+            let extra = if p.ceil_mode { p.stride[d] - 1 } else { 0 };
+            let mut o = padded.checked_add(extra)?.checked_sub(span)? / p.stride[d] + 1;
+            // The last window must start inside the input or the left padding.
+            if p.ceil_mode && (o - 1) * p.stride[d] >= size + p.padding[d] {
+                o -= 1;
+            }
+            (o > 0).then_some(o)
+        };
+        match (out(0, h), out(1, w)) {
+            (Some(oh), Some(ow)) if h > 0 && w > 0 => Ok(Window {
+                shape: shape.to_vec(),
+                planes,
+                h,
+                w,
+                oh,
+                ow,
+                p: *p,
+            }),
+            _ => Err(Error::shape(
+                op,
+                format!(
+                    "the window does not fit the input (output would be empty): {}",
+                    desc()
+                ),
+            )),
+        }
+    }
+
+    fn check_avg(&self, op: &'static str) -> Result<()> {
+        if self.p.dilation != [1, 1] || self.p.divisor_override == Some(0) {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "needs dilation 1 and a non-zero divisor_override, got {:?}",
+                    self.p
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn out_shape(&self) -> Vec<usize> {
+        let mut s = self.shape[..self.shape.len() - 2].to_vec();
+        s.extend([self.oh, self.ow]);
+        s
+    }
+
+    fn check_grad(&self, op: &'static str, grad_out: &Tensor) -> Result<()> {
+        if grad_out.shape() != self.out_shape() {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "grad_out has shape {:?}, the pooling's output is {:?}",
+                    grad_out.shape(),
+                    self.out_shape()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The input rows (`d == 0`) or columns (`d == 1`) that max window `o` meets.
+    fn max_taps(&self, d: usize, o: usize) -> std::iter::StepBy<std::ops::Range<usize>> {
+        let size = if d == 0 { self.h } else { self.w };
+        let (s, pad, dil) = (self.p.stride[d], self.p.padding[d], self.p.dilation[d]);
+        let start = (o * s) as isize - pad as isize;
+        let end = (start + ((self.p.kernel[d] - 1) * dil) as isize + 1).min(size as isize);
+        let mut first = start;
+        while first < 0 {
+            first += dil as isize;
+        }
+        (first as usize..end.max(first) as usize).step_by(dil)
+    }
+
+    /// PyTorch's average window: the clipped row and column ranges and the
+    /// divisor, or `None` when the window lies entirely in the padding.
+    fn avg_window(
+        &self,
+        oy: usize,
+        ox: usize,
+    ) -> Option<(std::ops::Range<usize>, std::ops::Range<usize>, f64)> {
+        let range = |d: usize, o: usize, size: usize| {
+            let start = (o * self.p.stride[d]) as isize - self.p.padding[d] as isize;
+            let end = (start + self.p.kernel[d] as isize).min((size + self.p.padding[d]) as isize);
+            let full = end - start;
+            (
+                start.max(0) as usize,
+                end.min(size as isize).max(0) as usize,
+                full,
+            )
+        };
+        let (y0, y1, fh) = range(0, oy, self.h);
+        let (x0, x1, fw) = range(1, ox, self.w);
+        if y0 >= y1 || x0 >= x1 {
+            return None;
+        }
+        let div = match self.p.divisor_override {
+            Some(d) => d as f64,
+            None if self.p.count_include_pad => (fh * fw) as f64,
+            None => ((y1 - y0) * (x1 - x0)) as f64,
+        };
+        Some((y0..y1, x0..x1, div))
+    }
+}
+
+/// `(planes, H, W)` of a 3-D or 4-D shape.
+fn plane_dims(op: &'static str, shape: &[usize]) -> Result<(usize, usize, usize)> {
+    match shape {
+        [c, h, w] => Ok((*c, *h, *w)),
+        [n, c, h, w] => Ok((n * c, *h, *w)),
+        _ => Err(Error::shape(
+            op,
+            format!("expects a 3-D [C, H, W] or 4-D [N, C, H, W] shape, got {shape:?}"),
+        )),
+    }
+}
+
+fn check_float(op: &'static str, t: &Tensor) -> Result<()> {
+    if !t.device().is_cpu() {
+        return Err(Error::device(op, format!("no kernel for device {}", t.device())));
+    }
+    if !t.dtype().is_float() {
+        return Err(Error::dtype(
+            op,
+            format!(
+                "expects a float tensor, got {}; cast with to_dtype first",
+                t.dtype()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A fresh tensor of `shape` (in `S`) whose planes of `plane` elements are
+/// accumulated in the math type by `f(plane_index, plane)`, in parallel.
+fn scatter_planes<S: FloatElement>(
+    shape: &[usize],
+    plane: usize,
+    work: usize,
+    f: impl Fn(usize, &mut [S::Math]) + Sync,
+) -> Tensor {
+    let mut gi = vec![<<S as FloatElement>::Math as FloatMath>::ZERO; shape.iter().product()];
+    if plane > 0 {
+        if gi.len() * work.max(1) > crate::strided::PAR_THRESHOLD {
+            gi.par_chunks_mut(plane).enumerate().for_each(|(pl, g)| f(pl, g));
+        } else {
+            gi.chunks_mut(plane).enumerate().for_each(|(pl, g)| f(pl, g));
+        }
+    }
+    let out: Vec<S> = gi.into_iter().map(S::from_math).collect();
+    Tensor::from_vec(out, shape).expect("shape matches by construction")
+}
+
+/// Fills a fresh `S` tensor of `shape`, plane by plane, from `f(plane_index,
+/// out_plane)`, in parallel when large.
+pub(super) fn fill_planes<S: FloatElement>(
+    shape: &[usize],
+    plane: usize,
+    f: impl Fn(usize, &mut [S]) + Sync,
+) -> Tensor {
+    Tensor::build::<S>(shape, |out| {
+        if plane == 0 {
+            return;
+        }
+        if out.len() > crate::strided::PAR_THRESHOLD / 16 {
+            out.par_chunks_mut(plane).enumerate().for_each(|(pl, o)| f(pl, o));
+        } else {
+            out.chunks_mut(plane).enumerate().for_each(|(pl, o)| f(pl, o));
+        }
+    })
+}
+
+fn max_forward<S: FloatElement>(x: &Tensor, g: &Window) -> (Tensor, Tensor) {
+    let x = x.contiguous();
+    let xs = x.as_slice::<S>().expect("contiguous and dtype-checked");
+    let (hw, l) = (g.h * g.w, g.oh * g.ow);
+    let mut indices = vec![0i64; g.planes * l];
+    let values = Tensor::build::<S>(&g.out_shape(), |out| {
+        let plane = |(pl, (o, idx)): (usize, (&mut [S], &mut [i64]))| {
+            let src = &xs[pl * hw..(pl + 1) * hw];
+            for oy in 0..g.oh {
+                for ox in 0..g.ow {
+                    let ys = g.max_taps(0, oy);
+                    let xs_ = g.max_taps(1, ox);
+                    let mut best = <<S as FloatElement>::Math as FloatMath>::NEG_INFINITY;
+                    let mut best_i = ys.clone().next().unwrap_or(0) * g.w + xs_.clone().next().unwrap_or(0);
+                    for y in ys {
+                        for xx in xs_.clone() {
+                            let v = src[y * g.w + xx].to_math();
+                            if v > best || v.is_nan() {
+                                best = v;
+                                best_i = y * g.w + xx;
+                            }
+                        }
+                    }
+                    o[oy * g.ow + ox] = S::from_math(best);
+                    idx[oy * g.ow + ox] = best_i as i64;
+                }
+            }
+        };
+        if l == 0 {
+            return;
+        }
+        if out.len() > crate::strided::PAR_THRESHOLD / 16 {
+            out.par_chunks_mut(l)
+                .zip(indices.par_chunks_mut(l))
+                .enumerate()
+                .for_each(plane);
+        } else {
+            out.chunks_mut(l)
+                .zip(indices.chunks_mut(l))
+                .enumerate()
+                .for_each(plane);
+        }
+    });
+    let idx = Tensor::from_vec(indices, &g.out_shape()).expect("shape matches by construction");
+    (values, idx)
+}
+
+fn avg_forward<S: FloatElement>(x: &Tensor, g: &Window) -> Tensor {
+    let x = x.contiguous();
+    let xs = x.as_slice::<S>().expect("contiguous and dtype-checked");
+    let hw = g.h * g.w;
+    fill_planes::<S>(&g.out_shape(), g.oh * g.ow, |pl, o| {
+        let src = &xs[pl * hw..(pl + 1) * hw];
+        for oy in 0..g.oh {
+            for ox in 0..g.ow {
+                o[oy * g.ow + ox] = match g.avg_window(oy, ox) {
+                    None => S::ZERO,
+                    Some((ys, xr, div)) => {
+                        let mut sum = <<S as FloatElement>::Math as FloatMath>::ZERO;
+                        for y in ys {
+                            for v in &src[y * g.w + xr.start..y * g.w + xr.end] {
+                                sum += v.to_math();
+                            }
+                        }
+                        S::from_math(sum / <<S as FloatElement>::Math as FloatMath>::of(div))
+                    }
+                };
+            }
+        }
+    })
+}
