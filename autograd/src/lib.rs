@@ -21,8 +21,8 @@ mod engine;
 mod gradcheck;
 mod mode;
 mod node;
-mod param;
 pub mod ops;
+mod param;
 mod record;
 mod var;
 
@@ -31,9 +31,9 @@ pub use engine::{backward_many, Gradients};
 pub use gradcheck::{gradcheck, op_names, GradcheckOptions, GradcheckReport};
 pub use mode::{enable_grad, is_grad_enabled, no_grad, GradModeGuard};
 pub use node::{BackwardFn, Hook};
-pub use param::Parameter;
 pub use ops::registry::DIFFERENTIABLE_OPS;
 pub use ops::{sum_to, BatchNormVar};
+pub use param::Parameter;
 pub use record::{record, record_multi};
 pub use var::{Var, VarId};
 

@@ -23,15 +23,68 @@ impl Layout {
         }
     }
 
-    /// A layout from its parts. The caller guarantees every reachable offset is
-    /// inside the storage; [`Layout::storage_range`] tells which are reached.
-    pub fn new(shape: Vec<usize>, strides: Vec<isize>, offset: usize) -> Self {
+    /// A layout from its parts, unchecked: tessera's own kernels build
+    /// layouts they know to be valid.
+    pub(crate) fn new(shape: Vec<usize>, strides: Vec<isize>, offset: usize) -> Self {
         debug_assert_eq!(shape.len(), strides.len());
         Layout {
             shape,
             strides,
             offset,
         }
+    }
+
+    /// A layout from its parts. Errors when `shape` and `strides` differ in
+    /// length or the reachable offsets overflow; whether they fit a storage
+    /// is checked by [`crate::Tensor::from_storage`].
+    pub fn try_new(shape: Vec<usize>, strides: Vec<isize>, offset: usize) -> Result<Self> {
+        if shape.len() != strides.len() {
+            return Err(Error::shape(
+                "Layout::try_new",
+                format!("shape {shape:?} and strides {strides:?} differ in length"),
+            ));
+        }
+        let l = Layout {
+            shape,
+            strides,
+            offset,
+        };
+        l.checked_range()?;
+        Ok(l)
+    }
+
+    /// Like [`Layout::storage_range`], with overflow checks: an error when
+    /// some reachable offset is negative or does not fit in `isize`.
+    pub fn checked_range(&self) -> Result<Option<(usize, usize)>> {
+        if self.numel() == 0 {
+            return Ok(None);
+        }
+        let overflow = || {
+            Error::index(
+                "layout",
+                format!(
+                    "shape {:?}, strides {:?}, offset {} reach offsets outside 0..isize::MAX",
+                    self.shape, self.strides, self.offset
+                ),
+            )
+        };
+        let base = isize::try_from(self.offset).map_err(|_| overflow())?;
+        let (mut lo, mut hi) = (base, base);
+        for (&n, &s) in self.shape.iter().zip(&self.strides) {
+            let span = isize::try_from(n - 1)
+                .ok()
+                .and_then(|m| m.checked_mul(s))
+                .ok_or_else(overflow)?;
+            if span < 0 {
+                lo = lo.checked_add(span).ok_or_else(overflow)?;
+            } else {
+                hi = hi.checked_add(span).ok_or_else(overflow)?;
+            }
+        }
+        if lo < 0 || hi == isize::MAX {
+            return Err(overflow());
+        }
+        Ok(Some((lo as usize, hi as usize + 1)))
     }
 
     /// The sizes of the dimensions.

@@ -76,10 +76,7 @@ pub fn load_with_metadata(
             None => copy_storage(&map[start..data_start + end], dtype)
                 .ok_or_else(|| err(format!("bool tensor {name:?} holds a byte other than 0 or 1")))?,
         };
-        tensors.insert(
-            name,
-            Tensor::from_storage(storage, Layout::contiguous(&info.shape)),
-        );
+        tensors.insert(name, Tensor::from_parts(storage, Layout::contiguous(&info.shape)));
     }
     let metadata = meta.metadata().clone().unwrap_or_default();
     Ok((tensors, metadata))

@@ -38,7 +38,7 @@ impl Tensor {
                 ),
             ));
         }
-        Ok(Self::from_storage(
+        Ok(Self::from_parts(
             Storage::from_slice(data),
             Layout::contiguous(shape),
         ))
@@ -46,19 +46,43 @@ impl Tensor {
 
     /// A 0-dimensional tensor holding `v`.
     pub fn scalar<T: Element>(v: T) -> Tensor {
-        Self::from_storage(Storage::from_slice(&[v]), Layout::contiguous(&[]))
+        Self::from_parts(Storage::from_slice(&[v]), Layout::contiguous(&[]))
     }
 
-    /// A tensor over `storage` seen through `layout`. The layout must only
-    /// reach indices inside the storage.
-    pub fn from_storage(storage: Storage, layout: Layout) -> Tensor {
+    /// A tensor over `storage` seen through `layout`. Errors when the
+    /// layout reaches an index outside the storage.
+    pub fn from_storage(storage: Storage, layout: Layout) -> Result<Tensor> {
         Self::from_shared(Arc::new(storage), layout)
     }
 
-    /// A tensor sharing `storage`, seen through `layout`.
-    pub fn from_shared(storage: Arc<Storage>, layout: Layout) -> Tensor {
+    /// A tensor sharing `storage`, seen through `layout`. Errors when the
+    /// layout reaches an index outside the storage.
+    pub fn from_shared(storage: Arc<Storage>, layout: Layout) -> Result<Tensor> {
+        if let Some((_, hi)) = layout.checked_range()? {
+            if hi > storage.len() {
+                return Err(Error::index(
+                    "from_storage",
+                    format!(
+                        "layout with shape {:?}, strides {:?}, offset {} reaches index {} of a storage of {} elements",
+                        layout.shape(),
+                        layout.strides(),
+                        layout.offset(),
+                        hi - 1,
+                        storage.len()
+                    ),
+                ));
+            }
+        }
+        Ok(Tensor { storage, layout })
+    }
+
+    /// A tensor over a storage and a layout known to fit it.
+    pub(crate) fn from_parts(storage: Storage, layout: Layout) -> Tensor {
         debug_assert!(layout.storage_range().is_none_or(|(_, hi)| hi <= storage.len()));
-        Tensor { storage, layout }
+        Tensor {
+            storage: Arc::new(storage),
+            layout,
+        }
     }
 
     /// A new contiguous tensor of `shape` whose elements `fill` writes. The
@@ -67,7 +91,7 @@ impl Tensor {
         let numel = shape.iter().product();
         let mut storage = Storage::zeros::<T>(numel);
         fill(storage.as_mut_slice::<T>());
-        Self::from_storage(storage, Layout::contiguous(shape))
+        Self::from_parts(storage, Layout::contiguous(shape))
     }
 
     /// Like [`Tensor::build`], but the buffer passed to `fill` holds
@@ -77,7 +101,7 @@ impl Tensor {
         let numel = shape.iter().product();
         let mut storage = Storage::for_overwrite::<T>(numel);
         fill(storage.as_mut_slice::<T>());
-        Self::from_storage(storage, Layout::contiguous(shape))
+        Self::from_parts(storage, Layout::contiguous(shape))
     }
 
     /// The sizes of the dimensions.

@@ -248,5 +248,9 @@ fn every_op_is_reached() {
         flag: false,
     };
     let names: std::collections::HashSet<&str> = (0..OPS).map(|k| call(k, &t, &t, &idx, &g)).collect();
-    assert_eq!(names.len(), OPS, "OPS must equal the number of entries in the op table");
+    assert_eq!(
+        names.len(),
+        OPS,
+        "OPS must equal the number of entries in the op table"
+    );
 }
