@@ -42,6 +42,16 @@ pub mod registry;
 mod unary;
 mod view;
 
+// nn-level ops.
+pub mod attention;
+mod conv;
+mod dropout;
+mod index;
+mod join;
+mod linalg;
+pub mod loss;
+mod shape;
+
 use tessera_tensor::strided::Coalesced;
 use tessera_tensor::{dim_indices, with_dtype, Error, Layout, Result, Tensor};
 
