@@ -31,7 +31,7 @@ pub use node::{BackwardFn, Hook};
 pub use ops::attention::{scaled_dot_product_attention, AttnMask, AttnOptions};
 pub use ops::loss::{CrossEntropyOptions, Reduction, Target};
 pub use ops::registry::DIFFERENTIABLE_OPS;
-pub use ops::sum_to;
+pub use ops::{sum_to, BatchNormVar};
 pub use record::{record, record_multi};
 pub use var::{Var, VarId};
 

@@ -38,6 +38,9 @@ macro_rules! grad_zip {
 }
 
 mod binary;
+mod norm;
+mod operators;
+mod reduce;
 pub mod registry;
 mod unary;
 mod view;
@@ -51,6 +54,8 @@ mod join;
 mod linalg;
 pub mod loss;
 mod shape;
+
+pub use norm::BatchNormVar;
 
 use tessera_tensor::strided::Coalesced;
 use tessera_tensor::{dim_indices, with_dtype, Error, Layout, Result, Tensor};
