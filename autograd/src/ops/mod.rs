@@ -45,6 +45,16 @@ pub mod registry;
 mod unary;
 mod view;
 
+// nn-level ops.
+pub mod attention;
+mod conv;
+mod dropout;
+mod index;
+mod join;
+mod linalg;
+pub mod loss;
+mod shape;
+
 pub use norm::BatchNormVar;
 
 use tessera_tensor::strided::Coalesced;
