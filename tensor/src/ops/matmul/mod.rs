@@ -271,7 +271,8 @@ fn gemm_fresh<S: FloatElement>(
 where
     S::Math: GemmScalar,
 {
-    let out = Tensor::build::<S::Math>(shape, |c| {
+    // beta = 0: the GEMM writes every element, so skip zero-filling.
+    let out = Tensor::build_overwrite::<S::Math>(shape, |c| {
         let cm = MatMut {
             data: c,
             off: 0,
@@ -366,7 +367,8 @@ where
         };
         gemm::gemm::<S>(shp, ra, rb, cm, Epilogue::none(), Isa::best(), par);
     };
-    let out = Tensor::build::<S::Math>(&shape, |c| {
+    // beta = 0: each GEMM writes every element of its chunk.
+    let out = Tensor::build_overwrite::<S::Math>(&shape, |c| {
         if m * n == 0 {
             return;
         }
