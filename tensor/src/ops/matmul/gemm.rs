@@ -140,14 +140,16 @@ pub fn gemm<S: FloatElement>(
         }
         return;
     }
-    let kc_max = kern.kc.min(k);
+    // Equal depth blocks (288 = 144 + 144, not 256 + 32): fewer short,
+    // overhead-bound blocks. A function of k alone, so the sum order is too.
+    let kc = k.div_ceil(k.div_ceil(kern.kc));
     let nc_max = kern.nc.min(n);
-    let mut pa = AlignedBuf::<S::Math>::new(m.div_ceil(kern.mr) * kern.mr * kc_max);
-    let mut pb = AlignedBuf::<S::Math>::new(nc_max.div_ceil(kern.nr) * kern.nr * kc_max);
+    let mut pa = AlignedBuf::<S::Math>::new(m.div_ceil(kern.mr) * kern.mr * kc);
+    let mut pb = AlignedBuf::<S::Math>::new(nc_max.div_ceil(kern.nr) * kern.nr * kc);
     for jc in (0..n).step_by(kern.nc) {
         let ncb = kern.nc.min(n - jc);
-        for pc in (0..k).step_by(kern.kc) {
-            let kcb = kern.kc.min(k - pc);
+        for pc in (0..k).step_by(kc) {
+            let kcb = kc.min(k - pc);
             pack_b(pb.as_mut_slice(), &b, pc, kcb, jc, ncb, kern.nr, par);
             pack_a(pa.as_mut_slice(), &a, m, pc, kcb, kern.mr, par);
             let accum = if pc == 0 { first } else { Accum::Add };

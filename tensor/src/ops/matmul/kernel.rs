@@ -21,10 +21,28 @@ pub enum Isa {
 }
 
 impl Isa {
-    /// The fastest level this CPU supports (detected once).
+    /// The level every GEMM and convolution uses: the fastest this CPU
+    /// supports, or the one `TESSERA_GEMM_ISA` (`avx512`, `avx2`,
+    /// `portable`) names when the CPU supports it, so test runs can force
+    /// each kernel path (read once).
     pub fn best() -> Isa {
         static BEST: OnceLock<Isa> = OnceLock::new();
-        *BEST.get_or_init(|| Isa::available()[0])
+        *BEST.get_or_init(|| {
+            let forced = std::env::var("TESSERA_GEMM_ISA")
+                .ok()
+                .and_then(|v| Isa::parse(&v));
+            forced.filter(|i| i.supported()).unwrap_or(Isa::available()[0])
+        })
+    }
+
+    /// The level named `avx512`, `avx2` or `portable` (any case).
+    pub fn parse(name: &str) -> Option<Isa> {
+        match name.to_ascii_lowercase().as_str() {
+            "avx512" => Some(Isa::Avx512),
+            "avx2" => Some(Isa::Avx2),
+            "portable" => Some(Isa::Portable),
+            _ => None,
+        }
     }
 
     /// True when this CPU can run kernels of this level.
