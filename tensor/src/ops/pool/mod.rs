@@ -474,10 +474,10 @@ fn max_plane_dense<S: FloatElement>(src: &[S], g: &Window, o: &mut [S], idx: &mu
             for y in y0..y1 {
                 for (x, v) in src[y * g.w + x0..y * g.w + x1].iter().enumerate() {
                     let v = v.to_math();
-                    if v > best || v.is_nan() {
-                        best = v;
-                        best_i = y * g.w + x0 + x;
-                    }
+                    // Selects, not branches: random data mispredicts them.
+                    let take = v > best || v.is_nan();
+                    best = if take { v } else { best };
+                    best_i = if take { y * g.w + x0 + x } else { best_i };
                 }
             }
             o[oy * g.ow + ox] = S::from_math(best);
