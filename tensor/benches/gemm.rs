@@ -1,26 +1,71 @@
-//! GEMM throughput on all cores: `bench\tgemm_f32_<n>\ttessera\tthroughput\t<v>\tGFLOP/s`
-//! for square n = 128 … 1024, each followed by its fraction of the nominal
-//! f32 FMA peak (2 FMA units × 16 lanes × 2 flop × 3 GHz per core).
+//! GEMM throughput on all cores, as bench lines
+//! `bench\tgemm_f32_<shape>\t<impl>\tthroughput\t<GFLOP/s>` with the fraction
+//! of the f32 FMA peak measured in the same run (`fma_peak_f32`), beside
+//! PyTorch's numbers when `TESSERA_TORCH_PYTHON` names a python with torch.
+//!
+//! Shapes `m x k x n` (A is m×k, B is k×n); `_tn` multiplies Aᵀ·B and `_nt`
+//! A·Bᵀ with the transposed operand stored the other way round. An argument
+//! runs the workloads whose name contains it, or the one product `MxKxN`.
 
-use std::time::{Duration, Instant};
+mod peak;
 
 use tessera_tensor::Tensor;
 
+/// `(workload, m, k, n, transpose A, transpose B)`.
+const SHAPES: &[(&str, usize, usize, usize, bool, bool)] = &[
+    ("gemm_f32_128", 128, 128, 128, false, false),
+    ("gemm_f32_256", 256, 256, 256, false, false),
+    ("gemm_f32_512", 512, 512, 512, false, false),
+    ("gemm_f32_1024", 1024, 1024, 1024, false, false),
+    ("gemm_f32_2048", 2048, 2048, 2048, false, false),
+    ("gemm_f32_128x784x512", 128, 784, 512, false, false),
+    ("gemm_f32_4096x768x3072", 4096, 768, 3072, false, false),
+    ("gemm_f32_1024_tn", 1024, 1024, 1024, true, false),
+    ("gemm_f32_1024_nt", 1024, 1024, 1024, false, true),
+];
+
 fn main() {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let peak = cores as f64 * 2.0 * 16.0 * 2.0 * 3.0;
-    println!("bench\tfma_peak_f32_nominal\ttessera\tpeak\t{peak:.1}\tGFLOP/s");
-    for n in [128usize, 256, 512, 1024] {
-        let a = Tensor::from_vec(values(n * n, 1), &[n, n]).expect("shape");
-        let b = Tensor::from_vec(values(n * n, 2), &[n, n]).expect("shape");
-        let gflops = best_rate(2.0 * (n * n * n) as f64, || {
+    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let peak = peak::fma_peak();
+    let custom = filter.as_deref().and_then(parse_shape);
+    let shapes: Vec<(&str, usize, usize, usize, bool, bool)> = match custom {
+        Some((m, k, n)) => vec![("gemm_f32_custom", m, k, n, false, false)],
+        None => SHAPES.to_vec(),
+    };
+    for (name, m, k, n, ta, tb) in shapes {
+        if custom.is_none() && filter.as_ref().is_some_and(|f| !name.contains(f.as_str())) {
+            continue;
+        }
+        let a = operand(m, k, ta, 1);
+        let b = operand(k, n, tb, 2);
+        let flop = 2.0 * (m * n * k) as f64;
+        let r = peak::rates(flop, peak::reps_for(flop), || {
             std::hint::black_box(a.matmul(&b).expect("matmul"));
         });
-        println!("bench\tgemm_f32_{n}\ttessera\tthroughput\t{gflops:.1}\tGFLOP/s");
-        println!(
-            "bench\tgemm_f32_{n}\ttessera\tfraction_of_peak\t{:.3}\tratio",
-            gflops / peak
-        );
+        peak::report(name, "tessera", r, peak);
+    }
+    if filter.is_none() {
+        peak::torch_reference("gemm", peak);
+    }
+}
+
+/// `MxKxN` as a shape (an argument that runs just that product).
+fn parse_shape(s: &str) -> Option<(usize, usize, usize)> {
+    let v: Vec<usize> = s.split('x').map(|d| d.parse().ok()).collect::<Option<_>>()?;
+    match v[..] {
+        [m, k, n] => Some((m, k, n)),
+        _ => None,
+    }
+}
+
+/// A `rows × cols` f32 matrix, stored transposed (a `t()` view of a
+/// `cols × rows` tensor) when `t`.
+fn operand(rows: usize, cols: usize, t: bool, seed: u32) -> Tensor {
+    if t {
+        let s = Tensor::from_vec(values(rows * cols, seed), &[cols, rows]).expect("shape");
+        s.t().expect("2-D")
+    } else {
+        Tensor::from_vec(values(rows * cols, seed), &[rows, cols]).expect("shape")
     }
 }
 
@@ -29,17 +74,4 @@ fn values(len: usize, seed: u32) -> Vec<f32> {
     (0..len as u32)
         .map(|i| ((i.wrapping_mul(2_654_435_761).wrapping_add(seed * 97)) % 2001) as f32 / 1000.0 - 1.0)
         .collect()
-}
-
-/// The best rate in GFLOP/s over repeated runs of `f` for about half a second.
-fn best_rate(flop: f64, mut f: impl FnMut()) -> f64 {
-    f();
-    let start = Instant::now();
-    let mut best = f64::INFINITY;
-    while start.elapsed() < Duration::from_millis(500) {
-        let t = Instant::now();
-        f();
-        best = best.min(t.elapsed().as_secs_f64());
-    }
-    flop / best / 1e9
 }

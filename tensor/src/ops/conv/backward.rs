@@ -8,7 +8,7 @@ use super::{weight_ref, Conv2dParams, Geom};
 use crate::ops::matmul::gemm::{gemm, Epilogue, GemmShape, MatMut};
 use crate::ops::matmul::kernel::{GemmScalar, Isa};
 use crate::ops::matmul::pack::MatRef;
-use crate::ops::matmul::{check_operands, math_vec};
+use crate::ops::matmul::{check_operands, math_cow, math_vec};
 use crate::{Error, FloatElement, FloatMath, Result, Tensor};
 
 /// Samples whose weight gradients one task sums before the fixed-order
@@ -116,13 +116,15 @@ fn input_grad<S: FloatElement>(grad_out: &Tensor, w: &Tensor, g: &Geom) -> Tenso
 where
     S::Math: GemmScalar + FloatElement<Math = S::Math>,
 {
-    let go = math_vec::<S>(grad_out);
+    let grad_out = grad_out.contiguous();
+    let go = math_cow::<S>(&grad_out);
     let wm = math_vec::<S>(w);
     let (kk, l) = (g.kk(), g.l());
     let plane = g.cg * g.h * g.w;
     let par_inner = g.n == 1;
-    let sample = |(n, dx): (usize, &mut [S::Math])| {
-        let mut dcols = vec![<S::Math as FloatMath>::ZERO; kk * l];
+    // One column buffer per rayon job, reused across its samples.
+    let new_cols = || vec![<S::Math as FloatMath>::ZERO; kk * l];
+    let sample = |dcols: &mut Vec<S::Math>, (n, dx): (usize, &mut [S::Math])| {
         for grp in 0..g.groups {
             let shape = GemmShape {
                 m: kk,
@@ -152,7 +154,7 @@ where
                 Isa::best(),
                 par_inner,
             );
-            col2im(&dcols, g, &mut dx[grp * plane..(grp + 1) * plane]);
+            col2im(dcols, g, &mut dx[grp * plane..(grp + 1) * plane]);
         }
     };
     let out = Tensor::build::<S::Math>(&[g.n, g.c, g.h, g.w], |dx| {
@@ -160,9 +162,14 @@ where
             return;
         }
         if par_inner {
-            dx.chunks_mut(g.c * g.h * g.w).enumerate().for_each(sample);
+            let mut dcols = new_cols();
+            dx.chunks_mut(g.c * g.h * g.w)
+                .enumerate()
+                .for_each(|job| sample(&mut dcols, job));
         } else {
-            dx.par_chunks_mut(g.c * g.h * g.w).enumerate().for_each(sample);
+            dx.par_chunks_mut(g.c * g.h * g.w)
+                .enumerate()
+                .for_each_init(new_cols, sample);
         }
     });
     out.to_dtype(S::DTYPE)
@@ -172,7 +179,8 @@ fn weight_grad<S: FloatElement>(grad_out: &Tensor, x: &Tensor, g: &Geom) -> Tens
 where
     S::Math: GemmScalar + FloatElement<Math = S::Math>,
 {
-    let go = math_vec::<S>(grad_out);
+    let grad_out = grad_out.contiguous();
+    let go = math_cow::<S>(&grad_out);
     let x = x.contiguous();
     let xs = x.as_slice::<S>().expect("contiguous and dtype-checked");
     let (kk, l) = (g.kk(), g.l());

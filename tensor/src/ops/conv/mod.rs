@@ -242,11 +242,12 @@ where
     let (kk, l) = (g.kk(), g.l());
     let plane = g.c * g.h * g.w;
     let par_inner = g.n == 1;
-    let sample = |(n, out): (usize, &mut [S::Math])| {
-        let mut cols = vec![<S::Math as FloatMath>::ZERO; kk * l];
+    // One unfolding buffer per rayon job, reused across its samples.
+    let new_cols = || vec![<S::Math as FloatMath>::ZERO; kk * l];
+    let sample = |cols: &mut Vec<S::Math>, (n, out): (usize, &mut [S::Math])| {
         for grp in 0..g.groups {
             let xg = &xs[n * plane + grp * g.cg * g.h * g.w..][..g.cg * g.h * g.w];
-            im2col::im2col(xg, g, &mut cols);
+            im2col::im2col(xg, g, cols);
             let epi = Epilogue {
                 bias: bm
                     .as_deref()
@@ -283,14 +284,20 @@ where
             );
         }
     };
-    let out = Tensor::build::<S::Math>(&g.out_shape(), |out| {
+    // beta = 0: the GEMMs write every output element.
+    let out = Tensor::build_overwrite::<S::Math>(&g.out_shape(), |out| {
         if out.is_empty() {
             return;
         }
         if par_inner {
-            out.chunks_mut(g.o * l).enumerate().for_each(sample);
+            let mut cols = new_cols();
+            out.chunks_mut(g.o * l)
+                .enumerate()
+                .for_each(|job| sample(&mut cols, job));
         } else {
-            out.par_chunks_mut(g.o * l).enumerate().for_each(sample);
+            out.par_chunks_mut(g.o * l)
+                .enumerate()
+                .for_each_init(new_cols, sample);
         }
     });
     out.to_dtype(S::DTYPE)

@@ -140,29 +140,58 @@ pub fn gemm<S: FloatElement>(
         }
         return;
     }
-    let kc_max = kern.kc.min(k);
+    // Equal depth blocks (288 = 144 + 144, not 256 + 32): fewer short,
+    // overhead-bound blocks. A function of k alone, so the sum order is too.
+    let kc = k.div_ceil(k.div_ceil(kern.kc));
     let nc_max = kern.nc.min(n);
-    let mut pa = AlignedBuf::<S::Math>::new(m.div_ceil(kern.mr) * kern.mr * kc_max);
-    let mut pb = AlignedBuf::<S::Math>::new(nc_max.div_ceil(kern.nr) * kern.nr * kc_max);
+    let mut pa = AlignedBuf::<S::Math>::new(m.div_ceil(kern.mr) * kern.mr * kc);
+    let mut pb = AlignedBuf::<S::Math>::new(nc_max.div_ceil(kern.nr) * kern.nr * kc);
     for jc in (0..n).step_by(kern.nc) {
         let ncb = kern.nc.min(n - jc);
-        for pc in (0..k).step_by(kern.kc) {
-            let kcb = kern.kc.min(k - pc);
+        for pc in (0..k).step_by(kc) {
+            let kcb = kc.min(k - pc);
             pack_b(pb.as_mut_slice(), &b, pc, kcb, jc, ncb, kern.nr, par);
             pack_a(pa.as_mut_slice(), &a, m, pc, kcb, kern.mr, par);
             let accum = if pc == 0 { first } else { Accum::Add };
             let epi = (pc + kcb == k).then_some(&epi);
             let (pa, pb) = (pa.as_slice(), pb.as_slice());
             let grid = Grid::new(&kern, m, ncb);
+            let direct = alpha == <S::Math as FloatMath>::ONE
+                && !matches!(accum, Accum::Scale(_))
+                && out.cs == 1
+                && out.rs >= kern.nr as isize;
             let task = |t: usize| {
                 let mut acc = [<S::Math as FloatMath>::ZERO; MAX_TILE];
                 let (r, cc) = grid.task(t);
                 for_each_tile(&kern, r, cc, |i0, j0, rows, cols| {
                     let ap = &pa[i0 * kcb..(i0 + kern.mr) * kcb];
                     let bp = &pb[j0 * kcb..(j0 + kern.nr) * kcb];
+                    if direct && rows == kern.mr && cols == kern.nr {
+                        // A whole tile of a row-contiguous output: the
+                        // kernel combines it with C in place; the epilogue
+                        // follows while the tile is in L1. The same
+                        // operations as `store`, so the same bits.
+                        // SAFETY: as below, with the tile inside the output
+                        // (rows `i0..i0+mr`, columns `jc+j0..+nr`, `rs ≥ nr`).
+                        unsafe {
+                            let c = out.ptr.offset(out.at(i0, jc + j0));
+                            (kern.run)(
+                                kcb,
+                                ap.as_ptr(),
+                                bp.as_ptr(),
+                                c,
+                                out.rs as usize,
+                                matches!(accum, Accum::Add),
+                            );
+                            if let Some(e) = epi {
+                                epilogue_rows(c, out.rs as usize, i0, jc + j0, rows, cols, e);
+                            }
+                        }
+                        return;
+                    }
                     // SAFETY: the panels hold kcb*mr and kcb*nr elements, the
                     // tile buffer mr*nr ≤ MAX_TILE, and `isa` is supported.
-                    unsafe { (kern.run)(kcb, ap.as_ptr(), bp.as_ptr(), acc.as_mut_ptr()) };
+                    unsafe { (kern.run)(kcb, ap.as_ptr(), bp.as_ptr(), acc.as_mut_ptr(), kern.nr, false) };
                     // SAFETY: tasks cover disjoint tiles of the output.
                     unsafe { store(&acc, kern.nr, i0, jc + j0, rows, cols, &out, alpha, accum, epi) };
                 });
@@ -192,6 +221,14 @@ struct OutPtr<T> {
     off: usize,
     rs: isize,
     cs: isize,
+}
+
+impl<T> OutPtr<T> {
+    /// The offset of element `(i, j)` from `ptr`.
+    #[inline(always)]
+    fn at(&self, i: usize, j: usize) -> isize {
+        self.off as isize + i as isize * self.rs + j as isize * self.cs
+    }
 }
 
 // SAFETY: tasks write disjoint elements (see `gemm`); T is a plain float.
@@ -306,6 +343,42 @@ unsafe fn store<T: GemmScalar>(
             }
             // SAFETY: as above.
             unsafe { *p = v };
+        }
+    }
+}
+
+/// Applies the epilogue to the `rows × cols` block at `c` (row stride
+/// `ldc`, unit column stride), whose element (0, 0) is output `(i0, j0)`.
+///
+/// # Safety
+/// The block lies inside the output and no other thread writes it concurrently.
+#[allow(clippy::too_many_arguments)]
+unsafe fn epilogue_rows<T: GemmScalar>(
+    c: *mut T,
+    ldc: usize,
+    i0: usize,
+    j0: usize,
+    rows: usize,
+    cols: usize,
+    e: &Epilogue<T>,
+) {
+    for i in 0..rows {
+        // SAFETY: row i of the block, ours by the caller's contract.
+        let row = unsafe { std::slice::from_raw_parts_mut(c.add(i * ldc), cols) };
+        match e.bias {
+            Bias::None => {}
+            Bias::Row(bias) => row.iter_mut().for_each(|v| *v += bias[i0 + i]),
+            Bias::Col(bias) => row
+                .iter_mut()
+                .zip(&bias[j0..j0 + cols])
+                .for_each(|(v, &b)| *v += b),
+        }
+        if e.relu {
+            for v in row.iter_mut() {
+                if *v < <T as FloatMath>::ZERO {
+                    *v = <T as FloatMath>::ZERO;
+                }
+            }
         }
     }
 }

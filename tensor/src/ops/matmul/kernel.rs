@@ -21,10 +21,28 @@ pub enum Isa {
 }
 
 impl Isa {
-    /// The fastest level this CPU supports (detected once).
+    /// The level every GEMM and convolution uses: the fastest this CPU
+    /// supports, or the one `TESSERA_GEMM_ISA` (`avx512`, `avx2`,
+    /// `portable`) names when the CPU supports it, so test runs can force
+    /// each kernel path (read once).
     pub fn best() -> Isa {
         static BEST: OnceLock<Isa> = OnceLock::new();
-        *BEST.get_or_init(|| Isa::available()[0])
+        *BEST.get_or_init(|| {
+            let forced = std::env::var("TESSERA_GEMM_ISA")
+                .ok()
+                .and_then(|v| Isa::parse(&v));
+            forced.filter(|i| i.supported()).unwrap_or(Isa::available()[0])
+        })
+    }
+
+    /// The level named `avx512`, `avx2` or `portable` (any case).
+    pub fn parse(name: &str) -> Option<Isa> {
+        match name.to_ascii_lowercase().as_str() {
+            "avx512" => Some(Isa::Avx512),
+            "avx2" => Some(Isa::Avx2),
+            "portable" => Some(Isa::Portable),
+            _ => None,
+        }
     }
 
     /// True when this CPU can run kernels of this level.
@@ -49,12 +67,15 @@ impl Isa {
     }
 }
 
-/// Computes `out[i*nr + j] = Σ_{p<kc} a[p*mr + i] · b[p*nr + j]`.
+/// Computes the tile `acc[i][j] = Σ_{p<kc} a[p*mr + i] · b[p*nr + j]` (in
+/// `p` order, from zero) and writes `c[i*ldc + j] = acc[i][j]`, or
+/// `c[i*ldc + j] + acc[i][j]` when `add`.
 ///
 /// # Safety
-/// `a` holds `kc*mr`, `b` holds `kc*nr` and `out` holds `mr*nr` elements, and
-/// the CPU supports the kernel's [`Isa`].
-pub type KernelFn<T> = unsafe fn(kc: usize, a: *const T, b: *const T, out: *mut T);
+/// `a` holds `kc*mr` and `b` holds `kc*nr` elements, `c[i*ldc + j]` is
+/// writable (and readable when `add`) for every `i < mr`, `j < nr`, and the
+/// CPU supports the kernel's [`Isa`].
+pub type KernelFn<T> = unsafe fn(kc: usize, a: *const T, b: *const T, c: *mut T, ldc: usize, add: bool);
 
 /// A micro-kernel with its register tile (`mr × nr`) and the cache blocks the
 /// driver uses with it: `kc` (depth of a packed panel, so a `kc×nr` panel of B
@@ -159,7 +180,9 @@ unsafe fn tile<T: GemmScalar, const MR: usize, const NR: usize>(
     kc: usize,
     mut a: *const T,
     mut b: *const T,
-    out: *mut T,
+    c: *mut T,
+    ldc: usize,
+    add: bool,
 ) {
     let mut acc = [[<T as FloatMath>::ZERO; NR]; MR];
     for _ in 0..kc {
@@ -181,18 +204,23 @@ unsafe fn tile<T: GemmScalar, const MR: usize, const NR: usize>(
             b = b.add(NR);
         }
     }
-    // SAFETY: the caller guarantees MR*NR elements behind `out`.
-    unsafe { out.cast::<[[T; NR]; MR]>().write_unaligned(acc) };
+    for (i, row) in acc.iter().enumerate() {
+        // SAFETY: the caller guarantees row i of the tile behind `c`.
+        let dst = unsafe { std::slice::from_raw_parts_mut(c.add(i * ldc), NR) };
+        for (d, &v) in dst.iter_mut().zip(row) {
+            *d = if add { *d + v } else { v };
+        }
+    }
 }
 
-unsafe fn f32_portable(kc: usize, a: *const f32, b: *const f32, out: *mut f32) {
+unsafe fn f32_portable(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize, add: bool) {
     // SAFETY: forwarded contract of `KernelFn`.
-    unsafe { tile::<f32, 4, 8>(kc, a, b, out) }
+    unsafe { tile::<f32, 4, 8>(kc, a, b, c, ldc, add) }
 }
 
-unsafe fn f64_portable(kc: usize, a: *const f64, b: *const f64, out: *mut f64) {
+unsafe fn f64_portable(kc: usize, a: *const f64, b: *const f64, c: *mut f64, ldc: usize, add: bool) {
     // SAFETY: forwarded contract of `KernelFn`.
-    unsafe { tile::<f64, 4, 4>(kc, a, b, out) }
+    unsafe { tile::<f64, 4, 4>(kc, a, b, c, ldc, add) }
 }
 
 /// Register tiles with explicit vector intrinsics: LLVM's auto-vectoriser
@@ -205,10 +233,20 @@ mod x86 {
     /// row: `$set1` broadcasts an element of A, `$fma` multiplies-adds.
     macro_rules! simd_kernel {
         ($name:ident, $feat:literal, $t:ty, $mr:literal, $nv:literal, $w:literal,
-         $zero:ident, $load:ident, $store:ident, $set1:ident, $fma:ident) => {
+         $zero:ident, $load:ident, $store:ident, $set1:ident, $fma:ident, $add:ident) => {
             #[target_feature(enable = $feat)]
-            pub unsafe fn $name(kc: usize, a: *const $t, b: *const $t, out: *mut $t) {
+            pub unsafe fn $name(kc: usize, a: *const $t, b: *const $t, c: *mut $t, ldc: usize, add: bool) {
                 const NR: usize = $nv * $w;
+                // Fetch the C tile while the products run (its rows are
+                // far apart, beyond the hardware prefetcher's reach).
+                for i in 0..$mr {
+                    // SAFETY: prefetches never fault; the addresses are in the tile.
+                    unsafe {
+                        let row = c.add(i * ldc).cast::<i8>();
+                        _mm_prefetch::<_MM_HINT_T0>(row);
+                        _mm_prefetch::<_MM_HINT_T0>(row.add(NR * size_of::<$t>() - 1));
+                    }
+                }
                 let mut acc = [[$zero(); $nv]; $mr];
                 for p in 0..kc {
                     // SAFETY: the caller guarantees kc*MR elements behind
@@ -227,8 +265,16 @@ mod x86 {
                 }
                 for i in 0..$mr {
                     for v in 0..$nv {
-                        // SAFETY: MR*NR elements behind `out`.
-                        unsafe { $store(out.add(i * NR + v * $w), acc[i][v]) };
+                        // SAFETY: the caller guarantees the tile behind `c`.
+                        unsafe {
+                            let dst = c.add(i * ldc + v * $w);
+                            let x = if add {
+                                $add($load(dst), acc[i][v])
+                            } else {
+                                acc[i][v]
+                            };
+                            $store(dst, x);
+                        }
                     }
                 }
             }
@@ -246,7 +292,8 @@ mod x86 {
         _mm512_loadu_ps,
         _mm512_storeu_ps,
         _mm512_set1_ps,
-        _mm512_fmadd_ps
+        _mm512_fmadd_ps,
+        _mm512_add_ps
     );
     simd_kernel!(
         f64_avx512,
@@ -259,7 +306,8 @@ mod x86 {
         _mm512_loadu_pd,
         _mm512_storeu_pd,
         _mm512_set1_pd,
-        _mm512_fmadd_pd
+        _mm512_fmadd_pd,
+        _mm512_add_pd
     );
     simd_kernel!(
         f32_avx2,
@@ -272,7 +320,8 @@ mod x86 {
         _mm256_loadu_ps,
         _mm256_storeu_ps,
         _mm256_set1_ps,
-        _mm256_fmadd_ps
+        _mm256_fmadd_ps,
+        _mm256_add_ps
     );
     simd_kernel!(
         f64_avx2,
@@ -285,6 +334,7 @@ mod x86 {
         _mm256_loadu_pd,
         _mm256_storeu_pd,
         _mm256_set1_pd,
-        _mm256_fmadd_pd
+        _mm256_fmadd_pd,
+        _mm256_add_pd
     );
 }

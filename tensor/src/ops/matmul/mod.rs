@@ -248,6 +248,21 @@ pub(crate) fn math_vec<S: FloatElement>(t: &Tensor) -> Vec<S::Math> {
         .collect()
 }
 
+/// The elements of a float tensor of element type `S` in its math type,
+/// borrowed when it is contiguous and already of that type (f32, f64), else
+/// converted into a new vector.
+pub(crate) fn math_cow<S: FloatElement>(t: &Tensor) -> std::borrow::Cow<'_, [S::Math]>
+where
+    S::Math: Element,
+{
+    if t.dtype() == <S::Math as Element>::DTYPE {
+        if let Ok(s) = t.as_slice::<S::Math>() {
+            return std::borrow::Cow::Borrowed(s);
+        }
+    }
+    std::borrow::Cow::Owned(math_vec::<S>(t))
+}
+
 /// The last two dimensions of `layout` over `t`'s storage as a matrix.
 pub(crate) fn mat_ref<'a, S: FloatElement>(t: &'a Tensor, layout: &Layout) -> MatRef<'a, S> {
     let nd = layout.ndim();
@@ -271,7 +286,8 @@ fn gemm_fresh<S: FloatElement>(
 where
     S::Math: GemmScalar,
 {
-    let out = Tensor::build::<S::Math>(shape, |c| {
+    // beta = 0: the GEMM writes every element, so skip zero-filling.
+    let out = Tensor::build_overwrite::<S::Math>(shape, |c| {
         let cm = MatMut {
             data: c,
             off: 0,
@@ -366,7 +382,8 @@ where
         };
         gemm::gemm::<S>(shp, ra, rb, cm, Epilogue::none(), Isa::best(), par);
     };
-    let out = Tensor::build::<S::Math>(&shape, |c| {
+    // beta = 0: each GEMM writes every element of its chunk.
+    let out = Tensor::build_overwrite::<S::Math>(&shape, |c| {
         if m * n == 0 {
             return;
         }

@@ -31,7 +31,10 @@ impl<S> MatRef<'_, S> {
     }
 }
 
-/// A 64-byte aligned, zero-initialised buffer of `len` math-type elements.
+/// A 64-byte aligned buffer of `len` math-type elements for packed panels.
+/// Its storage comes from, and goes back to, a small per-thread pool, so a
+/// GEMM neither zero-fills nor page-faults fresh memory on every call; the
+/// packers overwrite every element the kernels read.
 pub struct AlignedBuf<T> {
     raw: Vec<Align64>,
     len: usize,
@@ -42,12 +45,28 @@ pub struct AlignedBuf<T> {
 #[repr(C, align(64))]
 struct Align64([u8; 64]);
 
+/// Buffers a thread keeps for its next GEMMs, and the bytes it keeps at most.
+const POOL_BUFFERS: usize = 4;
+const POOL_BYTES: usize = 64 << 20;
+
+thread_local! {
+    static POOL: std::cell::RefCell<Vec<Vec<Align64>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 impl<T: GemmScalar> AlignedBuf<T> {
-    /// A buffer of `len` zeros.
+    /// A buffer of `len` elements holding unspecified (initialised) values:
+    /// the smallest pooled buffer that fits, else a new zeroed one.
     pub fn new(len: usize) -> Self {
         let blocks = (len * std::mem::size_of::<T>()).div_ceil(64);
+        let pooled = POOL.with(|p| {
+            let mut p = p.borrow_mut();
+            let best = (0..p.len())
+                .filter(|&i| p[i].len() >= blocks)
+                .min_by_key(|&i| p[i].len())?;
+            Some(p.swap_remove(best))
+        });
         AlignedBuf {
-            raw: vec![Align64([0; 64]); blocks],
+            raw: pooled.unwrap_or_else(|| vec![Align64([0; 64]); blocks]),
             len,
             _t: std::marker::PhantomData,
         }
@@ -61,6 +80,25 @@ impl<T: GemmScalar> AlignedBuf<T> {
     /// The elements, mutably.
     pub fn as_mut_slice(&mut self) -> &mut [T] {
         &mut bytemuck::cast_slice_mut(&mut self.raw)[..self.len]
+    }
+}
+
+impl<T> Drop for AlignedBuf<T> {
+    fn drop(&mut self) {
+        let raw = std::mem::take(&mut self.raw);
+        if raw.len() * 64 > POOL_BYTES {
+            return;
+        }
+        // `try_with`: the pool may be gone while the thread exits.
+        let _ = POOL.try_with(|p| {
+            let mut p = p.borrow_mut();
+            p.push(raw);
+            if p.len() > POOL_BUFFERS {
+                // Keep the largest: they serve every smaller request too.
+                let smallest = (0..p.len()).min_by_key(|&i| p[i].len()).unwrap_or(0);
+                p.swap_remove(smallest);
+            }
+        });
     }
 }
 
@@ -81,7 +119,18 @@ pub fn pack_a<S: FloatElement>(
     let panel = |(r, out): (usize, &mut [S::Math])| {
         let i0 = r * mr;
         let rows = mr.min(m - i0);
-        if a.cs == 1 && a.rs != 1 {
+        if a.rs == 1 {
+            // Columns are contiguous (a transposed operand): a run of
+            // `rows` elements per depth step.
+            for p in 0..kc {
+                let base = a.at(i0, p0 + p);
+                let dst = &mut out[p * mr..(p + 1) * mr];
+                for (d, &x) in dst[..rows].iter_mut().zip(&a.data[base..base + rows]) {
+                    *d = x.to_math();
+                }
+                dst[rows..].fill(<S::Math as crate::FloatMath>::ZERO);
+            }
+        } else if a.cs == 1 {
             // Rows are contiguous: read each row once, scatter by mr.
             for i in 0..rows {
                 let base = a.at(i0 + i, p0);

@@ -135,6 +135,59 @@ proptest! {
         }
     }
 
+    /// Every micro-kernel into a row-major output with a padded row stride,
+    /// where whole tiles take the kernel's in-place path: against the naive
+    /// product, and bitwise against the same product into a column-major
+    /// output (the generic tile store), which must round identically.
+    #[test]
+    fn in_place_tiles_match_generic_store(m in 1usize..200, k in 1usize..300, n in 1usize..200,
+                                          pad in 0usize..3, sa in 0usize..5, sb in 0usize..5,
+                                          seed in 0u64..1000,
+                                          beta in prop::sample::select(vec![0.0, 1.0, -0.5]),
+                                          bias in 0usize..3, relu in any::<bool>()) {
+        let av = rand_f64(seed, m * k);
+        let bv = rand_f64(seed + 1, k * n);
+        let cv = rand_f64(seed + 2, m * n);
+        let biasv: Vec<f32> = rand_f64(seed + 3, m.max(n)).iter().map(|&x| x as f32).collect();
+        let a = pick::<f32>(&av, &[m, k], sa);
+        let b = pick::<f32>(&bv, &[k, n], sb);
+        let prod = naive(&values_f64(&a), &values_f64(&b), 1, m, k, n);
+        let want: Vec<f64> = (0..m * n).map(|e| {
+            let (i, j) = (e / n, e % n);
+            let mut v = prod[e] + if beta == 0.0 { 0.0 } else { beta * cv[e] };
+            v += match bias { 1 => biasv[i] as f64, 2 => biasv[j] as f64, _ => 0.0 };
+            if relu { v.max(0.0) } else { v }
+        }).collect();
+        let epi = Epilogue {
+            bias: match bias { 1 => Bias::Row(&biasv[..m]), 2 => Bias::Col(&biasv[..n]), _ => Bias::None },
+            relu,
+        };
+        let shape = GemmShape { m, n, k, alpha: 1.0f32, beta: beta as f32 };
+        let ld = n + pad;
+        for isa in Isa::available() {
+            let mut rows = vec![f32::NAN; m * ld];
+            let mut cols = vec![f32::NAN; m * n];
+            for (e, &x) in cv.iter().enumerate() {
+                let (i, j) = (e / n, e % n);
+                let x = if beta == 0.0 { f32::NAN } else { x as f32 };
+                rows[i * ld + j] = x;
+                cols[j * m + i] = x;
+            }
+            gemm::<f32>(shape, mat(&a), mat(&b), MatMut { data: &mut rows, off: 0, rs: ld as isize, cs: 1 }, epi, isa, true);
+            gemm::<f32>(shape, mat(&a), mat(&b), MatMut { data: &mut cols, off: 0, rs: 1, cs: m as isize }, epi, isa, true);
+            let got: Vec<f64> = (0..m * n).map(|e| rows[(e / n) * ld + e % n] as f64).collect();
+            close(&got, &want, k, DType::F32).map_err(|e| TestCaseError::fail(format!("{isa:?}: {e}")))?;
+            for e in 0..m * n {
+                let (i, j) = (e / n, e % n);
+                prop_assert_eq!(rows[i * ld + j].to_bits(), cols[j * m + i].to_bits(), "{:?} at ({}, {})", isa, i, j);
+            }
+            // The padding between rows is never written.
+            for i in 0..m {
+                prop_assert!(rows[i * ld + n..(i + 1) * ld].iter().all(|v| v.is_nan()));
+            }
+        }
+    }
+
     /// Batch dimensions broadcast, operands of 1 to 4 dimensions.
     #[test]
     fn batched_matmul_broadcasts(ba in prop::collection::vec(1usize..4, 0..3),

@@ -415,6 +415,10 @@ fn max_forward<S: FloatElement>(x: &Tensor, g: &Window) -> (Tensor, Tensor) {
     let values = Tensor::build::<S>(&g.out_shape(), |out| {
         let plane = |(pl, (o, idx)): (usize, (&mut [S], &mut [i64]))| {
             let src = &xs[pl * hw..(pl + 1) * hw];
+            if g.p.padding == [0, 0] && g.p.dilation == [1, 1] {
+                max_plane_dense::<S>(src, g, o, idx);
+                return;
+            }
             for oy in 0..g.oh {
                 for ox in 0..g.ow {
                     let ys = g.max_taps(0, oy);
@@ -452,6 +456,34 @@ fn max_forward<S: FloatElement>(x: &Tensor, g: &Window) -> (Tensor, Tensor) {
     });
     let idx = Tensor::from_vec(indices, &g.out_shape()).expect("shape matches by construction");
     (values, idx)
+}
+
+/// [`max_forward`] on one plane for windows without padding or dilation
+/// (the common case, e.g. 2×2 stride 2): plain index arithmetic instead of
+/// the general tap iterators, the same scan order and NaN rule.
+fn max_plane_dense<S: FloatElement>(src: &[S], g: &Window, o: &mut [S], idx: &mut [i64]) {
+    let ([kh, kw], [sh, sw]) = (g.p.kernel, g.p.stride);
+    for oy in 0..g.oh {
+        let y0 = oy * sh;
+        let y1 = (y0 + kh).min(g.h);
+        for ox in 0..g.ow {
+            let x0 = ox * sw;
+            let x1 = (x0 + kw).min(g.w);
+            let mut best = <<S as FloatElement>::Math as FloatMath>::NEG_INFINITY;
+            let mut best_i = y0 * g.w + x0;
+            for y in y0..y1 {
+                for (x, v) in src[y * g.w + x0..y * g.w + x1].iter().enumerate() {
+                    let v = v.to_math();
+                    // Selects, not branches: random data mispredicts them.
+                    let take = v > best || v.is_nan();
+                    best = if take { v } else { best };
+                    best_i = if take { y * g.w + x0 + x } else { best_i };
+                }
+            }
+            o[oy * g.ow + ox] = S::from_math(best);
+            idx[oy * g.ow + ox] = best_i as i64;
+        }
+    }
 }
 
 fn avg_forward<S: FloatElement>(x: &Tensor, g: &Window) -> Tensor {

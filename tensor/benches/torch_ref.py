@@ -1,0 +1,101 @@
+"""PyTorch reference rates for the tessera-tensor benches.
+
+Usage: torch_ref.py {gemm|conv} THREADS
+
+Prints one line per workload, `<workload>\t<median GFLOP/s>\t<best GFLOP/s>`,
+with the same shapes, flop counts and repetitions as the Rust benches; the
+bench turns them into `torch` bench lines. Always wall-clock time: PyTorch's
+OpenMP threads spin while they wait, so its CPU time says nothing.
+"""
+
+import sys
+import time
+
+import torch
+
+GEMM = [
+    ("gemm_f32_128", 128, 128, 128, False, False),
+    ("gemm_f32_256", 256, 256, 256, False, False),
+    ("gemm_f32_512", 512, 512, 512, False, False),
+    ("gemm_f32_1024", 1024, 1024, 1024, False, False),
+    ("gemm_f32_2048", 2048, 2048, 2048, False, False),
+    ("gemm_f32_128x784x512", 128, 784, 512, False, False),
+    ("gemm_f32_4096x768x3072", 4096, 768, 3072, False, False),
+    ("gemm_f32_1024_tn", 1024, 1024, 1024, True, False),
+    ("gemm_f32_1024_nt", 1024, 1024, 1024, False, True),
+]
+
+# (name, batch, in channels, out channels, size): 3x3, padding 1, stride 1.
+CONV = [
+    ("conv2d_fwd_bwd_1x32x28", 128, 1, 32, 28),
+    ("conv2d_fwd_bwd_32x64x14", 128, 32, 64, 14),
+]
+
+
+def rates(flop, reps, f):
+    """Median and best GFLOP/s of `reps` runs of f after one warm-up."""
+    f()
+    secs = []
+    for _ in range(max(reps, 1)):
+        t = time.perf_counter()
+        f()
+        secs.append(time.perf_counter() - t)
+    secs.sort()
+    best = max(secs[0], 1e-9)
+    return flop / secs[len(secs) // 2] / 1e9, flop / best / 1e9
+
+
+def reps_for(flop):
+    return max(5, min(50, int(1e11 / flop)))
+
+
+def emit(name, r):
+    print(f"{name}\t{r[0]:.3f}\t{r[1]:.3f}", flush=True)
+
+
+def operand(rows, cols, t, g):
+    if t:
+        return torch.rand(cols, rows, generator=g).mul_(2).sub_(1).t()
+    return torch.rand(rows, cols, generator=g).mul_(2).sub_(1)
+
+
+def gemm():
+    g = torch.Generator().manual_seed(0)
+    for name, m, k, n, ta, tb in GEMM:
+        a, b = operand(m, k, ta, g), operand(k, n, tb, g)
+        flop = 2.0 * m * n * k
+        emit(name, rates(flop, reps_for(flop), lambda: torch.matmul(a, b)))
+
+
+def conv():
+    g = torch.Generator().manual_seed(0)
+    for name, n, c, o, s in CONV:
+        x = torch.rand(n, c, s, s, generator=g)
+        w = torch.rand(o, c, 3, 3, generator=g)
+        b = torch.rand(o, generator=g)
+        gy = torch.rand(n, o, s, s, generator=g)
+        flop = 2.0 * n * o * s * s * c * 9
+        reps = reps_for(flop)
+        emit(f"{name}_fwd", rates(flop, reps, lambda: torch.nn.functional.conv2d(x, w, b, padding=1)))
+        for what, mask in (("grad_input", [True, False, False]), ("grad_weight", [False, True, False])):
+            emit(
+                f"{name}_{what}",
+                rates(
+                    flop,
+                    reps,
+                    lambda: torch.ops.aten.convolution_backward(
+                        gy, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, mask
+                    ),
+                ),
+            )
+
+
+def main():
+    what, threads = sys.argv[1], int(sys.argv[2])
+    torch.set_num_threads(threads)
+    with torch.no_grad():
+        {"gemm": gemm, "conv": conv}[what]()
+
+
+if __name__ == "__main__":
+    main()
