@@ -19,6 +19,8 @@
 //! ```
 
 pub mod alloc;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod device;
 mod display;
 mod dtype;
@@ -32,6 +34,7 @@ mod special;
 mod storage;
 pub mod strided;
 mod tensor;
+mod transfer;
 #[cfg(test)]
 pub(crate) mod test_util;
 

@@ -40,6 +40,8 @@ impl Tensor {
         f: impl Fn(A, B) -> U + Sync,
     ) -> Result<Tensor> {
         self.device().same_as(other.device(), op)?;
+        #[cfg(feature = "cuda")]
+        self.cpu_only(op)?;
         let shape = broadcast_shapes(op, self.shape(), other.shape())?;
         let la = self.layout().broadcast_to(&shape)?;
         let lb = other.layout().broadcast_to(&shape)?;
@@ -88,6 +90,8 @@ impl Tensor {
     ) -> Result<Tensor> {
         self.device().same_as(b.device(), op)?;
         self.device().same_as(c.device(), op)?;
+        #[cfg(feature = "cuda")]
+        self.cpu_only(op)?;
         let shape = broadcast_shapes(op, &broadcast_shapes(op, self.shape(), b.shape())?, c.shape())?;
         let (la, lb, lc) = (
             self.layout().broadcast_to(&shape)?,
@@ -126,6 +130,8 @@ impl Tensor {
         f: impl Fn(T, B) -> T + Sync,
     ) -> Result<()> {
         self.device().same_as(other.device(), op)?;
+        #[cfg(feature = "cuda")]
+        self.cpu_only(op)?;
         let lb = other.layout().broadcast_to(self.shape()).map_err(|_| {
             crate::Error::shape(
                 op,
@@ -172,6 +178,8 @@ impl Tensor {
                 format!("tensor is {} but &mut [{}] was requested", self.dtype(), T::DTYPE),
             ));
         }
+        #[cfg(feature = "cuda")]
+        self.cpu_only("make_mut")?;
         let whole =
             self.is_contiguous() && self.layout().offset() == 0 && self.numel() == self.storage().len();
         if !whole || self.storage_mut().is_none() {
@@ -184,10 +192,15 @@ impl Tensor {
     /// The tensor converted to `dtype`: floats round to nearest even (f16,
     /// bf16), floats to integers truncate toward zero and saturate (NaN → 0),
     /// anything non-zero becomes `true`. Returns `self` (no copy) when the
-    /// dtype already matches.
+    /// dtype already matches. A GPU tensor is converted on its device (and
+    /// panics if the device fails, as [`Tensor::contiguous`] does).
     pub fn to_dtype(&self, dtype: DType) -> Tensor {
         if dtype == self.dtype() {
             return self.clone();
+        }
+        #[cfg(feature = "cuda")]
+        if self.is_cuda() {
+            return crate::cuda::cast(self, dtype).unwrap_or_else(|e| panic!("{e}"));
         }
         crate::with_dtype!(self.dtype(), S => crate::with_dtype!(dtype, T =>
             self.map::<S, T>(convert_scalar::<S, T>)))

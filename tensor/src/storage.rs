@@ -1,5 +1,6 @@
 //! [`Storage`]: the flat, typed, 64-byte-aligned buffer behind tensors, either
-//! owned heap memory or a read-only window into a memory-mapped file.
+//! owned heap memory, a read-only window into a memory-mapped file, or (with
+//! the feature `cuda`) memory on a GPU.
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -27,6 +28,8 @@ pub struct Storage {
 enum Buffer {
     Owned { ptr: NonNull<u8>, bytes: usize },
     Mapped { map: Arc<memmap2::Mmap>, start: usize },
+    #[cfg(feature = "cuda")]
+    Cuda(crate::cuda::DeviceBuffer),
 }
 
 // SAFETY: the buffer is plain bytes owned by this value (or shared read-only
@@ -98,6 +101,39 @@ impl Storage {
         })
     }
 
+    /// `len` elements of `dtype` held by `buf` on its GPU.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn from_device(buf: crate::cuda::DeviceBuffer, dtype: DType, len: usize) -> Self {
+        debug_assert_eq!(buf.bytes(), len * dtype.size_in_bytes());
+        let device = buf.state().device();
+        Storage {
+            buf: Buffer::Cuda(buf),
+            dtype,
+            len,
+            device,
+        }
+    }
+
+    /// `bytes.len() / size` elements of `dtype` copied from host bytes laid
+    /// out as in memory (a download from a GPU).
+    #[cfg(feature = "cuda")]
+    pub(crate) fn from_raw_bytes(dtype: DType, bytes: &[u8]) -> Self {
+        crate::with_dtype!(dtype, T => {
+            let mut s = Storage::for_overwrite::<T>(bytes.len() / dtype.size_in_bytes());
+            s.raw_bytes_mut().copy_from_slice(bytes);
+            s
+        })
+    }
+
+    /// The GPU buffer, when the elements live on a GPU.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn device_buffer(&self) -> Option<&crate::cuda::DeviceBuffer> {
+        match &self.buf {
+            Buffer::Cuda(b) => Some(b),
+            _ => None,
+        }
+    }
+
     /// The element type.
     pub fn dtype(&self) -> DType {
         self.dtype
@@ -124,17 +160,27 @@ impl Storage {
     }
 
     /// The raw bytes, little-endian as in memory.
+    ///
+    /// # Panics
+    /// When the storage is on a GPU (copy it with [`crate::Tensor::cpu`]
+    /// first, or use [`Storage::try_as_slice`], which returns an error).
     pub fn as_bytes(&self) -> &[u8] {
         let bytes = self.len * self.dtype.size_in_bytes();
         match &self.buf {
             // SAFETY: the allocation holds `bytes` initialised bytes.
             Buffer::Owned { ptr, .. } => unsafe { std::slice::from_raw_parts(ptr.as_ptr(), bytes) },
             Buffer::Mapped { map, start } => &map[*start..*start + bytes],
+            #[cfg(feature = "cuda")]
+            Buffer::Cuda(_) => panic!("{}", on_device("as_bytes", self.device)),
         }
     }
 
-    /// The elements as a typed slice, or an error when `T` is not the dtype.
+    /// The elements as a typed slice, or an error when `T` is not the dtype
+    /// or the storage is on a GPU.
     pub fn try_as_slice<T: Element>(&self) -> Result<&[T]> {
+        if !self.device.is_cpu() {
+            return Err(on_device("as_slice", self.device));
+        }
         if T::DTYPE != self.dtype {
             return Err(Error::dtype(
                 "as_slice",
@@ -148,15 +194,21 @@ impl Storage {
         Ok(unsafe { std::slice::from_raw_parts(bytes.as_ptr() as *const T, self.len) })
     }
 
-    /// The elements as a typed slice. Kernels call this after dispatching on
-    /// the dtype, so a mismatch is a bug in tessera, not in user code.
+    /// The elements as a typed slice. CPU kernels call this after
+    /// dispatching on the dtype, so a mismatch is a bug in tessera; GPU
+    /// storage reaching it means an op without a CUDA path let a GPU tensor
+    /// through, and the panic says so.
     pub(crate) fn as_slice<T: Element>(&self) -> &[T] {
-        self.try_as_slice().expect("kernel dispatched on the wrong dtype")
+        match self.try_as_slice() {
+            Ok(s) => s,
+            Err(e) => panic!("{e}"),
+        }
     }
 
     /// The elements as a mutable typed slice. A mapped storage is first
     /// copied into owned memory (copy-on-write).
     pub(crate) fn as_mut_slice<T: Element>(&mut self) -> &mut [T] {
+        assert!(self.device.is_cpu(), "{}", on_device("as_mut_slice", self.device));
         assert_eq!(T::DTYPE, self.dtype, "kernel dispatched on the wrong dtype");
         if let Buffer::Mapped { .. } = self.buf {
             let mut owned = Storage::for_overwrite::<T>(self.len);
@@ -174,12 +226,32 @@ impl Storage {
             // SAFETY: the allocation holds `bytes` initialised bytes, uniquely borrowed.
             Buffer::Owned { ptr, bytes } => unsafe { std::slice::from_raw_parts_mut(ptr.as_ptr(), *bytes) },
             Buffer::Mapped { .. } => unreachable!("mapped storage is copied before mutation"),
+            #[cfg(feature = "cuda")]
+            Buffer::Cuda(_) => unreachable!("GPU storage is rejected before mutation"),
         }
     }
 }
 
+/// The error for host access to GPU storage.
+fn on_device(op: &'static str, device: Device) -> Error {
+    Error::device(
+        op,
+        format!("the elements are on {device}, and this op has no CUDA path: move the tensor with .cpu() first"),
+    )
+}
+
 impl Clone for Storage {
+    /// A copy on the same device.
+    ///
+    /// # Panics
+    /// When a GPU copy fails (the driver reports an error or memory is out),
+    /// as a failed host allocation aborts.
     fn clone(&self) -> Self {
+        #[cfg(feature = "cuda")]
+        if let Buffer::Cuda(b) = &self.buf {
+            let copy = b.try_clone("clone").unwrap_or_else(|e| panic!("{e}"));
+            return Storage::from_device(copy, self.dtype, self.len);
+        }
         crate::with_dtype!(self.dtype, T => Storage::from_slice::<T>(self.as_slice::<T>()))
     }
 }

@@ -195,9 +195,14 @@ impl Tensor {
         Ok(&all[start..start + self.numel()])
     }
 
-    /// The elements in row-major order. Errors when `T` is not the dtype
-    /// (use [`Tensor::to_dtype`] first).
+    /// The elements in row-major order (copied from the GPU for a GPU
+    /// tensor). Errors when `T` is not the dtype (use [`Tensor::to_dtype`]
+    /// first) or a GPU copy fails.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        #[cfg(feature = "cuda")]
+        if self.is_cuda() {
+            return self.cpu()?.to_vec();
+        }
         if T::DTYPE != self.dtype() {
             return Err(Error::dtype(
                 "to_vec",
@@ -225,15 +230,27 @@ impl Tensor {
                 ),
             ));
         }
+        #[cfg(feature = "cuda")]
+        if self.is_cuda() {
+            return self.cpu()?.to_scalar();
+        }
         let off = self.layout.offset();
         Ok(crate::with_dtype!(self.dtype(), S => convert_scalar::<S, T>(self.storage.as_slice::<S>()[off])))
     }
 
     /// A contiguous tensor with the same elements: `self` when already
     /// contiguous (no copy), else a row-major copy.
+    ///
+    /// # Panics
+    /// For a GPU tensor, when the device copy fails (a driver error or out
+    /// of memory), as a failed host allocation aborts.
     pub fn contiguous(&self) -> Tensor {
         if self.is_contiguous() {
             return self.clone();
+        }
+        #[cfg(feature = "cuda")]
+        if self.is_cuda() {
+            return crate::cuda::contiguous(self).unwrap_or_else(|e| panic!("{e}"));
         }
         crate::with_dtype!(self.dtype(), T => Tensor::build_overwrite::<T>(self.shape(), |out| self.copy_into(out)))
     }

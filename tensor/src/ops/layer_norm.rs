@@ -1,6 +1,10 @@
 //! Layer normalization over the trailing dims, forward (returning the
 //! saved statistics) and backward, as PyTorch's `native_layer_norm`.
 
+#[cfg(feature = "cuda")]
+#[path = "layer_norm_cuda.rs"]
+mod cuda;
+
 use crate::ops::norm_common::{
     channel_sums, check_eps, check_float, check_grad, param, row_stats, rows_backward, rows_forward,
     stats_tensor, tensor_from,
@@ -22,6 +26,7 @@ impl Tensor {
         eps: f64,
     ) -> Result<(Tensor, Tensor, Tensor)> {
         const OP: &str = "layer_norm";
+        on_cuda!(self.is_cuda() => cuda::layer_norm(self, normalized_shape, weight, bias, eps));
         let (rows, k, stat_shape) = split(OP, self, normalized_shape)?;
         check_eps(OP, eps)?;
         let x = self.contiguous();
@@ -57,6 +62,7 @@ impl Tensor {
         weight: Option<&Tensor>,
     ) -> Result<(Tensor, Tensor, Tensor)> {
         const OP: &str = "layer_norm_backward";
+        on_cuda!(x.is_cuda() || dy.is_cuda() => cuda::layer_norm_backward(dy, x, mean, rstd, normalized_shape, weight));
         let (rows, k, _) = split(OP, x, normalized_shape)?;
         check_grad(OP, dy, x)?;
         let (x, dy) = (x.contiguous(), dy.contiguous());

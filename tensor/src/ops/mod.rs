@@ -2,6 +2,19 @@
 //! [`crate::Tensor`]; its CPU kernels sit beside it (`cpu.rs`), so a faster
 //! kernel or a CUDA launch can replace one without touching callers.
 
+/// `on_cuda!(cond => call)`: with the feature `cuda`, returns `call` from
+/// the enclosing op when `cond` (an operand is on a GPU) holds; without the
+/// feature it expands to nothing, so the CPU path pays nothing. Ops with a
+/// CUDA path start with this one line.
+macro_rules! on_cuda {
+    ($cond:expr => $call:expr) => {
+        #[cfg(feature = "cuda")]
+        if $cond {
+            return $call;
+        }
+    };
+}
+
 pub mod batch_norm;
 pub mod binary;
 pub mod compare;

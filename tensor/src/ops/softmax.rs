@@ -1,6 +1,10 @@
 //! softmax and log_softmax over one dim, numerically stable: one online pass
 //! per lane finds the maximum and Σ exp(x − max) together, a second writes.
 
+#[cfg(feature = "cuda")]
+#[path = "softmax_cuda.rs"]
+mod cuda;
+
 use crate::ops::lanes::map_lanes;
 use crate::{dim_index, Error, FloatElement, FloatMath, Result, Tensor};
 
@@ -20,6 +24,7 @@ impl Tensor {
     }
 
     fn softmax_impl(&self, op: &'static str, dim: isize, log: bool) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::softmax(self, op, dim, log));
         if self.ndim() == 0 {
             dim_index(op, dim, 1)?;
             return self.reshape(&[1])?.softmax_impl(op, 0, log)?.reshape(&[]);

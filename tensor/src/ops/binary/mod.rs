@@ -21,6 +21,8 @@
 //! - f16 and bf16 compute in f32 and round once.
 
 pub(crate) mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
 
 use crate::ops::unary::cpu::unsupported;
 use crate::{DType, Result, Tensor};
@@ -30,6 +32,7 @@ impl Tensor {
     /// `self + other`, broadcasting, in the promoted dtype. Errors when the
     /// shapes do not broadcast.
     pub fn add(&self, other: &Tensor) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() || other.is_cuda() => cuda::binary(self, other, "add", cuda::BinaryOp::Add));
         let (a, b) = promoted(self, other, None);
         zip_same!(&a, &b, "add", float |x, y: M| x + y, int |x, y| x.wrapping_add(y), bool Some(|x, y| x | y))
     }
@@ -37,6 +40,7 @@ impl Tensor {
     /// `self − other`, broadcasting, in the promoted dtype. Errors when the
     /// shapes do not broadcast or both operands are bool.
     pub fn sub(&self, other: &Tensor) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() || other.is_cuda() => cuda::binary(self, other, "sub", cuda::BinaryOp::Sub));
         let (a, b) = promoted(self, other, None);
         zip_same!(&a, &b, "sub", float |x, y: M| x - y, int |x, y| x.wrapping_sub(y), bool None)
     }
@@ -44,6 +48,7 @@ impl Tensor {
     /// `self · other`, broadcasting, in the promoted dtype. Errors when the
     /// shapes do not broadcast.
     pub fn mul(&self, other: &Tensor) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() || other.is_cuda() => cuda::binary(self, other, "mul", cuda::BinaryOp::Mul));
         let (a, b) = promoted(self, other, None);
         zip_same!(&a, &b, "mul", float |x, y: M| x * y, int |x, y| x.wrapping_mul(y), bool Some(|x, y| x & y))
     }
@@ -52,6 +57,7 @@ impl Tensor {
     /// it is a float, else f32 (PyTorch's `div`). Errors when the shapes do
     /// not broadcast.
     pub fn div(&self, other: &Tensor) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() || other.is_cuda() => cuda::binary(self, other, "div", cuda::BinaryOp::Div));
         let (a, b) = promoted(self, other, Some(DType::F32));
         crate::with_float_dtype!(a.dtype(), T => cpu::float_zip::<T>(&a, &b, "div", |x, y| x / y),
             else Err(unsupported("div", a.dtype())))
@@ -61,6 +67,7 @@ impl Tensor {
     /// if either is NaN (PyTorch's `maximum`). Errors when the shapes do not
     /// broadcast.
     pub fn maximum(&self, other: &Tensor) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() || other.is_cuda() => cuda::binary(self, other, "maximum", cuda::BinaryOp::Maximum));
         let (a, b) = promoted(self, other, None);
         zip_same!(&a, &b, "maximum", float |x, y: M| crate::FloatMath::max_nan(x, y), int |x, y| x.max(y), bool Some(|x, y| x | y))
     }
@@ -69,6 +76,7 @@ impl Tensor {
     /// NaN if either is NaN (PyTorch's `minimum`). Errors when the shapes do
     /// not broadcast.
     pub fn minimum(&self, other: &Tensor) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() || other.is_cuda() => cuda::binary(self, other, "minimum", cuda::BinaryOp::Minimum));
         let (a, b) = promoted(self, other, None);
         zip_same!(&a, &b, "minimum", float |x, y: M| crate::FloatMath::min_nan(x, y), int |x, y| x.min(y), bool Some(|x, y| x & y))
     }
@@ -78,43 +86,51 @@ impl Tensor {
     /// a negative integer is the truncated exact value (0 unless |x| = 1).
     /// Errors when the shapes do not broadcast or both operands are bool.
     pub fn pow(&self, exponent: &Tensor) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() || exponent.is_cuda() => cuda::binary(self, exponent, "pow", cuda::BinaryOp::Pow));
         let (a, b) = promoted(self, exponent, None);
         zip_same!(&a, &b, "pow", float |x, y: M| x.powf(y), int |x, y| x.ipow(y), bool None)
     }
 
     /// `self + s` (see the module docs for the result dtype).
     pub fn add_scalar(&self, s: f64) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::scalar(self, s, "add_scalar", cuda::BinaryOp::Add, false));
         scalar_op!(self, s, |x, s: M| x + s)
     }
 
     /// `self − s`.
     pub fn sub_scalar(&self, s: f64) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::scalar(self, s, "sub_scalar", cuda::BinaryOp::Sub, false));
         scalar_op!(self, s, |x, s: M| x - s)
     }
 
     /// `s − self`.
     pub fn rsub_scalar(&self, s: f64) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::scalar(self, s, "rsub_scalar", cuda::BinaryOp::Sub, true));
         scalar_op!(self, s, |x, s: M| s - x)
     }
 
     /// `self · s`.
     pub fn mul_scalar(&self, s: f64) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::scalar(self, s, "mul_scalar", cuda::BinaryOp::Mul, false));
         scalar_op!(self, s, |x, s: M| x * s)
     }
 
     /// `self / s`.
     pub fn div_scalar(&self, s: f64) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::scalar(self, s, "div_scalar", cuda::BinaryOp::Div, false));
         scalar_op!(self, s, |x, s: M| x / s)
     }
 
     /// `s / self`.
     pub fn rdiv_scalar(&self, s: f64) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::scalar(self, s, "rdiv_scalar", cuda::BinaryOp::Div, true));
         scalar_op!(self, s, |x, s: M| s / x)
     }
 
     /// `self` to the power `e`. The exponents 0.5, 1, 2, 3 and −1 take exact
     /// shortcuts (sqrt, copy, products, reciprocal), as PyTorch's do.
     pub fn pow_scalar(&self, e: f64) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::scalar(self, e, "pow_scalar", cuda::BinaryOp::Pow, false));
         if e == 0.5 {
             self.sqrt()
         } else if e == 1.0 {
@@ -132,6 +148,7 @@ impl Tensor {
 
     /// `s` to the power `self`, elementwise.
     pub fn rpow_scalar(&self, s: f64) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::scalar(self, s, "rpow_scalar", cuda::BinaryOp::Pow, true));
         scalar_op!(self, s, |x, s: M| s.powf(x))
     }
 }

@@ -9,6 +9,8 @@
 //! different dtypes are an error asking for an explicit cast (as in
 //! PyTorch's matmul); integer and bool operands are an error.
 
+#[cfg(feature = "cuda")]
+mod cuda;
 pub(crate) mod gemm;
 pub(crate) mod kernel;
 pub(crate) mod pack;
@@ -44,6 +46,7 @@ impl Tensor {
     /// the devices differ.
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
         const OP: &str = "matmul";
+        on_cuda!(self.is_cuda() || other.is_cuda() => cuda::matmul(self, other));
         check_operands(OP, self, other)?;
         let (na, nb) = (self.ndim(), other.ndim());
         if na == 0 || nb == 0 {

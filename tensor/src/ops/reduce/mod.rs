@@ -8,6 +8,8 @@
 //! [`cpu`]'s fixed chunking).
 
 pub(crate) mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
 #[cfg(test)]
 mod tests;
 
@@ -20,6 +22,7 @@ impl Tensor {
     /// i64 (wrapping on overflow). An empty reduction is 0. Errors on an
     /// out-of-range or repeated dim.
     pub fn sum(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::sum(self, dims, keepdim));
         let plan = Plan::new("sum", self.layout(), dims, keepdim)?;
         Ok(crate::with_float_dtype!(self.dtype(), T => {
             self.float_reduce::<T, _>(&plan, &FloatSum(|x| x), |s, _| s)
@@ -29,6 +32,7 @@ impl Tensor {
     /// The mean over `dims` (NaN for an empty reduction). Errors for
     /// non-float dtypes (cast first, as PyTorch requires) and on bad dims.
     pub fn mean(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::mean(self, dims, keepdim));
         let plan = Plan::new("mean", self.layout(), dims, keepdim)?;
         crate::with_float_dtype!(self.dtype(), T => {
             let n = <T as FloatElement>::Math::of(plan.n_red as f64);
@@ -39,6 +43,7 @@ impl Tensor {
     /// The product over `dims`. Floats keep their dtype; integers and bool
     /// give i64 (wrapping). An empty reduction is 1. Errors on bad dims.
     pub fn prod(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unsupported(self, "prod"));
         let plan = Plan::new("prod", self.layout(), dims, keepdim)?;
         Ok(crate::with_float_dtype!(self.dtype(), T => {
             self.float_reduce::<T, _>(&plan, &FloatProd, |p, _| p)
@@ -48,12 +53,14 @@ impl Tensor {
     /// The maximum over `dims` (PyTorch's `amax`), in the input dtype; NaN
     /// propagates. Errors when the reduction is empty or on bad dims.
     pub fn max(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::max(self, dims, keepdim));
         Ok(self.extreme("max", dims, keepdim, true, false)?.0)
     }
 
     /// The minimum over `dims` (PyTorch's `amin`), in the input dtype; NaN
     /// propagates. Errors when the reduction is empty or on bad dims.
     pub fn min(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unsupported(self, "min"));
         Ok(self.extreme("min", dims, keepdim, false, false)?.0)
     }
 
@@ -61,6 +68,7 @@ impl Tensor {
     /// (PyTorch's `max(dim)`); a NaN counts as the maximum. Errors when the
     /// dim is empty or out of range.
     pub fn max_dim(&self, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
+        on_cuda!(self.is_cuda() => cuda::max_dim(self, dim, keepdim));
         let (v, i) = self.extreme("max_dim", &[dim], keepdim, true, true)?;
         Ok((v, i.expect("indices requested")))
     }
@@ -68,6 +76,7 @@ impl Tensor {
     /// The minimum along `dim` and the (i64) index of its first occurrence
     /// (PyTorch's `min(dim)`). Errors when the dim is empty or out of range.
     pub fn min_dim(&self, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
+        on_cuda!(self.is_cuda() => cuda::unsupported(self, "min_dim"));
         let (v, i) = self.extreme("min_dim", &[dim], keepdim, false, true)?;
         Ok((v, i.expect("indices requested")))
     }
@@ -76,12 +85,14 @@ impl Tensor {
     /// tensor when `dim` is `None` (then `keepdim` keeps every dim as 1).
     /// A NaN counts as the maximum. Errors when the reduction is empty.
     pub fn argmax(&self, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::argmax(self, dim, keepdim));
         self.arg_extreme("argmax", dim, keepdim, true)
     }
 
     /// The (i64) index of the first minimum along `dim`, or in the flattened
     /// tensor when `dim` is `None`. Errors when the reduction is empty.
     pub fn argmin(&self, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unsupported(self, "argmin"));
         self.arg_extreme("argmin", dim, keepdim, false)
     }
 
@@ -90,23 +101,27 @@ impl Tensor {
     /// inf or NaN when N ≤ correction, like PyTorch. Computed in f64. Errors
     /// for non-float dtypes and on bad dims.
     pub fn var(&self, dims: &[isize], correction: f64, keepdim: bool) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unsupported(self, "var"));
         Ok(self.var_mean_impl("var", dims, correction, keepdim, false)?.0)
     }
 
     /// The standard deviation: the square root of [`Tensor::var`].
     pub fn std(&self, dims: &[isize], correction: f64, keepdim: bool) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unsupported(self, "std"));
         Ok(self.var_mean_impl("std", dims, correction, keepdim, true)?.0)
     }
 
     /// The variance (as [`Tensor::var`]) and the mean over `dims`, in one
     /// pass. Errors for non-float dtypes and on bad dims.
     pub fn var_mean(&self, dims: &[isize], correction: f64, keepdim: bool) -> Result<(Tensor, Tensor)> {
+        on_cuda!(self.is_cuda() => cuda::unsupported(self, "var_mean"));
         self.var_mean_impl("var_mean", dims, correction, keepdim, false)
     }
 
     /// log Σ exp(x) over `dims`, stable for large |x| (−inf for an empty
     /// reduction). Errors for non-float dtypes and on bad dims.
     pub fn logsumexp(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unsupported(self, "logsumexp"));
         let plan = Plan::new("logsumexp", self.layout(), dims, keepdim)?;
         crate::with_float_dtype!(self.dtype(), T => {
             Ok(self.float_reduce::<T, _>(&plan, &LogSumExp, |a, _| LogSumExp::finish(a)))
@@ -118,6 +133,7 @@ impl Tensor {
     /// Errors for non-float dtypes, NaN p, bad dims, and an empty reduction
     /// with p = ±∞.
     pub fn norm(&self, p: f64, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unsupported(self, "norm"));
         const OP: &str = "norm";
         if p.is_nan() {
             return Err(Error::arg(OP, "p must not be NaN"));
@@ -149,12 +165,14 @@ impl Tensor {
     /// True (bool) where every element over `dims` is non-zero (NaN counts
     /// as non-zero); true for an empty reduction. Errors on bad dims.
     pub fn all(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unsupported(self, "all"));
         self.truth("all", dims, keepdim, true)
     }
 
     /// True (bool) where some element over `dims` is non-zero; false for an
     /// empty reduction. Errors on bad dims.
     pub fn any(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unsupported(self, "any"));
         self.truth("any", dims, keepdim, false)
     }
 }

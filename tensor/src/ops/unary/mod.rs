@@ -8,6 +8,8 @@
 //! - f16 and bf16 compute in f32 and round once.
 
 pub(crate) mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
 
 use crate::{DType, Error, FloatMath, Result, Tensor};
 use cpu::{float_unary, keep_dtype_unary};
@@ -26,17 +28,20 @@ impl Tensor {
     /// −x. Integers wrap (−i64::MIN = i64::MIN; unsigned negation wraps
     /// modulo 2^bits, like PyTorch). Errors for bool tensors.
     pub fn neg(&self) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unary(self, "neg", cuda::UnaryOp::Neg));
         keep_dtype_unary!(self, "neg", float |x: M| -x, int |x| x.wrapping_neg(), bool None)
     }
 
     /// |x|, in the input dtype (i64::MIN stays i64::MIN). Errors for bool.
     pub fn abs(&self) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unary(self, "abs", cuda::UnaryOp::Abs));
         keep_dtype_unary!(self, "abs", float |x: M| x.abs(), int |x| x.abs_int(), bool None)
     }
 
     /// −1, 0 or 1 by the sign of x, in the input dtype (0 for NaN and ±0,
     /// like PyTorch; bool is returned as it is).
     pub fn sign(&self) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unsupported(self, "sign"));
         keep_dtype_unary!(self, "sign", float |x: M| {
             if x > 0.0 {
                 1.0
@@ -51,6 +56,7 @@ impl Tensor {
     /// x², in the input dtype (integers wrap); bool becomes i64 like
     /// PyTorch's `square`.
     pub fn square(&self) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unary(self, "square", cuda::UnaryOp::Square));
         if self.dtype() == DType::Bool {
             return self.to_dtype(DType::I64).square();
         }
@@ -59,22 +65,26 @@ impl Tensor {
 
     /// max(x, 0) in the input dtype; NaN stays NaN. Errors for bool.
     pub fn relu(&self) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unary(self, "relu", cuda::UnaryOp::Relu));
         keep_dtype_unary!(self, "relu", float |x: M| if x < 0.0 { 0.0 } else { x }, int |x| x.relu_int(), bool None)
     }
 
     /// The largest integer ≤ x; integer and bool tensors are returned as they are.
     pub fn floor(&self) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unsupported(self, "floor"));
         keep_dtype_unary!(self, "floor", float |x: M| x.floor(), int |x| x, bool Some(|b| b))
     }
 
     /// The smallest integer ≥ x; integer and bool tensors are returned as they are.
     pub fn ceil(&self) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unsupported(self, "ceil"));
         keep_dtype_unary!(self, "ceil", float |x: M| x.ceil(), int |x| x, bool Some(|b| b))
     }
 
     /// x rounded to the nearest integer, halves to even (PyTorch's `round`);
     /// integer and bool tensors are returned as they are.
     pub fn round(&self) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unsupported(self, "round"));
         keep_dtype_unary!(self, "round", float |x: M| FloatMath::round_even(x), int |x| x, bool Some(|b| b))
     }
 
@@ -84,6 +94,7 @@ impl Tensor {
     /// rounded up, max rounded down, saturating). Errors when both bounds are
     /// absent, a bound is NaN, or the tensor is bool.
     pub fn clamp(&self, min: Option<f64>, max: Option<f64>) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unsupported(self, "clamp"));
         if min.is_none() && max.is_none() {
             return Err(Error::arg("clamp", "at least one of min and max must be given"));
         }
@@ -119,62 +130,74 @@ impl Tensor {
 
     /// e^x (float result; integers and bool compute in f32).
     pub fn exp(&self) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unary(self, "exp", cuda::UnaryOp::Exp));
         float_unary!(self, |x: M| x.exp())
     }
 
     /// ln x (NaN below 0, −inf at 0; float result).
     pub fn log(&self) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unary(self, "log", cuda::UnaryOp::Log));
         float_unary!(self, |x: M| x.ln())
     }
 
     /// ln(1 + x), accurate near 0 (float result).
     pub fn log1p(&self) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unsupported(self, "log1p"));
         float_unary!(self, |x: M| x.ln_1p())
     }
 
     /// e^x − 1, accurate near 0 (float result).
     pub fn expm1(&self) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unsupported(self, "expm1"));
         float_unary!(self, |x: M| x.exp_m1())
     }
 
     /// √x (NaN below 0; float result).
     pub fn sqrt(&self) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unary(self, "sqrt", cuda::UnaryOp::Sqrt));
         float_unary!(self, |x: M| x.sqrt())
     }
 
     /// 1/√x (float result).
     pub fn rsqrt(&self) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unary(self, "rsqrt", cuda::UnaryOp::Rsqrt));
         float_unary!(self, |x: M| 1.0 / x.sqrt())
     }
 
     /// 1/x (float result; PyTorch's `reciprocal`).
     pub fn recip(&self) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unary(self, "recip", cuda::UnaryOp::Recip));
         float_unary!(self, |x: M| 1.0 / x)
     }
 
     /// sin x (float result).
     pub fn sin(&self) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unary(self, "sin", cuda::UnaryOp::Sin));
         float_unary!(self, |x: M| x.sin())
     }
 
     /// cos x (float result).
     pub fn cos(&self) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unary(self, "cos", cuda::UnaryOp::Cos));
         float_unary!(self, |x: M| x.cos())
     }
 
     /// tanh x (float result).
     pub fn tanh(&self) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unary(self, "tanh", cuda::UnaryOp::Tanh));
         float_unary!(self, |x: M| x.tanh())
     }
 
     /// The logistic function 1/(1 + e^−x), computed without overflow for
     /// any x (float result).
     pub fn sigmoid(&self) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unary(self, "sigmoid", cuda::UnaryOp::Sigmoid));
         float_unary!(self, |x: M| cpu::sigmoid(x))
     }
 
     /// GELU in the exact (erf) or tanh-approximated form (float result).
     pub fn gelu(&self, approx: GeluApprox) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unary(self, "gelu", match approx { GeluApprox::None => cuda::UnaryOp::GeluErf, GeluApprox::Tanh => cuda::UnaryOp::GeluTanh }));
         match approx {
             GeluApprox::None => float_unary!(self, |x: M| cpu::gelu_erf(x)),
             GeluApprox::Tanh => float_unary!(self, |x: M| cpu::gelu_tanh(x)),
@@ -183,11 +206,13 @@ impl Tensor {
 
     /// SiLU (swish): x · sigmoid(x) (float result).
     pub fn silu(&self) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unary(self, "silu", cuda::UnaryOp::Silu));
         float_unary!(self, |x: M| x * cpu::sigmoid(x))
     }
 
     /// The Gauss error function (float result).
     pub fn erf(&self) -> Result<Tensor> {
+        on_cuda!(self.is_cuda() => cuda::unsupported(self, "erf"));
         float_unary!(self, |x: M| FloatMath::erf(x))
     }
 }

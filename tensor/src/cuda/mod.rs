@@ -1,0 +1,195 @@
+//! The CUDA backend (feature `cuda`): GPU storage, host↔device copies, and
+//! the helpers the per-op `cuda.rs` files launch `tessera-cuda-kernels`
+//! kernels with.
+//!
+//! Every GPU op runs on its device's one stream, so launches, copies and
+//! frees are ordered without explicit synchronisation; only a copy to the
+//! host waits. An op on a GPU tensor without a CUDA path returns an
+//! [`Error::Device`] naming the op and the device (the engines `zip_map`,
+//! `make_mut`, ... and the per-op branches check), and a CPU kernel that is
+//! nonetheless reached by GPU storage panics with that same message rather
+//! than read device memory.
+
+mod buffer;
+mod transfer;
+
+use std::sync::Arc;
+
+use tessera_cuda_kernels::ops::elementwise::Operand;
+use tessera_cuda_kernels::{DevPtr, Launch};
+
+pub(crate) use buffer::{device, kernel_err, DeviceBuffer, DeviceState};
+pub(crate) use transfer::{cast, contiguous, transfer};
+
+use crate::{DType, Device, Error, Layout, Result, Storage, Tensor};
+
+/// Runs `$body` with `$T` bound to the Rust type of `$dtype` when the
+/// kernels exist for it (f32, f16, bf16); evaluates `$other` otherwise.
+macro_rules! with_kernel_float {
+    ($dtype:expr, $T:ident => $body:expr, else $other:expr) => {
+        match $dtype {
+            $crate::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::DType::F16 => {
+                type $T = $crate::f16;
+                $body
+            }
+            $crate::DType::BF16 => {
+                type $T = $crate::bf16;
+                $body
+            }
+            _ => $other,
+        }
+    };
+}
+pub(crate) use with_kernel_float;
+
+impl Tensor {
+    /// True when the elements live on a GPU: the test at the top of every
+    /// op with a CUDA path.
+    pub(crate) fn is_cuda(&self) -> bool {
+        !self.device().is_cpu()
+    }
+}
+
+/// The error for an op (or a dtype of it) without a CUDA kernel.
+pub(crate) fn no_kernel(op: &'static str, dev: Device, what: impl std::fmt::Display) -> Error {
+    Error::device(
+        op,
+        format!("no CUDA kernel on {dev} for {what}; move the operands with .cpu() first"),
+    )
+}
+
+/// The device all of `ts` share, opened; errors, naming `op`, when they are
+/// on different devices or not on a GPU.
+pub(crate) fn common_device(op: &'static str, ts: &[&Tensor]) -> Result<Arc<DeviceState>> {
+    let first = ts
+        .first()
+        .ok_or_else(|| Error::arg(op, "no operands"))?
+        .device();
+    for t in ts {
+        first.same_as(t.device(), op)?;
+    }
+    match first {
+        Device::Cpu => Err(Error::device(op, "the operands are not on a GPU")),
+        Device::Cuda(_) => Ok(buffer_of(ts[0]).state().clone()),
+    }
+}
+
+/// The GPU buffer of `t`, which must be on a GPU (callers check first).
+pub(crate) fn buffer_of(t: &Tensor) -> &DeviceBuffer {
+    t.storage()
+        .device_buffer()
+        .expect("callers check that the tensor is on a GPU")
+}
+
+/// The whole storage of `t` as a device pointer of `T` (its dtype).
+pub(crate) fn storage_ptr<T>(t: &Tensor) -> DevPtr<T> {
+    debug_assert_eq!(std::mem::size_of::<T>(), t.dtype().size_in_bytes());
+    DevPtr::from_raw(buffer_of(t).addr(), t.storage().len())
+}
+
+/// The elements of a contiguous `t` as a device pointer of `T`.
+pub(crate) fn contiguous_ptr<T>(t: &Tensor) -> DevPtr<T> {
+    debug_assert!(t.is_contiguous());
+    if t.numel() == 0 {
+        return DevPtr::from_raw(buffer_of(t).addr(), 0);
+    }
+    let off = (t.layout().offset() * std::mem::size_of::<T>()) as u64;
+    DevPtr::from_raw(buffer_of(t).addr() + off, t.numel())
+}
+
+/// `t` as an elementwise operand over `layout` (its own layout, possibly
+/// broadcast to the output shape).
+pub(crate) fn operand<'a, T>(t: &Tensor, layout: &'a Layout) -> Operand<'a, T> {
+    Operand {
+        ptr: storage_ptr(t),
+        offset: layout.offset(),
+        strides: layout.strides(),
+    }
+}
+
+/// A fresh output of `numel` elements of `dtype` on a GPU, written by
+/// kernels through [`Output::ptr`] before it becomes a tensor.
+pub(crate) struct Output {
+    buf: DeviceBuffer,
+    dtype: DType,
+    numel: usize,
+}
+
+impl Output {
+    /// Uninitialised memory, for kernels that write every element.
+    pub(crate) fn new(op: &'static str, state: &Arc<DeviceState>, dtype: DType, numel: usize) -> Result<Self> {
+        let bytes = bytes_of(op, dtype, numel)?;
+        Ok(Output {
+            buf: DeviceBuffer::alloc(op, state, bytes)?,
+            dtype,
+            numel,
+        })
+    }
+
+    /// Zeroed memory, for kernels that accumulate.
+    pub(crate) fn zeros(op: &'static str, state: &Arc<DeviceState>, dtype: DType, numel: usize) -> Result<Self> {
+        let bytes = bytes_of(op, dtype, numel)?;
+        Ok(Output {
+            buf: DeviceBuffer::zeros(op, state, bytes)?,
+            dtype,
+            numel,
+        })
+    }
+
+    /// The device pointer kernels write through.
+    pub(crate) fn ptr<T>(&self) -> DevPtr<T> {
+        debug_assert_eq!(std::mem::size_of::<T>(), self.dtype.size_in_bytes());
+        DevPtr::from_raw(self.buf.addr(), self.numel)
+    }
+
+    /// The output as a contiguous tensor of `shape`.
+    pub(crate) fn into_tensor(self, shape: &[usize]) -> Tensor {
+        debug_assert_eq!(shape.iter().product::<usize>(), self.numel);
+        Tensor::from_storage(
+            Storage::from_device(self.buf, self.dtype, self.numel),
+            Layout::contiguous(shape),
+        )
+    }
+}
+
+fn bytes_of(op: &'static str, dtype: DType, numel: usize) -> Result<usize> {
+    numel
+        .checked_mul(dtype.size_in_bytes())
+        .ok_or_else(|| Error::arg(op, format!("{numel} elements of {dtype} overflow the address space")))
+}
+
+/// Launches `launches` in order on `state`'s stream; launches with an empty
+/// grid (empty tensors) are skipped.
+///
+/// The pointers in each launch must come from [`storage_ptr`],
+/// [`contiguous_ptr`], [`operand`] or [`Output::ptr`] of tensors and
+/// outputs the caller holds until this returns: frees are stream-ordered,
+/// so the memory outlives the kernels even if the tensors are dropped next.
+pub(crate) fn launch(op: &'static str, state: &DeviceState, launches: &[Launch]) -> Result<()> {
+    for l in launches {
+        if l.grid.contains(&0) {
+            continue;
+        }
+        // SAFETY: the wrappers that built `l` checked every pointer against
+        // the length of the buffer it came from (see above); outputs are
+        // fresh buffers nothing else reads or writes.
+        unsafe { state.gpu.launch(l) }.map_err(kernel_err(op, state.device()))?;
+    }
+    Ok(())
+}
+
+impl Tensor {
+    /// `Err` naming `op` and the device when `self` is on a GPU: the guard
+    /// of the CPU engines (`zip_map`, `make_mut`, ...) that ops without a
+    /// CUDA path go through.
+    pub(crate) fn cpu_only(&self, op: &'static str) -> Result<()> {
+        if self.is_cuda() {
+            return Err(no_kernel(op, self.device(), "this op"));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,169 @@
+//! GPU dispatch of sum, mean, max, max_dim and argmax: one kernel launch
+//! per reduced dimension over the contiguous input viewed as
+//! `[outer, len, inner]`.
+
+use tessera_cuda_kernels::ops::reduce::{argmax as argmax_launch, reduce as reduce_launch, Reduction};
+
+use crate::cuda::{
+    buffer_of, contiguous, contiguous_ptr, kernel_err, launch, no_kernel, with_kernel_float, Output,
+};
+use crate::{dim_index, dim_indices, DType, Error, Result, Tensor};
+
+/// The sum over `dims` (all when empty). f16/bf16 reductions over several
+/// dims accumulate in f32 throughout and round once, as on the CPU.
+///
+/// Errors: bad dims, a dtype without kernels, a device failure.
+pub(crate) fn sum(t: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+    let ds = resolve("sum", t, dims)?;
+    let work = if ds.len() > 1 { DType::F32 } else { t.dtype() };
+    let y = over_dims("sum", &t.to_dtype(work), &ds, Reduction::Sum, t.dtype())?;
+    squeeze(y.to_dtype(t.dtype()), &ds, keepdim)
+}
+
+/// The mean over `dims`: the f32 sum divided by the count, rounded once.
+///
+/// Errors as [`sum`].
+pub(crate) fn mean(t: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+    let ds = resolve("mean", t, dims)?;
+    let n: usize = ds.iter().map(|&d| t.shape()[d]).product();
+    let s = over_dims("mean", &t.to_dtype(DType::F32), &ds, Reduction::Sum, t.dtype())?;
+    let m = s.div_scalar(n as f64)?.to_dtype(t.dtype());
+    squeeze(m, &ds, keepdim)
+}
+
+/// The maximum over `dims`; NaN propagates.
+///
+/// Errors: an empty reduction, bad dims, a dtype without kernels.
+pub(crate) fn max(t: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+    let ds = resolve("max", t, dims)?;
+    let y = over_dims("max", t, &ds, Reduction::Max, t.dtype())?;
+    squeeze(y, &ds, keepdim)
+}
+
+/// The maximum along `dim` and the index of its first occurrence.
+///
+/// Errors as [`max`].
+pub(crate) fn max_dim(t: &Tensor, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
+    let d = dim_index("max_dim", dim, t.ndim().max(1))?;
+    Ok((max(t, &[dim], keepdim)?, argmax(t, Some(d as isize), keepdim)?))
+}
+
+/// The (i64) index of the first maximum along `dim`, or of the flattened
+/// tensor when `None`; a NaN counts as the maximum.
+///
+/// Errors: an empty reduction, a bad dim, a dtype without kernels.
+pub(crate) fn argmax(t: &Tensor, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
+    const OP: &str = "argmax";
+    let (x, d) = match dim {
+        Some(dim) if t.ndim() > 0 => (contiguous(t)?, dim_index(OP, dim, t.ndim())?),
+        _ => {
+            if let Some(dim) = dim {
+                dim_index(OP, dim, 1)?;
+            }
+            (contiguous(t)?.reshape(&[-1])?, 0)
+        }
+    };
+    let (outer, len, inner) = split(&x, d);
+    if len == 0 {
+        return Err(empty(OP, t));
+    }
+    let state = buffer_of(&x).state().clone();
+    let out = Output::new(OP, &state, DType::I64, outer * inner)?;
+    with_kernel_float!(x.dtype(), T => {
+        let l = argmax_launch::<T>(contiguous_ptr(&x), out.ptr(), outer, len, inner)
+            .map_err(kernel_err(OP, state.device()))?;
+        if outer * inner > 0 {
+            launch(OP, &state, &[l])?;
+        }
+    }, else return Err(no_kernel(OP, state.device(), format_args!("{} tensors", x.dtype()))));
+    let mut shape = x.shape().to_vec();
+    shape[d] = 1;
+    let y = out.into_tensor(&shape);
+    match dim {
+        Some(_) if t.ndim() > 0 => squeeze(y, &[d], keepdim),
+        _ if keepdim => y.reshape(&vec![1; t.ndim()]),
+        _ => y.reshape(&[]),
+    }
+}
+
+/// The error of a reduction without a CUDA kernel yet.
+pub(crate) fn unsupported<R>(t: &Tensor, op: &'static str) -> Result<R> {
+    Err(no_kernel(op, t.device(), "this op"))
+}
+
+/// The dims to reduce, sorted (every dim when `dims` is empty).
+fn resolve(op: &'static str, t: &Tensor, dims: &[isize]) -> Result<Vec<usize>> {
+    if t.ndim() == 0 {
+        dim_indices(op, dims, 1)?;
+        return Ok(Vec::new());
+    }
+    let mut ds = if dims.is_empty() {
+        (0..t.ndim()).collect()
+    } else {
+        dim_indices(op, dims, t.ndim())?
+    };
+    ds.sort_unstable();
+    Ok(ds)
+}
+
+/// `t` reduced over each of `ds` in turn (kept as size 1), last dim first.
+fn over_dims(op: &'static str, t: &Tensor, ds: &[usize], r: Reduction, user_dtype: DType) -> Result<Tensor> {
+    let mut x = contiguous(t)?;
+    for &d in ds.iter().rev() {
+        x = over_dim(op, &x, d, r, user_dtype)?;
+    }
+    Ok(x)
+}
+
+fn over_dim(op: &'static str, x: &Tensor, d: usize, r: Reduction, user_dtype: DType) -> Result<Tensor> {
+    let (outer, len, inner) = split(x, d);
+    let mut shape = x.shape().to_vec();
+    shape[d] = 1;
+    if len == 1 {
+        return x.reshape(&shape.iter().map(|&n| n as isize).collect::<Vec<_>>());
+    }
+    let state = buffer_of(x).state().clone();
+    if len == 0 {
+        return match r {
+            Reduction::Sum => Ok(Output::zeros(op, &state, x.dtype(), outer * inner)?.into_tensor(&shape)),
+            Reduction::Max => Err(empty(op, x)),
+        };
+    }
+    let out = Output::new(op, &state, x.dtype(), outer * inner)?;
+    with_kernel_float!(x.dtype(), T => {
+        let l = reduce_launch::<T>(r, contiguous_ptr(x), out.ptr(), outer, len, inner)
+            .map_err(kernel_err(op, state.device()))?;
+        if outer * inner > 0 {
+            launch(op, &state, &[l])?;
+        }
+        Ok(out.into_tensor(&shape))
+    }, else Err(no_kernel(op, state.device(), format_args!("{user_dtype} tensors"))))
+}
+
+/// `(outer, len, inner)` of dim `d` of a contiguous tensor.
+fn split(x: &Tensor, d: usize) -> (usize, usize, usize) {
+    let s = x.shape();
+    (s[..d].iter().product(), s[d], s[d + 1..].iter().product())
+}
+
+/// `y` (with the reduced dims `ds` of size 1) without them unless `keepdim`.
+fn squeeze(y: Tensor, ds: &[usize], keepdim: bool) -> Result<Tensor> {
+    if keepdim {
+        return Ok(y);
+    }
+    let shape: Vec<isize> = y
+        .shape()
+        .iter()
+        .enumerate()
+        .filter(|(d, _)| !ds.contains(d))
+        .map(|(_, &n)| n as isize)
+        .collect();
+    y.reshape(&shape)
+}
+
+fn empty(op: &'static str, t: &Tensor) -> Error {
+    Error::shape(
+        op,
+        format!("cannot reduce over an empty dimension of shape {:?}", t.shape()),
+    )
+}

@@ -1,0 +1,37 @@
+//! GPU dispatch of the unary ops: one elementwise kernel over the strided
+//! input (contiguous fast path inside the kernel), f32/f16/bf16, computed
+//! in f32 and rounded once, as on the CPU.
+
+pub(crate) use tessera_cuda_kernels::ops::elementwise::UnaryOp;
+use tessera_cuda_kernels::ops::elementwise::unary as unary_launch;
+
+use crate::cuda::{buffer_of, kernel_err, launch, no_kernel, operand, with_kernel_float, Output};
+use crate::{DType, Result, Tensor};
+
+/// `op` (kernel `k`) of the GPU tensor `t`. Float-valued functions of
+/// integer and bool tensors compute in f32 (cast on the GPU first), like the
+/// CPU; dtype-keeping ops (neg, abs, relu, square) have no integer kernel.
+///
+/// Errors: no kernel for the dtype (f64, integers for dtype-keeping ops),
+/// or a device failure.
+pub(crate) fn unary(t: &Tensor, op: &'static str, k: UnaryOp) -> Result<Tensor> {
+    let keeps_dtype = matches!(k, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu | UnaryOp::Square);
+    let x = if t.dtype().is_float() || keeps_dtype {
+        t.clone()
+    } else {
+        t.to_dtype(DType::F32)
+    };
+    let state = buffer_of(&x).state().clone();
+    with_kernel_float!(x.dtype(), T => {
+        let out = Output::new(op, &state, x.dtype(), x.numel())?;
+        let l = unary_launch::<T>(k, operand(&x, x.layout()), out.ptr(), x.shape())
+            .map_err(kernel_err(op, state.device()))?;
+        launch(op, &state, &[l])?;
+        Ok(out.into_tensor(x.shape()))
+    }, else Err(no_kernel(op, x.device(), format_args!("{} tensors", x.dtype()))))
+}
+
+/// The error of a unary op that has no CUDA kernel yet.
+pub(crate) fn unsupported(t: &Tensor, op: &'static str) -> Result<Tensor> {
+    Err(no_kernel(op, t.device(), "this op"))
+}
