@@ -156,7 +156,7 @@ impl Output {
     /// The output as a contiguous tensor of `shape`.
     pub(crate) fn into_tensor(self, shape: &[usize]) -> Tensor {
         debug_assert_eq!(shape.iter().product::<usize>(), self.numel);
-        Tensor::from_storage(
+        Tensor::from_parts(
             Storage::from_device(self.buf, self.dtype, self.numel),
             Layout::contiguous(shape),
         )

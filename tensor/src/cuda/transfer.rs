@@ -21,7 +21,7 @@ pub(crate) fn transfer(t: &Tensor, to: Device) -> Result<Tensor> {
                 &src.storage().as_bytes()[start..start + src.numel() * size]
             };
             let buf = DeviceBuffer::upload(OP, &state, bytes)?;
-            Ok(Tensor::from_storage(
+            Ok(Tensor::from_parts(
                 Storage::from_device(buf, t.dtype(), t.numel()),
                 Layout::contiguous(t.shape()),
             ))
@@ -42,7 +42,7 @@ fn download(op: &'static str, t: &Tensor) -> Result<Tensor> {
     let bytes = buffer_of(t).download(op, lo * size..hi * size)?;
     let storage = Storage::from_raw_bytes(t.dtype(), &bytes);
     let layout = Layout::new(t.shape().to_vec(), t.strides().to_vec(), t.layout().offset() - lo);
-    Ok(Tensor::from_storage(storage, layout).contiguous())
+    Ok(Tensor::from_parts(storage, layout).contiguous())
 }
 
 /// A contiguous copy of the GPU tensor `t` (or `t` itself when it already
