@@ -13,7 +13,11 @@ fn main() -> Result<()> {
     let a = Tensor::arange(0.0, 6.0, 1.0, DType::F32)?.reshape(&[2, 3])?;
     println!("a =\n{a}");
     let at = a.t()?;
-    println!("a.t() is a view: {} (strides {:?})", at.shares_storage(&a), at.strides());
+    println!(
+        "a.t() is a view: {} (strides {:?})",
+        at.shares_storage(&a),
+        at.strides()
+    );
     println!("a[:, 1:] =\n{}", a.narrow(1, 1, 2)?);
 
     // Broadcasting: [2, 3] + [3] and [2, 1] * [3].
