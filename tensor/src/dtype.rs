@@ -562,3 +562,26 @@ macro_rules! with_float_dtype {
         }
     };
 }
+
+/// Runs `$body` with `$T` bound to the Rust type of an integer `$dtype`
+/// (i64, u32, u8); evaluates `$other` for floats and bool.
+macro_rules! with_int_dtype {
+    ($dtype:expr, $T:ident => $body:expr, else $other:expr) => {
+        match $dtype {
+            $crate::DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            $crate::DType::U32 => {
+                type $T = u32;
+                $body
+            }
+            $crate::DType::U8 => {
+                type $T = u8;
+                $body
+            }
+            _ => $other,
+        }
+    };
+}
+pub(crate) use with_int_dtype;

@@ -39,7 +39,7 @@ macro_rules! zip_same {
         $crate::with_float_dtype!(a.dtype(), T => {
             type $M = <T as $crate::FloatElement>::Math;
             $crate::ops::binary::cpu::float_zip::<T>(a, b, $op, |$x: $M, $y: $M| $f)
-        }, else $crate::ops::unary::cpu::with_int_dtype!(a.dtype(), T => {
+        }, else $crate::dtype::with_int_dtype!(a.dtype(), T => {
             a.zip_map::<T, T, T>(b, $op, |$i: T, $j: T| $g)
         }, else {
             let h: Option<fn(bool, bool) -> bool> = $h;

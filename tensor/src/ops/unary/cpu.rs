@@ -26,29 +26,6 @@ pub(crate) fn unsupported(op: &'static str, dtype: DType) -> Error {
     Error::dtype(op, format!("not supported for {dtype} tensors"))
 }
 
-/// Runs `$body` with `$T` bound to the Rust type of an integer `$dtype`
-/// (i64, u32, u8); evaluates `$other` for floats and bool.
-macro_rules! with_int_dtype {
-    ($dtype:expr, $T:ident => $body:expr, else $other:expr) => {
-        match $dtype {
-            $crate::DType::I64 => {
-                type $T = i64;
-                $body
-            }
-            $crate::DType::U32 => {
-                type $T = u32;
-                $body
-            }
-            $crate::DType::U8 => {
-                type $T = u8;
-                $body
-            }
-            _ => $other,
-        }
-    };
-}
-pub(crate) use with_int_dtype;
-
 /// Applies a float-valued function: float tensors keep their dtype, integer
 /// and bool tensors are computed in f32. `$x` is bound to the element in the
 /// math type (f32, or f64 for f64 tensors), which `$M` names.
@@ -71,7 +48,7 @@ macro_rules! keep_dtype_unary {
         $crate::with_float_dtype!(t.dtype(), T => {
             type $M = <T as $crate::FloatElement>::Math;
             Ok($crate::ops::unary::cpu::float_map::<T>(t, |$x: $M| $f))
-        }, else $crate::ops::unary::cpu::with_int_dtype!(t.dtype(), T => {
+        }, else $crate::dtype::with_int_dtype!(t.dtype(), T => {
             Ok(t.map::<T, T>(|$y: T| $i))
         }, else {
             let b: Option<fn(bool) -> bool> = $b;
