@@ -89,7 +89,8 @@ pub struct Kernel<T> {
     pub nr: usize,
     /// Rows of A per task.
     pub mc: usize,
-    /// Depth of a packed panel.
+    /// Greatest depth of a packed panel (the driver splits the depth into
+    /// equal blocks no deeper than this).
     pub kc: usize,
     /// Columns of B packed at once.
     pub nc: usize,

@@ -203,7 +203,6 @@ pub fn avg_pool2d_backward(grad_out: &Tensor, input_shape: &[usize], p: &Pool2dP
 #[derive(Debug, Clone)]
 struct Window {
     shape: Vec<usize>,
-    planes: usize,
     h: usize,
     w: usize,
     oh: usize,
@@ -218,7 +217,7 @@ impl Window {
     }
 
     fn from_shape(op: &'static str, shape: &[usize], p: &Pool2dParams) -> Result<Window> {
-        let (planes, h, w) = plane_dims(op, shape)?;
+        let (_, h, w) = plane_dims(op, shape)?;
         let desc = || format!("input {shape:?}, {p:?}");
         if p.kernel.contains(&0) || p.stride.contains(&0) || p.dilation.contains(&0) {
             return Err(Error::arg(
@@ -246,7 +245,6 @@ impl Window {
         match (out(0, h), out(1, w)) {
             (Some(oh), Some(ow)) if h > 0 && w > 0 => Ok(Window {
                 shape: shape.to_vec(),
-                planes,
                 h,
                 w,
                 oh,
@@ -410,9 +408,22 @@ pub(super) fn fill_planes<S: FloatElement>(
 fn max_forward<S: FloatElement>(x: &Tensor, g: &Window) -> (Tensor, Tensor) {
     let x = x.contiguous();
     let xs = x.as_slice::<S>().expect("contiguous and dtype-checked");
+    // Both outputs are written in full, so they come from the caching
+    // allocator unfilled: a fresh zeroed index vector page-faulted on every
+    // call and cost more than the pooling.
+    let mut values = None;
+    let idx = Tensor::build_overwrite::<i64>(&g.out_shape(), |indices| {
+        values = Some(Tensor::build_overwrite::<S>(&g.out_shape(), |out| {
+            max_planes::<S>(xs, g, out, indices)
+        }));
+    });
+    (values.expect("build_overwrite runs its closure"), idx)
+}
+
+/// Fills the maxima `out` and their plane indices `indices` of every plane.
+fn max_planes<S: FloatElement>(xs: &[S], g: &Window, out: &mut [S], indices: &mut [i64]) {
     let (hw, l) = (g.h * g.w, g.oh * g.ow);
-    let mut indices = vec![0i64; g.planes * l];
-    let values = Tensor::build::<S>(&g.out_shape(), |out| {
+    {
         let plane = |(pl, (o, idx)): (usize, (&mut [S], &mut [i64]))| {
             let src = &xs[pl * hw..(pl + 1) * hw];
             if g.p.padding == [0, 0] && g.p.dilation == [1, 1] {
@@ -453,12 +464,10 @@ fn max_forward<S: FloatElement>(x: &Tensor, g: &Window) -> (Tensor, Tensor) {
                 .enumerate()
                 .for_each(plane);
         }
-    });
-    let idx = Tensor::from_vec(indices, &g.out_shape()).expect("shape matches by construction");
-    (values, idx)
+    }
 }
 
-/// [`max_forward`] on one plane for windows without padding or dilation
+/// [`max_planes`] on one plane for windows without padding or dilation
 /// (the common case, e.g. 2×2 stride 2): plain index arithmetic instead of
 /// the general tap iterators, the same scan order and NaN rule.
 fn max_plane_dense<S: FloatElement>(src: &[S], g: &Window, o: &mut [S], idx: &mut [i64]) {
