@@ -34,9 +34,9 @@ mod special;
 mod storage;
 pub mod strided;
 mod tensor;
-mod transfer;
 #[cfg(test)]
 pub(crate) mod test_util;
+mod transfer;
 
 pub use alloc::ALIGN;
 pub use device::Device;

@@ -26,8 +26,14 @@ pub struct Storage {
 }
 
 enum Buffer {
-    Owned { ptr: NonNull<u8>, bytes: usize },
-    Mapped { map: Arc<memmap2::Mmap>, start: usize },
+    Owned {
+        ptr: NonNull<u8>,
+        bytes: usize,
+    },
+    Mapped {
+        map: Arc<memmap2::Mmap>,
+        start: usize,
+    },
     #[cfg(feature = "cuda")]
     Cuda(crate::cuda::DeviceBuffer),
 }
@@ -236,7 +242,9 @@ impl Storage {
 fn on_device(op: &'static str, device: Device) -> Error {
     Error::device(
         op,
-        format!("the elements are on {device}, and this op has no CUDA path: move the tensor with .cpu() first"),
+        format!(
+            "the elements are on {device}, and this op has no CUDA path: move the tensor with .cpu() first"
+        ),
     )
 }
 

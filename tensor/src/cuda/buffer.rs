@@ -89,7 +89,9 @@ impl DeviceBuffer {
     pub(crate) fn zeros(op: &'static str, state: &Arc<DeviceState>, bytes: usize) -> Result<Self> {
         let mut b = Self::alloc(op, state, bytes)?;
         let stream = state.gpu.stream().clone();
-        stream.memset_zeros(&mut b.data).map_err(driver_err(op, state.device()))?;
+        stream
+            .memset_zeros(&mut b.data)
+            .map_err(driver_err(op, state.device()))?;
         Ok(b)
     }
 
@@ -147,7 +149,8 @@ impl DeviceBuffer {
         if n > STAGING_MAX {
             // SAFETY: `range` lies inside the buffer (callers pass layout
             // ranges checked against the storage length).
-            unsafe { cu::memcpy_dtoh_async(&mut out, src, stream.cu_stream()) }.map_err(driver_err(op, dev))?;
+            unsafe { cu::memcpy_dtoh_async(&mut out, src, stream.cu_stream()) }
+                .map_err(driver_err(op, dev))?;
             stream.synchronize().map_err(driver_err(op, dev))?;
             return Ok(out);
         }

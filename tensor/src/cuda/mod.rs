@@ -65,10 +65,7 @@ pub(crate) fn no_kernel(op: &'static str, dev: Device, what: impl std::fmt::Disp
 /// The device all of `ts` share, opened; errors, naming `op`, when they are
 /// on different devices or not on a GPU.
 pub(crate) fn common_device(op: &'static str, ts: &[&Tensor]) -> Result<Arc<DeviceState>> {
-    let first = ts
-        .first()
-        .ok_or_else(|| Error::arg(op, "no operands"))?
-        .device();
+    let first = ts.first().ok_or_else(|| Error::arg(op, "no operands"))?.device();
     for t in ts {
         first.same_as(t.device(), op)?;
     }
@@ -121,7 +118,12 @@ pub(crate) struct Output {
 
 impl Output {
     /// Uninitialised memory, for kernels that write every element.
-    pub(crate) fn new(op: &'static str, state: &Arc<DeviceState>, dtype: DType, numel: usize) -> Result<Self> {
+    pub(crate) fn new(
+        op: &'static str,
+        state: &Arc<DeviceState>,
+        dtype: DType,
+        numel: usize,
+    ) -> Result<Self> {
         let bytes = bytes_of(op, dtype, numel)?;
         Ok(Output {
             buf: DeviceBuffer::alloc(op, state, bytes)?,
@@ -131,7 +133,12 @@ impl Output {
     }
 
     /// Zeroed memory, for kernels that accumulate.
-    pub(crate) fn zeros(op: &'static str, state: &Arc<DeviceState>, dtype: DType, numel: usize) -> Result<Self> {
+    pub(crate) fn zeros(
+        op: &'static str,
+        state: &Arc<DeviceState>,
+        dtype: DType,
+        numel: usize,
+    ) -> Result<Self> {
         let bytes = bytes_of(op, dtype, numel)?;
         Ok(Output {
             buf: DeviceBuffer::zeros(op, state, bytes)?,
@@ -157,9 +164,12 @@ impl Output {
 }
 
 fn bytes_of(op: &'static str, dtype: DType, numel: usize) -> Result<usize> {
-    numel
-        .checked_mul(dtype.size_in_bytes())
-        .ok_or_else(|| Error::arg(op, format!("{numel} elements of {dtype} overflow the address space")))
+    numel.checked_mul(dtype.size_in_bytes()).ok_or_else(|| {
+        Error::arg(
+            op,
+            format!("{numel} elements of {dtype} overflow the address space"),
+        )
+    })
 }
 
 /// Launches `launches` in order on `state`'s stream; launches with an empty

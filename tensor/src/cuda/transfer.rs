@@ -2,9 +2,7 @@
 
 use tessera_cuda_kernels::ops::elementwise::{cast as cast_launch, unary, UnaryOp};
 
-use super::{
-    buffer_of, contiguous_ptr, device, launch, operand, with_kernel_float, DeviceBuffer, Output,
-};
+use super::{buffer_of, contiguous_ptr, device, launch, operand, with_kernel_float, DeviceBuffer, Output};
 use crate::{DType, Device, Layout, Result, Storage, Tensor};
 
 /// `t`'s value on `to` (a different device than `t`'s), contiguous.
@@ -43,11 +41,7 @@ fn download(op: &'static str, t: &Tensor) -> Result<Tensor> {
     let size = t.dtype().size_in_bytes();
     let bytes = buffer_of(t).download(op, lo * size..hi * size)?;
     let storage = Storage::from_raw_bytes(t.dtype(), &bytes);
-    let layout = Layout::new(
-        t.shape().to_vec(),
-        t.strides().to_vec(),
-        t.layout().offset() - lo,
-    );
+    let layout = Layout::new(t.shape().to_vec(), t.strides().to_vec(), t.layout().offset() - lo);
     Ok(Tensor::from_storage(storage, layout).contiguous())
 }
 

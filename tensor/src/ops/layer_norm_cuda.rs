@@ -4,8 +4,7 @@
 use tessera_cuda_kernels::ops::layernorm::{layer_norm_bwd, layer_norm_bwd_workspace, layer_norm_fwd};
 
 use crate::cuda::{
-    common_device, contiguous, contiguous_ptr, kernel_err, launch, no_kernel, with_kernel_float,
-    Output,
+    common_device, contiguous, contiguous_ptr, kernel_err, launch, no_kernel, with_kernel_float, Output,
 };
 use crate::{DType, Error, Result, Tensor};
 
@@ -117,7 +116,11 @@ fn split(op: &'static str, x: &Tensor, normalized_shape: &[usize]) -> Result<(us
         Some(l) if !normalized_shape.is_empty() && x.shape()[l..] == *normalized_shape => {
             let mut stat_shape = x.shape()[..l].to_vec();
             stat_shape.resize(x.ndim(), 1);
-            Ok((x.shape()[..l].iter().product(), normalized_shape.iter().product(), stat_shape))
+            Ok((
+                x.shape()[..l].iter().product(),
+                normalized_shape.iter().product(),
+                stat_shape,
+            ))
         }
         _ => Err(Error::shape(
             op,
@@ -131,7 +134,13 @@ fn split(op: &'static str, x: &Tensor, normalized_shape: &[usize]) -> Result<(us
 
 /// An optional weight/bias: `cols` elements on `x`'s device, in `x`'s
 /// dtype (converted on the device), contiguous.
-fn param(op: &'static str, what: &str, t: Option<&Tensor>, x: &Tensor, cols: usize) -> Result<Option<Tensor>> {
+fn param(
+    op: &'static str,
+    what: &str,
+    t: Option<&Tensor>,
+    x: &Tensor,
+    cols: usize,
+) -> Result<Option<Tensor>> {
     let Some(t) = t else { return Ok(None) };
     x.device().same_as(t.device(), op)?;
     if !t.dtype().is_float() || t.numel() != cols {

@@ -7,8 +7,8 @@
 
 use tessera_cuda_kernels::ops::elementwise::uniform as uniform_launch;
 
-use crate::ops::creation::TensorOptions;
 use crate::cuda::{device, kernel_err, launch, Output};
+use crate::ops::creation::TensorOptions;
 use crate::rng::{reserve, Generator};
 use crate::{DType, Device, Result, Tensor};
 
@@ -34,13 +34,17 @@ pub(crate) fn uniform(
     let (seed, word) = reserve(gen, n, 4).seed_and_word();
     let out = Output::new(OP, &state, DType::F32, n)?;
     if n > 0 {
-        let l = uniform_launch::<f32>(out.ptr(), n, seed, word, 0.0, 1.0).map_err(kernel_err(OP, state.device()))?;
+        let l = uniform_launch::<f32>(out.ptr(), n, seed, word, 0.0, 1.0)
+            .map_err(kernel_err(OP, state.device()))?;
         launch(OP, &state, &[l])?;
     }
     Ok(out.into_tensor(shape))
 }
 
 /// `make` run for the CPU, then copied to `opts.device`.
-pub(crate) fn on_host(opts: TensorOptions, make: impl FnOnce(TensorOptions) -> Result<Tensor>) -> Result<Tensor> {
+pub(crate) fn on_host(
+    opts: TensorOptions,
+    make: impl FnOnce(TensorOptions) -> Result<Tensor>,
+) -> Result<Tensor> {
     crate::cuda::host_then_upload(opts, make)
 }

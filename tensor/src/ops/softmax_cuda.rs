@@ -3,7 +3,9 @@
 
 use tessera_cuda_kernels::ops::softmax::softmax as softmax_launch;
 
-use crate::cuda::{buffer_of, contiguous, contiguous_ptr, kernel_err, launch, no_kernel, with_kernel_float, Output};
+use crate::cuda::{
+    buffer_of, contiguous, contiguous_ptr, kernel_err, launch, no_kernel, with_kernel_float, Output,
+};
 use crate::{dim_index, Result, Tensor};
 
 /// softmax (or log_softmax when `log`) of the GPU tensor `t` along `dim`.

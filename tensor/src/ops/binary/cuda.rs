@@ -1,8 +1,8 @@
 //! GPU dispatch of the binary ops and their scalar forms: one elementwise
 //! kernel over both strided operands with broadcasting (zero strides).
 
-pub(crate) use tessera_cuda_kernels::ops::elementwise::BinaryOp;
 use tessera_cuda_kernels::ops::elementwise::binary as binary_launch;
+pub(crate) use tessera_cuda_kernels::ops::elementwise::BinaryOp;
 
 use crate::cuda::{common_device, kernel_err, launch, no_kernel, operand, with_kernel_float, Output};
 use crate::{broadcast_shapes, DType, Result, Tensor};
@@ -49,7 +49,11 @@ pub(crate) fn scalar(x: &Tensor, s: f64, op: &'static str, k: BinaryOp, reversed
     } else {
         binary(&wide, &s, op, k)?
     };
-    Ok(if x.dtype().is_float() { y.to_dtype(x.dtype()) } else { y })
+    Ok(if x.dtype().is_float() {
+        y.to_dtype(x.dtype())
+    } else {
+        y
+    })
 }
 
 /// `t` on `other`'s GPU when `t` is a 0-d CPU tensor and `other` is on a

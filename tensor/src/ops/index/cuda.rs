@@ -5,7 +5,9 @@
 use tessera_cuda_kernels::ops::embedding::embedding_fwd;
 
 use super::{check_range, index_values};
-use crate::cuda::{common_device, contiguous, contiguous_ptr, kernel_err, launch, no_kernel, with_kernel_float, Output};
+use crate::cuda::{
+    common_device, contiguous, contiguous_ptr, kernel_err, launch, no_kernel, with_kernel_float, Output,
+};
 use crate::{Error, Result, Tensor};
 
 /// Rows of the GPU table `weight` (`[V, D]`) picked by the i64 `indices`.

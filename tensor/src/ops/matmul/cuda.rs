@@ -160,7 +160,9 @@ fn single_stride(shape: &[usize], strides: &[isize]) -> Option<usize> {
         .filter(|(&n, _)| n != 1)
         .map(|(&n, &s)| (n, s))
         .collect();
-    let Some(&(_, last)) = dims.last() else { return Some(0) };
+    let Some(&(_, last)) = dims.last() else {
+        return Some(0);
+    };
     if last < 0 {
         return None;
     }
@@ -179,11 +181,13 @@ fn run(
 ) -> Result<()> {
     match dtype {
         DType::F16 => {
-            let l = gemm::<crate::f16>(g, a.ptr(), b.ptr(), out.ptr()).map_err(kernel_err(op, state.device()))?;
+            let l =
+                gemm::<crate::f16>(g, a.ptr(), b.ptr(), out.ptr()).map_err(kernel_err(op, state.device()))?;
             launch(op, state, &[l])
         }
         DType::BF16 => {
-            let l = gemm::<crate::bf16>(g, a.ptr(), b.ptr(), out.ptr()).map_err(kernel_err(op, state.device()))?;
+            let l = gemm::<crate::bf16>(g, a.ptr(), b.ptr(), out.ptr())
+                .map_err(kernel_err(op, state.device()))?;
             launch(op, state, &[l])
         }
         DType::F32 => sgemm(op, state, g, a, b, out),
@@ -222,7 +226,14 @@ fn blas_handle(op: &'static str, state: &DeviceState) -> Result<Arc<CudaBlas>> {
 }
 
 /// Row-major C = op(A)·op(B) as column-major Cᵀ = op(B)ᵀ·op(A)ᵀ.
-fn sgemm(op: &'static str, state: &DeviceState, g: &GemmShape, a: &Operand, b: &Operand, out: &Output) -> Result<()> {
+fn sgemm(
+    op: &'static str,
+    state: &DeviceState,
+    g: &GemmShape,
+    a: &Operand,
+    b: &Operand,
+    out: &Output,
+) -> Result<()> {
     let h = blas_handle(op, state)?;
     let int = |what: &str, v: usize| {
         i32::try_from(v).map_err(|_| Error::arg(op, format!("{what} = {v} exceeds cuBLAS's i32 range")))

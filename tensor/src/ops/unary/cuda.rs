@@ -2,8 +2,8 @@
 //! input (contiguous fast path inside the kernel), f32/f16/bf16, computed
 //! in f32 and rounded once, as on the CPU.
 
-pub(crate) use tessera_cuda_kernels::ops::elementwise::UnaryOp;
 use tessera_cuda_kernels::ops::elementwise::unary as unary_launch;
+pub(crate) use tessera_cuda_kernels::ops::elementwise::UnaryOp;
 
 use crate::cuda::{buffer_of, kernel_err, launch, no_kernel, operand, with_kernel_float, Output};
 use crate::{DType, Result, Tensor};
