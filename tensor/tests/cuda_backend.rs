@@ -145,7 +145,7 @@ fn unary_ops_match_the_cpu() {
         ("tanh", |t| t.tanh()),
         ("sigmoid", |t| t.sigmoid()),
         ("gelu", |t| {
-            Ok(t.gelu(GeluApprox::None)?.add(&t.gelu(GeluApprox::Tanh)?)?)
+            t.gelu(GeluApprox::None)?.add(&t.gelu(GeluApprox::Tanh)?)
         }),
         ("silu", |t| t.silu()),
     ];
