@@ -203,3 +203,19 @@ impl Tensor {
         Ok(())
     }
 }
+
+/// A creation op for a GPU: `make` builds the tensor on the CPU (with
+/// `opts`' dtype), then it is copied to `opts.device`. Used where no fill
+/// kernel reproduces the CPU's values exactly (every dtype, any value).
+///
+/// Errors: those of `make`, and those of [`Tensor::to_device`].
+pub(crate) fn host_then_upload(
+    opts: crate::TensorOptions,
+    make: impl FnOnce(crate::TensorOptions) -> Result<Tensor>,
+) -> Result<Tensor> {
+    let host = make(crate::TensorOptions {
+        dtype: opts.dtype,
+        device: Device::Cpu,
+    })?;
+    host.to_device(opts.device)
+}

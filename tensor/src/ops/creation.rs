@@ -49,7 +49,10 @@ impl TensorOptions {
         if !self.device.is_cpu() {
             return Err(Error::device(
                 op,
-                format!("cannot allocate on {}: only the CPU backend exists", self.device),
+                format!(
+                    "no CUDA path to create this on {}: create it on the CPU and call to_device",
+                    self.device
+                ),
             ));
         }
         let numel = checked_numel(op, shape)?;
@@ -67,10 +70,12 @@ impl TensorOptions {
 }
 
 impl Tensor {
-    /// A tensor of `shape` filled with zeros. Errors for a non-CPU device or
-    /// a shape too large to allocate.
+    /// A tensor of `shape` filled with zeros (on a GPU, written on the host
+    /// and copied). Errors for a device that is not available or a shape
+    /// too large to allocate.
     pub fn zeros(shape: &[usize], opts: impl Into<TensorOptions>) -> Result<Tensor> {
         let opts = opts.into();
+        on_cuda!(!opts.device.is_cpu() => crate::cuda::host_then_upload(opts, |o| Self::zeros(shape, o)));
         opts.check("zeros", shape)?;
         Ok(with_dtype!(opts.dtype, T => Tensor::build::<T>(shape, |_| {})))
     }
@@ -226,6 +231,7 @@ impl Tensor {
     }
 
     fn full_named(op: &'static str, shape: &[usize], value: f64, opts: TensorOptions) -> Result<Tensor> {
+        on_cuda!(!opts.device.is_cpu() => crate::cuda::host_then_upload(opts, |o| Self::full_named(op, shape, value, o)));
         opts.check(op, shape)?;
         Ok(with_dtype!(opts.dtype, T => {
             let v = T::from_f64(value);
@@ -427,9 +433,11 @@ mod tests {
 
     #[cfg(feature = "cuda")]
     #[test]
-    fn non_cpu_devices_are_errors_until_the_cuda_backend_exists() {
-        let e = Tensor::zeros(&[2], (DType::F32, Device::Cuda(0))).unwrap_err();
-        assert!(matches!(e, Error::Device { .. }), "{e}");
+    fn creation_on_a_gpu_needs_one() {
+        match Tensor::zeros(&[2], (DType::F32, Device::Cuda(0))) {
+            Ok(t) => assert_eq!(t.to_vec::<f32>().unwrap(), vec![0.0, 0.0]),
+            Err(e) => assert!(matches!(e, Error::Device { .. }), "{e}"),
+        }
         assert!(Tensor::arange(0.0, 3.0, 1.0, (DType::F32, Device::Cuda(1))).is_err());
     }
 

@@ -7,6 +7,10 @@
 //! drawn, so an `Err` leaves the generator's offset unchanged. How many
 //! Philox blocks each op consumes is documented in [`crate::rng`].
 
+#[cfg(feature = "cuda")]
+#[path = "random_cuda.rs"]
+mod cuda;
+
 use rayon::prelude::*;
 
 use super::creation::{exact_int_range, TensorOptions};
@@ -132,6 +136,7 @@ impl Tensor {
         gen: Option<&mut Generator>,
     ) -> Result<Tensor> {
         let opts = opts.into();
+        on_cuda!(!opts.device.is_cpu() => cuda::uniform(shape, a, b, opts, gen));
         let op = "uniform";
         let n = opts.check(op, shape)?;
         float_only(op, opts.dtype)?;
@@ -163,6 +168,7 @@ impl Tensor {
         gen: Option<&mut Generator>,
     ) -> Result<Tensor> {
         let opts = opts.into();
+        on_cuda!(!opts.device.is_cpu() => cuda::on_host(opts, |o| Self::normal_impl(shape, mean, std, o, gen)));
         let op = "normal";
         let n = opts.check(op, shape)?;
         float_only(op, opts.dtype)?;

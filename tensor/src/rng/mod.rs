@@ -160,6 +160,16 @@ pub(crate) struct Stream {
 }
 
 impl Stream {
+    /// The seed and the index of this stream's first 32-bit word (block
+    /// `start` lane 0), the coordinates of the GPU generator.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn seed_and_word(&self) -> (u64, u64) {
+        (
+            self.key[0] as u64 | (self.key[1] as u64) << 32,
+            self.start.wrapping_mul(4),
+        )
+    }
+
     /// The four words of block `j` of this stream.
     #[inline]
     fn block(&self, j: u64) -> [u32; 4] {

@@ -14,6 +14,7 @@ impl Tensor {
     /// `self` is not 2-d, `indices` is not I64, or an index is outside `0..V`.
     pub fn embedding(&self, indices: &Tensor) -> Result<Tensor> {
         const OP: &str = "embedding";
+        on_cuda!(self.is_cuda() || indices.is_cuda() => super::cuda::embedding(self, indices));
         self.device().same_as(indices.device(), OP)?;
         if self.ndim() != 2 {
             return Err(Error::shape(
@@ -54,6 +55,8 @@ pub fn embedding_backward(
 ) -> Result<Tensor> {
     const OP: &str = "embedding_backward";
     grad.device().same_as(indices.device(), OP)?;
+    #[cfg(feature = "cuda")]
+    grad.cpu_only(OP)?;
     if grad.ndim() != indices.ndim() + 1 || grad.shape()[..indices.ndim()] != *indices.shape() {
         return Err(Error::shape(
             OP,

@@ -7,6 +7,8 @@
 //! is an [`Error::Index`] naming the op, the value and the size.
 
 mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod embedding;
 #[cfg(test)]
 mod tests;
