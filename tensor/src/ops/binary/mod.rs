@@ -23,6 +23,7 @@
 pub(crate) mod cpu;
 
 use crate::ops::unary::cpu::unsupported;
+use crate::simd::kernels::BinaryOp;
 use crate::{DType, Result, Tensor};
 use cpu::{scalar_op, zip_same, IntPow};
 
@@ -31,6 +32,9 @@ impl Tensor {
     /// shapes do not broadcast.
     pub fn add(&self, other: &Tensor) -> Result<Tensor> {
         let (a, b) = promoted(self, other, None);
+        if a.dtype() == DType::F32 {
+            return crate::map_simd::binary_f32(&a, &b, "add", BinaryOp::Add);
+        }
         zip_same!(&a, &b, "add", float |x, y: M| x + y, int |x, y| x.wrapping_add(y), bool Some(|x, y| x | y))
     }
 
@@ -38,6 +42,9 @@ impl Tensor {
     /// shapes do not broadcast or both operands are bool.
     pub fn sub(&self, other: &Tensor) -> Result<Tensor> {
         let (a, b) = promoted(self, other, None);
+        if a.dtype() == DType::F32 {
+            return crate::map_simd::binary_f32(&a, &b, "sub", BinaryOp::Sub);
+        }
         zip_same!(&a, &b, "sub", float |x, y: M| x - y, int |x, y| x.wrapping_sub(y), bool None)
     }
 
@@ -45,6 +52,9 @@ impl Tensor {
     /// shapes do not broadcast.
     pub fn mul(&self, other: &Tensor) -> Result<Tensor> {
         let (a, b) = promoted(self, other, None);
+        if a.dtype() == DType::F32 {
+            return crate::map_simd::binary_f32(&a, &b, "mul", BinaryOp::Mul);
+        }
         zip_same!(&a, &b, "mul", float |x, y: M| x * y, int |x, y| x.wrapping_mul(y), bool Some(|x, y| x & y))
     }
 
@@ -53,6 +63,9 @@ impl Tensor {
     /// not broadcast.
     pub fn div(&self, other: &Tensor) -> Result<Tensor> {
         let (a, b) = promoted(self, other, Some(DType::F32));
+        if a.dtype() == DType::F32 {
+            return crate::map_simd::binary_f32(&a, &b, "div", BinaryOp::Div);
+        }
         crate::with_float_dtype!(a.dtype(), T => cpu::float_zip::<T>(&a, &b, "div", |x, y| x / y),
             else Err(unsupported("div", a.dtype())))
     }
@@ -84,31 +97,49 @@ impl Tensor {
 
     /// `self + s` (see the module docs for the result dtype).
     pub fn add_scalar(&self, s: f64) -> Result<Tensor> {
+        if self.dtype() == DType::F32 {
+            return Ok(crate::map_simd::scalar_f32(self, s as f32, BinaryOp::Add, false));
+        }
         scalar_op!(self, s, |x, s: M| x + s)
     }
 
     /// `self − s`.
     pub fn sub_scalar(&self, s: f64) -> Result<Tensor> {
+        if self.dtype() == DType::F32 {
+            return Ok(crate::map_simd::scalar_f32(self, s as f32, BinaryOp::Sub, false));
+        }
         scalar_op!(self, s, |x, s: M| x - s)
     }
 
     /// `s − self`.
     pub fn rsub_scalar(&self, s: f64) -> Result<Tensor> {
+        if self.dtype() == DType::F32 {
+            return Ok(crate::map_simd::scalar_f32(self, s as f32, BinaryOp::Sub, true));
+        }
         scalar_op!(self, s, |x, s: M| s - x)
     }
 
     /// `self · s`.
     pub fn mul_scalar(&self, s: f64) -> Result<Tensor> {
+        if self.dtype() == DType::F32 {
+            return Ok(crate::map_simd::scalar_f32(self, s as f32, BinaryOp::Mul, false));
+        }
         scalar_op!(self, s, |x, s: M| x * s)
     }
 
     /// `self / s`.
     pub fn div_scalar(&self, s: f64) -> Result<Tensor> {
+        if self.dtype() == DType::F32 {
+            return Ok(crate::map_simd::scalar_f32(self, s as f32, BinaryOp::Div, false));
+        }
         scalar_op!(self, s, |x, s: M| x / s)
     }
 
     /// `s / self`.
     pub fn rdiv_scalar(&self, s: f64) -> Result<Tensor> {
+        if self.dtype() == DType::F32 {
+            return Ok(crate::map_simd::scalar_f32(self, s as f32, BinaryOp::Div, true));
+        }
         scalar_op!(self, s, |x, s: M| s / x)
     }
 

@@ -9,6 +9,7 @@
 
 pub(crate) mod cpu;
 
+use crate::simd::kernels::UnaryOp;
 use crate::{DType, Error, FloatMath, Result, Tensor};
 use cpu::{float_unary, keep_dtype_unary};
 
@@ -59,6 +60,9 @@ impl Tensor {
 
     /// max(x, 0) in the input dtype; NaN stays NaN. Errors for bool.
     pub fn relu(&self) -> Result<Tensor> {
+        if let Some(t) = simd_f32(self, UnaryOp::Relu) {
+            return Ok(t);
+        }
         keep_dtype_unary!(self, "relu", float |x: M| if x < 0.0 { 0.0 } else { x }, int |x| x.relu_int(), bool None)
     }
 
@@ -119,6 +123,9 @@ impl Tensor {
 
     /// e^x (float result; integers and bool compute in f32).
     pub fn exp(&self) -> Result<Tensor> {
+        if let Some(t) = simd_f32(self, UnaryOp::Exp) {
+            return Ok(t);
+        }
         float_unary!(self, |x: M| x.exp())
     }
 
@@ -164,17 +171,30 @@ impl Tensor {
 
     /// tanh x (float result).
     pub fn tanh(&self) -> Result<Tensor> {
+        if let Some(t) = simd_f32(self, UnaryOp::Tanh) {
+            return Ok(t);
+        }
         float_unary!(self, |x: M| x.tanh())
     }
 
     /// The logistic function 1/(1 + e^−x), computed without overflow for
     /// any x (float result).
     pub fn sigmoid(&self) -> Result<Tensor> {
+        if let Some(t) = simd_f32(self, UnaryOp::Sigmoid) {
+            return Ok(t);
+        }
         float_unary!(self, |x: M| cpu::sigmoid(x))
     }
 
     /// GELU in the exact (erf) or tanh-approximated form (float result).
     pub fn gelu(&self, approx: GeluApprox) -> Result<Tensor> {
+        let op = match approx {
+            GeluApprox::None => UnaryOp::GeluErf,
+            GeluApprox::Tanh => UnaryOp::GeluTanh,
+        };
+        if let Some(t) = simd_f32(self, op) {
+            return Ok(t);
+        }
         match approx {
             GeluApprox::None => float_unary!(self, |x: M| cpu::gelu_erf(x)),
             GeluApprox::Tanh => float_unary!(self, |x: M| cpu::gelu_tanh(x)),
@@ -183,6 +203,9 @@ impl Tensor {
 
     /// SiLU (swish): x · sigmoid(x) (float result).
     pub fn silu(&self) -> Result<Tensor> {
+        if let Some(t) = simd_f32(self, UnaryOp::Silu) {
+            return Ok(t);
+        }
         float_unary!(self, |x: M| x * cpu::sigmoid(x))
     }
 
@@ -190,6 +213,11 @@ impl Tensor {
     pub fn erf(&self) -> Result<Tensor> {
         float_unary!(self, |x: M| FloatMath::erf(x))
     }
+}
+
+/// `op` through the SIMD engine when `t` is f32 (None otherwise).
+fn simd_f32(t: &Tensor, op: UnaryOp) -> Option<Tensor> {
+    (t.dtype() == DType::F32).then(|| crate::map_simd::unary_f32(t, op))
 }
 
 /// The same error reported under `op` (for ops built from other ops).
