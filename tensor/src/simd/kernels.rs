@@ -238,6 +238,44 @@ simd_fn!(
     pub(crate) fn sum_sq_dev(x: &[f32], c: f32) -> f32 => sum_sq_dev_g
 );
 
+/// Σ exp(x − m) in the fixed lane structure of [`fold_lanes`], written out
+/// by hand: a closure holding exp would not inherit the target features, and
+/// its intrinsics would become calls.
+#[inline(always)]
+fn sum_exp_shifted<V: Vf32>(x: &[f32], m: f32) -> f32 {
+    const MAX_VECS: usize = ACC_LANES / 8;
+    let k = ACC_LANES / V::N;
+    let mv = V::splat(m);
+    let mut acc = [V::splat(0.0); MAX_VECS];
+    let n = x.len();
+    let full = n - n % ACC_LANES;
+    let mut i = 0;
+    while i < full {
+        for (j, a) in acc.iter_mut().enumerate().take(k) {
+            // SAFETY: i + ACC_LANES ≤ n.
+            let v = unsafe { V::load(x.as_ptr().add(i + j * V::N)) };
+            *a = a.add(math::exp(v.sub(mv)));
+        }
+        i += ACC_LANES;
+    }
+    if i < n {
+        // Padding with −∞ contributes exp(−∞) = 0.
+        let mut buf = [f32::NEG_INFINITY; ACC_LANES];
+        buf[..n - i].copy_from_slice(&x[i..]);
+        for (j, a) in acc.iter_mut().enumerate().take(k) {
+            // SAFETY: the buffer holds ACC_LANES lanes.
+            let v = unsafe { V::load(buf.as_ptr().add(j * V::N)) };
+            *a = a.add(math::exp(v.sub(mv)));
+        }
+    }
+    let mut out = [0.0f32; ACC_LANES];
+    for (j, a) in acc.iter().enumerate().take(k) {
+        // SAFETY: j·N + N ≤ ACC_LANES.
+        unsafe { a.store(out.as_mut_ptr().add(j * V::N)) };
+    }
+    tree_sum(out)
+}
+
 /// The row max and Σ exp(x − max), the state of a stable softmax. The sum
 /// is NaN when the max is NaN or +∞, and 0 when every element is −∞.
 #[inline(always)]
@@ -246,18 +284,43 @@ fn max_sumexp_g<V: Vf32>(x: &[f32]) -> (f32, f32) {
     if m == f32::NEG_INFINITY {
         return (m, 0.0);
     }
-    let mv = V::splat(m);
-    // Padding with −∞ contributes exp(−∞) = 0.
-    let s = tree_sum(fold_lanes::<V>(x, f32::NEG_INFINITY, 0.0, |a, v| {
-        a.add(math::exp(v.sub(mv)))
-    }));
-    (m, s)
+    (m, sum_exp_shifted::<V>(x, m))
 }
 
 simd_fn!(
     /// (max x, Σ exp(x − max x)) of one row.
     pub(crate) fn max_sumexp(x: &[f32]) -> (f32, f32) => max_sumexp_g
 );
+
+/// `y = exp(x − m)·scale` by hand (see [`sum_exp_shifted`] on closures).
+#[inline(always)]
+fn exp_shift_scale<V: Vf32>(x: &[f32], m: f32, scale: f32, y: &mut [f32]) {
+    assert_eq!(x.len(), y.len(), "kernel slices differ in length");
+    let (mv, sv) = (V::splat(m), V::splat(scale));
+    let n = x.len();
+    let full = n - n % V::N;
+    let mut i = 0;
+    while i < full {
+        // SAFETY: i + N ≤ n for both slices.
+        unsafe {
+            math::exp(V::load(x.as_ptr().add(i)).sub(mv))
+                .mul(sv)
+                .store(y.as_mut_ptr().add(i))
+        };
+        i += V::N;
+    }
+    if i < n {
+        let mut buf = [0.0f32; 16];
+        buf[..n - i].copy_from_slice(&x[i..]);
+        // SAFETY: the buffer holds 16 ≥ N lanes.
+        unsafe {
+            math::exp(V::load(buf.as_ptr()).sub(mv))
+                .mul(sv)
+                .store(buf.as_mut_ptr())
+        };
+        y[i..].copy_from_slice(&buf[..n - i]);
+    }
+}
 
 #[inline(always)]
 fn softmax_g<V: Vf32>(x: &[f32], y: &mut [f32], log: bool) {
@@ -266,8 +329,7 @@ fn softmax_g<V: Vf32>(x: &[f32], y: &mut [f32], log: bool) {
         let shift = V::splat(m + s.ln());
         map1::<V>(x, y, |v| v.sub(shift));
     } else {
-        let (mv, inv) = (V::splat(m), V::splat(1.0 / s));
-        map1::<V>(x, y, |v| math::exp(v.sub(mv)).mul(inv));
+        exp_shift_scale::<V>(x, m, 1.0 / s, y);
     }
 }
 
@@ -309,8 +371,11 @@ fn dot_g<V: Vf32>(a: &[f32], b: &[f32]) -> f32 {
 fn softmax_backward_g<V: Vf32>(y: &[f32], dy: &[f32], dx: &mut [f32], log: bool) {
     if log {
         // dx = dy − exp(y)·Σ dy
-        let s = V::splat(sum_g::<V>(dy));
-        map2::<V>(y, dy, dx, |y, g| g.sub(math::exp(y).mul(s)));
+        let s = sum_g::<V>(dy);
+        exp_shift_scale::<V>(y, 0.0, s, dx);
+        for (o, &g) in dx.iter_mut().zip(dy) {
+            *o = g - *o;
+        }
     } else {
         // dx = y·(dy − Σ dy·y)
         let s = V::splat(dot_g::<V>(y, dy));

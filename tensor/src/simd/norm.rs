@@ -50,6 +50,7 @@ simd_fn!(
 );
 
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn layer_norm_backward_row_g<V: Vf32>(
     x: &[f32],
     dy: &[f32],
