@@ -24,7 +24,7 @@ pub(crate) fn exp<V: Vf32>(x: V) -> V {
 /// (which keeps a product like x·e^x accurate when e^x alone is subnormal).
 #[inline(always)]
 fn exp_split<V: Vf32>(x: V) -> (V, V, V) {
-    const LOG2E: f32 = 1.442_695_040_888_963_4;
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
     // ln 2 split in two so n·C1 is exact for |n| ≤ 2^15.
     const C1: f32 = 0.693_359_375;
     const C2: f32 = -2.121_944_400_546_905_8e-4;
