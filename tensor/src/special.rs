@@ -9,9 +9,36 @@ pub fn erf(x: f64) -> f64 {
     if x.is_nan() {
         return f64::NAN;
     }
-    let ax = x.abs();
-    let r = if ax < 0.5 {
-        let t = x * x;
+    let r = match erf_or_erfc(x.abs()) {
+        Ok(erf) => erf,
+        Err(erfc) => 1.0 - erfc,
+    };
+    if x < 0.0 {
+        -r
+    } else {
+        r
+    }
+}
+
+/// The complementary error function 1 − erf(x), keeping its relative
+/// accuracy in the right tail where 1 − erf(x) would cancel.
+#[cfg(test)]
+pub(crate) fn erfc(x: f64) -> f64 {
+    if x.is_nan() {
+        return f64::NAN;
+    }
+    match erf_or_erfc(x.abs()) {
+        Ok(erf) if x < 0.0 => 1.0 + erf,
+        Ok(erf) => 1.0 - erf,
+        Err(erfc) if x < 0.0 => 2.0 - erfc,
+        Err(erfc) => erfc,
+    }
+}
+
+/// For `ax ≥ 0`: `Ok(erf(ax))` below 0.5, else `Err(erfc(ax))`.
+fn erf_or_erfc(ax: f64) -> Result<f64, f64> {
+    if ax < 0.5 {
+        let t = ax * ax;
         let num = ((((1.857_777_061_846_031_5e-1 * t + 3.161_123_743_870_565_6) * t
             + 1.138_641_541_510_501_6e2)
             * t
@@ -23,7 +50,7 @@ pub fn erf(x: f64) -> f64 {
             + 1.282_616_526_077_372_3e3)
             * t
             + 2.844_236_833_439_170_6e3;
-        num / den
+        Ok(num / den)
     } else if ax < 4.0 {
         let num = (((((((2.153_115_354_744_038_3e-8 * ax + 5.641_884_969_886_700_9e-1) * ax
             + 8.883_149_794_388_376)
@@ -51,8 +78,8 @@ pub fn erf(x: f64) -> f64 {
             + 3.439_367_674_143_721_6e3)
             * ax
             + 1.230_339_354_803_749_4e3;
-        1.0 - (-ax * ax).exp() * num / den
-    } else if ax < 6.0 {
+        Err((-ax * ax).exp() * num / den)
+    } else {
         let z = 1.0 / (ax * ax);
         let num = ((((1.631_538_713_730_709_6e-2 * z + 3.053_266_349_612_323_4e-1) * z
             + 3.603_448_999_498_044_4e-1)
@@ -70,14 +97,7 @@ pub fn erf(x: f64) -> f64 {
             + 2.335_204_976_268_691_8e-3;
         let frac_1_sqrt_pi = 0.564_189_583_547_756_3;
         let r = (frac_1_sqrt_pi - z * num / den) / ax;
-        1.0 - (-ax * ax).exp() * r
-    } else {
-        1.0
-    };
-    if x < 0.0 {
-        -r
-    } else {
-        r
+        Err((-ax * ax).exp() * r)
     }
 }
 

@@ -41,7 +41,7 @@ pub(crate) fn map_lanes<T: Element, U: Element>(
     };
     let mut lane_shape = other_shape;
     lane_shape.push(n);
-    let built = Tensor::build::<U>(&lane_shape, |out| {
+    let built = Tensor::build_overwrite::<U>(&lane_shape, |out| {
         if out.len() <= PAR_THRESHOLD || n == 0 {
             run(0, out);
         } else {

@@ -5,11 +5,12 @@
 #[path = "layer_norm_cuda.rs"]
 mod cuda;
 
+use crate::ops::layer_norm_f32;
 use crate::ops::norm_common::{
     channel_sums, check_eps, check_float, check_grad, param, row_stats, rows_backward, rows_forward,
     stats_tensor, tensor_from,
 };
-use crate::{Element, Error, FloatElement, FloatMath, Result, Tensor};
+use crate::{DType, Element, Error, FloatElement, FloatMath, Result, Tensor};
 
 impl Tensor {
     /// Normalizes over the trailing dims `normalized_shape`:
@@ -30,6 +31,17 @@ impl Tensor {
         let (rows, k, stat_shape) = split(OP, self, normalized_shape)?;
         check_eps(OP, eps)?;
         let x = self.contiguous();
+        if self.dtype() == DType::F32 && k > 0 {
+            let w = param::<f32>(OP, "weight", weight, self, k)?.unwrap_or_default();
+            let b = param::<f32>(OP, "bias", bias, self, k)?.unwrap_or_default();
+            let (y, mean, rstd) =
+                layer_norm_f32::forward(x.as_slice::<f32>()?, k, eps as f32, &w, &b, self.shape());
+            return Ok((
+                y,
+                stats_tensor(&mean, &stat_shape, DType::F32),
+                stats_tensor(&rstd, &stat_shape, DType::F32),
+            ));
+        }
         crate::with_float_dtype!(self.dtype(), T => {
             type M = <T as FloatElement>::Math;
             let w = param::<M>(OP, "weight", weight, self, k)?;
@@ -66,6 +78,25 @@ impl Tensor {
         let (rows, k, _) = split(OP, x, normalized_shape)?;
         check_grad(OP, dy, x)?;
         let (x, dy) = (x.contiguous(), dy.contiguous());
+        if x.dtype() == DType::F32 && k > 0 {
+            let w = param::<f32>(OP, "weight", weight, &x, k)?.unwrap_or_default();
+            let mean = param::<f32>(OP, "mean", Some(mean), &x, rows)?.unwrap_or_default();
+            let rstd = param::<f32>(OP, "rstd", Some(rstd), &x, rows)?.unwrap_or_default();
+            let (dx, dw, db) = layer_norm_f32::backward(
+                dy.as_slice::<f32>()?,
+                x.as_slice::<f32>()?,
+                k,
+                &mean,
+                &rstd,
+                &w,
+                x.shape(),
+            );
+            return Ok((
+                dx,
+                tensor_from(&dw, normalized_shape),
+                tensor_from(&db, normalized_shape),
+            ));
+        }
         crate::with_float_dtype!(x.dtype(), T => {
             type M = <T as FloatElement>::Math;
             let w = param::<M>(OP, "weight", weight, &x, k)?;

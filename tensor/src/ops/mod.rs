@@ -20,11 +20,15 @@ pub mod binary;
 pub mod compare;
 pub mod conv;
 pub mod creation;
+pub mod cross_entropy;
 pub mod cumsum;
+#[cfg(test)]
+mod fused_tests;
 pub mod group_norm;
 pub mod interpolate;
 pub(crate) mod lanes;
 pub mod layer_norm;
+mod layer_norm_f32;
 pub mod matmul;
 pub(crate) mod norm_common;
 #[cfg(test)]
@@ -34,6 +38,7 @@ pub mod pool;
 pub mod random;
 pub mod reduce;
 pub mod softmax;
+pub mod softmax_backward;
 pub mod unary;
 
 pub mod index;

@@ -148,7 +148,7 @@ pub(crate) fn stats_tensor<M: FloatMath>(v: &[M], shape: &[usize], dtype: DType)
 
 /// A contiguous tensor of `shape` and `T`'s dtype holding `v`.
 pub(crate) fn tensor_from<T: crate::Element>(v: &[T], shape: &[usize]) -> Tensor {
-    Tensor::build::<T>(shape, |o| o.copy_from_slice(v))
+    Tensor::build_overwrite::<T>(shape, |o| o.copy_from_slice(v))
 }
 
 /// The values of an optional parameter (weight, bias, saved statistic) as

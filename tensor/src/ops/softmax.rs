@@ -6,7 +6,8 @@
 mod cuda;
 
 use crate::ops::lanes::map_lanes;
-use crate::{dim_index, Error, FloatElement, FloatMath, Result, Tensor};
+use crate::simd::{kernels, Level};
+use crate::{dim_index, DType, Error, FloatElement, FloatMath, Result, Tensor};
 
 impl Tensor {
     /// exp(x) / Σ exp(x) along `dim`, computed stably in f32 (f64 for f64)
@@ -30,9 +31,30 @@ impl Tensor {
             return self.reshape(&[1])?.softmax_impl(op, 0, log)?.reshape(&[]);
         }
         let d = dim_index(op, dim, self.ndim())?;
+        if self.dtype() == DType::F32 {
+            let level = Level::best();
+            return Ok(map_lanes::<f32, f32>(self, d, |src, off, stride, out| {
+                with_lane(src, off, stride, out.len(), |x| {
+                    kernels::softmax(level, x, out, log)
+                })
+            }));
+        }
         crate::with_float_dtype!(self.dtype(), T => {
             Ok(map_lanes::<T, T>(self, d, |src, off, stride, out| softmax_lane(src, off, stride, out, log)))
         }, else Err(Error::dtype(op, format!("expects a float tensor, got {}", self.dtype()))))
+    }
+}
+
+/// Calls `f` with the lane `src[off + i·stride]`, `i < n`, as a contiguous
+/// slice: borrowed when the stride is 1, else gathered into a buffer.
+fn with_lane<R>(src: &[f32], off: usize, stride: isize, n: usize, f: impl FnOnce(&[f32]) -> R) -> R {
+    if stride == 1 {
+        f(&src[off..off + n])
+    } else {
+        let lane: Vec<f32> = (0..n)
+            .map(|i| src[(off as isize + i as isize * stride) as usize])
+            .collect();
+        f(&lane)
     }
 }
 

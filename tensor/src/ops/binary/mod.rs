@@ -25,6 +25,7 @@ pub(crate) mod cpu;
 mod cuda;
 
 use crate::ops::unary::cpu::unsupported;
+use crate::simd::kernels::BinaryOp;
 use crate::{DType, Result, Tensor};
 use cpu::{scalar_op, zip_same, IntPow};
 
@@ -34,6 +35,9 @@ impl Tensor {
     pub fn add(&self, other: &Tensor) -> Result<Tensor> {
         on_cuda!(self.is_cuda() || other.is_cuda() => cuda::binary(self, other, "add", cuda::BinaryOp::Add));
         let (a, b) = promoted(self, other, None);
+        if a.dtype() == DType::F32 {
+            return crate::map_simd::binary_f32(&a, &b, "add", BinaryOp::Add);
+        }
         zip_same!(&a, &b, "add", float |x, y: M| x + y, int |x, y| x.wrapping_add(y), bool Some(|x, y| x | y))
     }
 
@@ -42,6 +46,9 @@ impl Tensor {
     pub fn sub(&self, other: &Tensor) -> Result<Tensor> {
         on_cuda!(self.is_cuda() || other.is_cuda() => cuda::binary(self, other, "sub", cuda::BinaryOp::Sub));
         let (a, b) = promoted(self, other, None);
+        if a.dtype() == DType::F32 {
+            return crate::map_simd::binary_f32(&a, &b, "sub", BinaryOp::Sub);
+        }
         zip_same!(&a, &b, "sub", float |x, y: M| x - y, int |x, y| x.wrapping_sub(y), bool None)
     }
 
@@ -50,6 +57,9 @@ impl Tensor {
     pub fn mul(&self, other: &Tensor) -> Result<Tensor> {
         on_cuda!(self.is_cuda() || other.is_cuda() => cuda::binary(self, other, "mul", cuda::BinaryOp::Mul));
         let (a, b) = promoted(self, other, None);
+        if a.dtype() == DType::F32 {
+            return crate::map_simd::binary_f32(&a, &b, "mul", BinaryOp::Mul);
+        }
         zip_same!(&a, &b, "mul", float |x, y: M| x * y, int |x, y| x.wrapping_mul(y), bool Some(|x, y| x & y))
     }
 
@@ -59,6 +69,9 @@ impl Tensor {
     pub fn div(&self, other: &Tensor) -> Result<Tensor> {
         on_cuda!(self.is_cuda() || other.is_cuda() => cuda::binary(self, other, "div", cuda::BinaryOp::Div));
         let (a, b) = promoted(self, other, Some(DType::F32));
+        if a.dtype() == DType::F32 {
+            return crate::map_simd::binary_f32(&a, &b, "div", BinaryOp::Div);
+        }
         crate::with_float_dtype!(a.dtype(), T => cpu::float_zip::<T>(&a, &b, "div", |x, y| x / y),
             else Err(unsupported("div", a.dtype())))
     }
@@ -94,36 +107,54 @@ impl Tensor {
     /// `self + s` (see the module docs for the result dtype).
     pub fn add_scalar(&self, s: f64) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::scalar(self, s, "add_scalar", cuda::BinaryOp::Add, false));
+        if self.dtype() == DType::F32 {
+            return Ok(crate::map_simd::scalar_f32(self, s as f32, BinaryOp::Add, false));
+        }
         scalar_op!(self, s, |x, s: M| x + s)
     }
 
     /// `self − s`.
     pub fn sub_scalar(&self, s: f64) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::scalar(self, s, "sub_scalar", cuda::BinaryOp::Sub, false));
+        if self.dtype() == DType::F32 {
+            return Ok(crate::map_simd::scalar_f32(self, s as f32, BinaryOp::Sub, false));
+        }
         scalar_op!(self, s, |x, s: M| x - s)
     }
 
     /// `s − self`.
     pub fn rsub_scalar(&self, s: f64) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::scalar(self, s, "rsub_scalar", cuda::BinaryOp::Sub, true));
+        if self.dtype() == DType::F32 {
+            return Ok(crate::map_simd::scalar_f32(self, s as f32, BinaryOp::Sub, true));
+        }
         scalar_op!(self, s, |x, s: M| s - x)
     }
 
     /// `self · s`.
     pub fn mul_scalar(&self, s: f64) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::scalar(self, s, "mul_scalar", cuda::BinaryOp::Mul, false));
+        if self.dtype() == DType::F32 {
+            return Ok(crate::map_simd::scalar_f32(self, s as f32, BinaryOp::Mul, false));
+        }
         scalar_op!(self, s, |x, s: M| x * s)
     }
 
     /// `self / s`.
     pub fn div_scalar(&self, s: f64) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::scalar(self, s, "div_scalar", cuda::BinaryOp::Div, false));
+        if self.dtype() == DType::F32 {
+            return Ok(crate::map_simd::scalar_f32(self, s as f32, BinaryOp::Div, false));
+        }
         scalar_op!(self, s, |x, s: M| x / s)
     }
 
     /// `s / self`.
     pub fn rdiv_scalar(&self, s: f64) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::scalar(self, s, "rdiv_scalar", cuda::BinaryOp::Div, true));
+        if self.dtype() == DType::F32 {
+            return Ok(crate::map_simd::scalar_f32(self, s as f32, BinaryOp::Div, true));
+        }
         scalar_op!(self, s, |x, s: M| s / x)
     }
 

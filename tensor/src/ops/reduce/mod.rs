@@ -10,11 +10,13 @@
 pub(crate) mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
+mod simd;
 #[cfg(test)]
 mod tests;
 
 use cpu::{reduce, AbsExtreme, Extreme, FloatProd, FloatSum, IntFold, LogSumExp, Moments, Plan, Truth};
 
+use crate::simd::Level;
 use crate::{DType, Element, Error, FloatElement, FloatMath, Result, Tensor};
 
 impl Tensor {
@@ -24,6 +26,9 @@ impl Tensor {
     pub fn sum(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::sum(self, dims, keepdim));
         let plan = Plan::new("sum", self.layout(), dims, keepdim)?;
+        if self.dtype() == DType::F32 {
+            return Ok(self.sum_f32(&plan, 1.0));
+        }
         Ok(crate::with_float_dtype!(self.dtype(), T => {
             self.float_reduce::<T, _>(&plan, &FloatSum(|x| x), |s, _| s)
         }, else self.int_reduce(&plan, false)))
@@ -34,6 +39,9 @@ impl Tensor {
     pub fn mean(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::mean(self, dims, keepdim));
         let plan = Plan::new("mean", self.layout(), dims, keepdim)?;
+        if self.dtype() == DType::F32 {
+            return Ok(self.sum_f32(&plan, plan.n_red as f32));
+        }
         crate::with_float_dtype!(self.dtype(), T => {
             let n = <T as FloatElement>::Math::of(plan.n_red as f64);
             Ok(self.float_reduce::<T, _>(&plan, &FloatSum(|x| x), |s, _| s / n))
@@ -179,6 +187,18 @@ impl Tensor {
 
 /// Helpers shared by the public reductions above.
 impl Tensor {
+    /// The f32 sum over `plan` divided by `div` (1, or n for the mean).
+    fn sum_f32(&self, plan: &Plan, div: f32) -> Tensor {
+        let accs = reduce(
+            self.storage().as_slice::<f32>(),
+            plan,
+            &simd::SumF32(Level::best()),
+        );
+        Tensor::build_overwrite::<f32>(&plan.out_shape, |o| {
+            o.iter_mut().zip(accs).for_each(|(o, a)| *o = a / div)
+        })
+    }
+
     /// Runs a float reducer and converts each final state with `finish(acc,
     /// output index)`, returning a tensor in the input dtype.
     fn float_reduce<T: FloatElement, R: cpu::Reducer<T>>(
@@ -221,6 +241,14 @@ impl Tensor {
         let plan = Plan::new(op, self.layout(), dims, keepdim)?;
         if plan.n_red == 0 {
             return Err(empty_error(op, self.shape(), dims));
+        }
+        if self.dtype() == DType::F32 && !indices {
+            let r = simd::ExtremeF32 {
+                level: Level::best(),
+                max,
+            };
+            let vals = reduce(self.storage().as_slice::<f32>(), &plan, &r);
+            return Ok((from_vec_shaped(vals, &plan.out_shape), None));
         }
         Ok(crate::with_dtype!(self.dtype(), T => {
             let accs = reduce(self.storage().as_slice::<T>(), &plan, &Extreme { max });
@@ -285,7 +313,7 @@ pub(crate) fn moments(x: &Tensor, op: &'static str, dims: &[isize]) -> Result<Ve
 
 /// A contiguous tensor of `shape` from a vector the engine sized to match.
 fn from_vec_shaped<T: Element>(v: Vec<T>, shape: &[usize]) -> Tensor {
-    Tensor::build::<T>(shape, |out| out.copy_from_slice(&v))
+    Tensor::build_overwrite::<T>(shape, |out| out.copy_from_slice(&v))
 }
 
 fn float_only(op: &'static str, dtype: DType) -> Error {

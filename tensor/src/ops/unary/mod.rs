@@ -11,6 +11,7 @@ pub(crate) mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
 
+use crate::simd::kernels::UnaryOp;
 use crate::{DType, Error, FloatMath, Result, Tensor};
 use cpu::{float_unary, keep_dtype_unary};
 
@@ -66,6 +67,9 @@ impl Tensor {
     /// max(x, 0) in the input dtype; NaN stays NaN. Errors for bool.
     pub fn relu(&self) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::unary(self, "relu", cuda::UnaryOp::Relu));
+        if let Some(t) = simd_f32(self, UnaryOp::Relu) {
+            return Ok(t);
+        }
         keep_dtype_unary!(self, "relu", float |x: M| if x < 0.0 { 0.0 } else { x }, int |x| x.relu_int(), bool None)
     }
 
@@ -131,6 +135,9 @@ impl Tensor {
     /// e^x (float result; integers and bool compute in f32).
     pub fn exp(&self) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::unary(self, "exp", cuda::UnaryOp::Exp));
+        if let Some(t) = simd_f32(self, UnaryOp::Exp) {
+            return Ok(t);
+        }
         float_unary!(self, |x: M| x.exp())
     }
 
@@ -185,6 +192,9 @@ impl Tensor {
     /// tanh x (float result).
     pub fn tanh(&self) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::unary(self, "tanh", cuda::UnaryOp::Tanh));
+        if let Some(t) = simd_f32(self, UnaryOp::Tanh) {
+            return Ok(t);
+        }
         float_unary!(self, |x: M| x.tanh())
     }
 
@@ -192,12 +202,22 @@ impl Tensor {
     /// any x (float result).
     pub fn sigmoid(&self) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::unary(self, "sigmoid", cuda::UnaryOp::Sigmoid));
+        if let Some(t) = simd_f32(self, UnaryOp::Sigmoid) {
+            return Ok(t);
+        }
         float_unary!(self, |x: M| cpu::sigmoid(x))
     }
 
     /// GELU in the exact (erf) or tanh-approximated form (float result).
     pub fn gelu(&self, approx: GeluApprox) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::unary(self, "gelu", match approx { GeluApprox::None => cuda::UnaryOp::GeluErf, GeluApprox::Tanh => cuda::UnaryOp::GeluTanh }));
+        let op = match approx {
+            GeluApprox::None => UnaryOp::GeluErf,
+            GeluApprox::Tanh => UnaryOp::GeluTanh,
+        };
+        if let Some(t) = simd_f32(self, op) {
+            return Ok(t);
+        }
         match approx {
             GeluApprox::None => float_unary!(self, |x: M| cpu::gelu_erf(x)),
             GeluApprox::Tanh => float_unary!(self, |x: M| cpu::gelu_tanh(x)),
@@ -207,6 +227,9 @@ impl Tensor {
     /// SiLU (swish): x · sigmoid(x) (float result).
     pub fn silu(&self) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::unary(self, "silu", cuda::UnaryOp::Silu));
+        if let Some(t) = simd_f32(self, UnaryOp::Silu) {
+            return Ok(t);
+        }
         float_unary!(self, |x: M| x * cpu::sigmoid(x))
     }
 
@@ -215,6 +238,11 @@ impl Tensor {
         on_cuda!(self.is_cuda() => cuda::unsupported(self, "erf"));
         float_unary!(self, |x: M| FloatMath::erf(x))
     }
+}
+
+/// `op` through the SIMD engine when `t` is f32 (None otherwise).
+fn simd_f32(t: &Tensor, op: UnaryOp) -> Option<Tensor> {
+    (t.dtype() == DType::F32).then(|| crate::map_simd::unary_f32(t, op))
 }
 
 /// The same error reported under `op` (for ops built from other ops).

@@ -1,0 +1,193 @@
+//! f32 row kernels of the fused layer-norm and cross-entropy passes, at
+//! every SIMD level (see [`super::kernels`] for the conventions).
+
+use super::vector::Vf32;
+use super::{math, simd_fn, ACC_LANES};
+
+#[inline(always)]
+fn layer_norm_row_g<V: Vf32>(x: &[f32], mean: f32, rstd: f32, w: &[f32], b: &[f32], y: &mut [f32]) {
+    let n = x.len();
+    assert!(y.len() == n && (w.is_empty() || w.len() == n) && (b.is_empty() || b.len() == n));
+    let (mv, rv) = (V::splat(mean), V::splat(rstd));
+    let one = |i: usize| {
+        let h = (x[i] - mean) * rstd;
+        let h = if w.is_empty() { h } else { h * w[i] };
+        if b.is_empty() {
+            h
+        } else {
+            h + b[i]
+        }
+    };
+    let full = n - n % V::N;
+    let mut i = 0;
+    // SAFETY (loads and stores): i + N ≤ n for every slice used.
+    while i < full {
+        unsafe {
+            let h = V::load(x.as_ptr().add(i)).sub(mv).mul(rv);
+            let h = if w.is_empty() {
+                h
+            } else {
+                h.mul(V::load(w.as_ptr().add(i)))
+            };
+            let h = if b.is_empty() {
+                h
+            } else {
+                h.add(V::load(b.as_ptr().add(i)))
+            };
+            h.store(y.as_mut_ptr().add(i));
+        }
+        i += V::N;
+    }
+    for (k, o) in y.iter_mut().enumerate().skip(full) {
+        *o = one(k);
+    }
+}
+
+simd_fn!(
+    /// One row of layer norm: y = (x − mean)·rstd·w + b, where an empty `w`
+    /// or `b` means 1 or 0.
+    pub(crate) fn layer_norm_row(x: &[f32], mean: f32, rstd: f32, w: &[f32], b: &[f32], y: &mut [f32]) => layer_norm_row_g
+);
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn layer_norm_backward_row_g<V: Vf32>(
+    x: &[f32],
+    dy: &[f32],
+    w: &[f32],
+    mean: f32,
+    rstd: f32,
+    dx: &mut [f32],
+    dw: &mut [f32],
+    db: &mut [f32],
+) {
+    let n = x.len();
+    assert!(
+        dy.len() == n && dx.len() == n && dw.len() == n && db.len() == n && (w.is_empty() || w.len() == n)
+    );
+    const MAX_VECS: usize = ACC_LANES / 8;
+    let k = ACC_LANES / V::N;
+    let (mv, rv) = (V::splat(mean), V::splat(rstd));
+    // SAFETY (every load and store below): offsets stay below n.
+    let g_at = |o: usize| unsafe {
+        let g = V::load(dy.as_ptr().add(o));
+        if w.is_empty() {
+            g
+        } else {
+            g.mul(V::load(w.as_ptr().add(o)))
+        }
+    };
+    let xhat_at = |o: usize| unsafe { V::load(x.as_ptr().add(o)).sub(mv).mul(rv) };
+    // Pass 1: Σ g and Σ g·x̂ in the fixed lane structure.
+    let (mut sg, mut sgx) = ([V::splat(0.0); MAX_VECS], [V::splat(0.0); MAX_VECS]);
+    let full = n - n % ACC_LANES;
+    let mut i = 0;
+    while i < full {
+        for j in 0..k {
+            let o = i + j * V::N;
+            let g = g_at(o);
+            sg[j] = sg[j].add(g);
+            sgx[j] = g.fma(xhat_at(o), sgx[j]);
+        }
+        i += ACC_LANES;
+    }
+    let (mut pg, mut pgx) = ([0.0f32; ACC_LANES], [0.0f32; ACC_LANES]);
+    for j in 0..k {
+        unsafe {
+            sg[j].store(pg.as_mut_ptr().add(j * V::N));
+            sgx[j].store(pgx.as_mut_ptr().add(j * V::N));
+        }
+    }
+    let g1 = |o: usize| dy[o] * if w.is_empty() { 1.0 } else { w[o] };
+    let xh1 = |o: usize| (x[o] - mean) * rstd;
+    for o in full..n {
+        pg[o - full] += g1(o);
+        pgx[o - full] = g1(o).mul_add(xh1(o), pgx[o - full]);
+    }
+    let inv_n = 1.0 / n as f32;
+    let (a, b) = (tree(pg) * inv_n, tree(pgx) * inv_n);
+    // Pass 2: dx = rstd·(g − a − x̂·b), dw += dy·x̂, db += dy.
+    let (av, bv) = (V::splat(a), V::splat(b));
+    let full = n - n % V::N;
+    let mut o = 0;
+    while o < full {
+        unsafe {
+            let xh = xhat_at(o);
+            let d = V::load(dy.as_ptr().add(o));
+            g_at(o)
+                .sub(av)
+                .sub(xh.mul(bv))
+                .mul(rv)
+                .store(dx.as_mut_ptr().add(o));
+            d.fma(xh, V::load(dw.as_ptr().add(o)))
+                .store(dw.as_mut_ptr().add(o));
+            V::load(db.as_ptr().add(o)).add(d).store(db.as_mut_ptr().add(o));
+        }
+        o += V::N;
+    }
+    for o in full..n {
+        let xh = xh1(o);
+        dx[o] = (g1(o) - a - xh * b) * rstd;
+        dw[o] = dy[o].mul_add(xh, dw[o]);
+        db[o] += dy[o];
+    }
+}
+
+fn tree(mut p: [f32; ACC_LANES]) -> f32 {
+    let mut h = ACC_LANES / 2;
+    while h > 0 {
+        for i in 0..h {
+            p[i] += p[i + h];
+        }
+        h /= 2;
+    }
+    p[0]
+}
+
+simd_fn!(
+    /// One row of the layer-norm backward: writes dx and adds the row's
+    /// dy·x̂ and dy into `dw` and `db`. An empty `w` means 1.
+    pub(crate) fn layer_norm_backward_row(
+        x: &[f32],
+        dy: &[f32],
+        w: &[f32],
+        mean: f32,
+        rstd: f32,
+        dx: &mut [f32],
+        dw: &mut [f32],
+        db: &mut [f32],
+    ) => layer_norm_backward_row_g
+);
+
+#[inline(always)]
+fn cross_entropy_backward_row_g<V: Vf32>(x: &[f32], lse: f32, scale: f32, smooth: f32, dx: &mut [f32]) {
+    assert_eq!(x.len(), dx.len(), "kernel slices differ in length");
+    let (l, s, c) = (V::splat(lse), V::splat(scale), V::splat(smooth));
+    let n = x.len();
+    let full = n - n % V::N;
+    let mut i = 0;
+    while i < full {
+        // SAFETY: i + N ≤ n for both slices.
+        unsafe {
+            let p = math::exp(V::load(x.as_ptr().add(i)).sub(l));
+            p.sub(c).mul(s).store(dx.as_mut_ptr().add(i));
+        }
+        i += V::N;
+    }
+    if i < n {
+        let mut buf = [0.0f32; 16];
+        buf[..n - i].copy_from_slice(&x[i..]);
+        // SAFETY: the buffer holds 16 ≥ N lanes.
+        unsafe {
+            let p = math::exp(V::load(buf.as_ptr()).sub(l));
+            p.sub(c).mul(s).store(buf.as_mut_ptr());
+        }
+        dx[i..].copy_from_slice(&buf[..n - i]);
+    }
+}
+
+simd_fn!(
+    /// One row of the cross-entropy backward before the target's own term:
+    /// dx = scale·(exp(x − lse) − smooth).
+    pub(crate) fn cross_entropy_backward_row(x: &[f32], lse: f32, scale: f32, smooth: f32, dx: &mut [f32]) => cross_entropy_backward_row_g
+);
