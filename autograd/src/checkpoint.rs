@@ -8,7 +8,7 @@ use tessera_tensor::{rng, Error, Result, Tensor};
 use crate::engine::run;
 use crate::mode::{collect_edges, enable_grad, is_grad_enabled, no_grad};
 use crate::node::{id_watermark, Edge};
-use crate::record::record_multi;
+use crate::ops::{record_op_multi, registry};
 use crate::Var;
 
 /// Runs `f(inputs)` without recording its intermediate values, and records
@@ -51,9 +51,9 @@ where
     let saved: Vec<Tensor> = inputs.iter().map(|v| v.tensor().clone()).collect();
     let refs: Vec<&Var> = node_inputs.iter().collect();
 
-    Ok(record_multi("checkpoint", outputs, &refs, move |grads, needs| {
+    record_op_multi(registry::CHECKPOINT, outputs, &refs, move |grads, needs| {
         recompute_backward(&*f, &saved, &captured, rng_state, grads, &needs[..n_explicit])
-    }))
+    })
 }
 
 /// Checkpoints a chain of blocks: every `every`-th group of `every` blocks

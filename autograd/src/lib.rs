@@ -22,6 +22,7 @@ mod gradcheck;
 mod mode;
 mod node;
 mod param;
+pub mod ops;
 mod record;
 mod var;
 
@@ -31,6 +32,8 @@ pub use gradcheck::{gradcheck, op_names, GradcheckOptions, GradcheckReport};
 pub use mode::{enable_grad, is_grad_enabled, no_grad, GradModeGuard};
 pub use node::{BackwardFn, Hook};
 pub use param::Parameter;
+pub use ops::registry::DIFFERENTIABLE_OPS;
+pub use ops::sum_to;
 pub use record::{record, record_multi};
 pub use var::{Var, VarId};
 
