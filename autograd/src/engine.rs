@@ -188,8 +188,8 @@ pub(crate) fn run(seeds: Vec<(Edge, Tensor)>, boundary: u64) -> Result<Outcome> 
         let NodeKind::Op {
             name,
             inputs,
+            outputs,
             backward,
-            ..
         } = &node.kind
         else {
             unreachable!("only op nodes are queued")
@@ -198,7 +198,10 @@ pub(crate) fn run(seeds: Vec<(Edge, Tensor)>, boundary: u64) -> Result<Outcome> 
             let f = backward.lock().expect("backward lock").take().ok_or_else(|| {
                 Error::arg(
                     "backward",
-                    format!("the graph through `{name}` was already used by a backward pass and its saved tensors freed"),
+                    format!(
+                        "the graph through `{name}` (output shapes {:?}) was already used by a backward pass and its saved tensors freed",
+                        outputs.iter().map(|m| &m.shape).collect::<Vec<_>>()
+                    ),
                 )
             })?;
             let needs: Vec<bool> = inputs.iter().map(Option::is_some).collect();

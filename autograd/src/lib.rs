@@ -33,7 +33,7 @@ pub use mode::{enable_grad, is_grad_enabled, no_grad, GradModeGuard};
 pub use node::{BackwardFn, Hook};
 pub use param::Parameter;
 pub use ops::registry::DIFFERENTIABLE_OPS;
-pub use ops::sum_to;
+pub use ops::{sum_to, BatchNormVar};
 pub use record::{record, record_multi};
 pub use var::{Var, VarId};
 

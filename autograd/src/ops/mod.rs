@@ -38,9 +38,14 @@ macro_rules! grad_zip {
 }
 
 mod binary;
+mod norm;
+mod operators;
+mod reduce;
 pub mod registry;
 mod unary;
 mod view;
+
+pub use norm::BatchNormVar;
 
 use tessera_tensor::strided::Coalesced;
 use tessera_tensor::{dim_indices, with_dtype, Error, Layout, Result, Tensor};

@@ -28,7 +28,7 @@ pub struct Case {
 }
 
 /// Proptest cases per op in the per-case tests (the coverage test runs 1).
-pub const CASES_PER_OP: u32 = 16;
+pub const CASES_PER_OP: u32 = 32;
 
 /// Defines `pub const CASES` and one test per case. Each entry is
 /// `name: ["op", ...] => check_fn;` with `check_fn: fn(u32) -> Checked` in

@@ -8,7 +8,11 @@
 
 #[macro_use]
 mod common;
+mod binary;
+mod checkpoint;
 mod nn;
+mod norm;
+mod reduce;
 mod unary;
 mod view;
 
@@ -19,10 +23,18 @@ use tessera_autograd::DIFFERENTIABLE_OPS;
 
 /// Every case of every module.
 fn all_cases() -> Vec<&'static Case> {
-    [unary::CASES, view::CASES, nn::CASES]
-        .into_iter()
-        .flatten()
-        .collect()
+    [
+        unary::CASES,
+        binary::CASES,
+        reduce::CASES,
+        view::CASES,
+        norm::CASES,
+        checkpoint::CASES,
+        nn::CASES,
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 /// Every registered op is covered by a case whose checked graphs actually

@@ -1,0 +1,161 @@
+//! Normalization layers on [`Var`]: layer_norm, batch_norm, group_norm,
+//! each the tensor crate's fused forward with its backward primitive. The
+//! node saves the input, the statistics the forward returned and the
+//! weight; weight and bias are optional inputs.
+
+use tessera_tensor::{Result, Tensor};
+
+use super::registry::{self as reg, Op};
+use super::{check_same, record_op};
+use crate::Var;
+
+/// The inputs of a normalization node: x, then weight and bias when given.
+struct Params<'a> {
+    inputs: Vec<&'a Var>,
+    weight: Option<Tensor>,
+    has_weight: bool,
+    has_bias: bool,
+}
+
+impl<'a> Params<'a> {
+    fn new(op: Op, x: &'a Var, weight: Option<&'a Var>, bias: Option<&'a Var>) -> Result<Self> {
+        let mut inputs = vec![x];
+        for p in [weight, bias].into_iter().flatten() {
+            check_same(op, x, p)?;
+            inputs.push(p);
+        }
+        Ok(Params {
+            inputs,
+            weight: weight.map(|w| w.tensor().clone()),
+            has_weight: weight.is_some(),
+            has_bias: bias.is_some(),
+        })
+    }
+
+    /// The gradients (dx, dweight, dbias) mapped onto the node's inputs,
+    /// keeping only those requested.
+    fn route(
+        has_weight: bool,
+        has_bias: bool,
+        needs: &[bool],
+        grads: (Tensor, Tensor, Tensor),
+    ) -> Vec<Option<Tensor>> {
+        let (dx, dw, db) = grads;
+        let mut out = vec![Some(dx)];
+        if has_weight {
+            out.push(Some(dw));
+        }
+        if has_bias {
+            out.push(Some(db));
+        }
+        out.into_iter()
+            .zip(needs)
+            .map(|(g, &n)| g.filter(|_| n))
+            .collect()
+    }
+}
+
+/// What [`Var::batch_norm`] returns: the output and, in training, the
+/// updated running statistics (for the caller to store).
+#[derive(Debug, Clone)]
+pub struct BatchNormVar {
+    /// The normalized output.
+    pub y: Var,
+    /// In training, the updated running mean (when one was given).
+    pub running_mean: Option<Tensor>,
+    /// In training, the updated running variance (when one was given).
+    pub running_var: Option<Tensor>,
+}
+
+impl Var {
+    /// Layer normalization over the trailing dims `normalized_shape`, with
+    /// optional elementwise `weight` and `bias` (shaped `normalized_shape`).
+    /// Errors as [`Tensor::layer_norm`], or when weight/bias differ from
+    /// `self` in dtype or device.
+    pub fn layer_norm(
+        &self,
+        normalized_shape: &[usize],
+        weight: Option<&Var>,
+        bias: Option<&Var>,
+        eps: f64,
+    ) -> Result<Var> {
+        let p = Params::new(reg::LAYER_NORM, self, weight, bias)?;
+        let (y, mean, rstd) = self.tensor().layer_norm(
+            normalized_shape,
+            weight.map(Var::tensor),
+            bias.map(Var::tensor),
+            eps,
+        )?;
+        let x = self.tensor().clone();
+        let ns = normalized_shape.to_vec();
+        let (w, hw, hb) = (p.weight, p.has_weight, p.has_bias);
+        record_op(reg::LAYER_NORM, y, &p.inputs, move |g, needs| {
+            let grads = Tensor::layer_norm_backward(g, &x, &mean, &rstd, &ns, w.as_ref())?;
+            Ok(Params::route(hw, hb, needs, grads))
+        })
+    }
+
+    /// Batch normalization of `self` (`[N, C, *]`) per channel, in training
+    /// (batch statistics; the running stats, when given, come back updated
+    /// with `momentum`) or eval mode (the running stats are used and
+    /// required). Gradients flow to `self`, `weight` and `bias`, through the
+    /// batch statistics in training. Errors as [`Tensor::batch_norm`], or
+    /// when weight/bias differ from `self` in dtype or device.
+    #[allow(clippy::too_many_arguments)]
+    pub fn batch_norm(
+        &self,
+        running_mean: Option<&Tensor>,
+        running_var: Option<&Tensor>,
+        weight: Option<&Var>,
+        bias: Option<&Var>,
+        training: bool,
+        momentum: f64,
+        eps: f64,
+    ) -> Result<BatchNormVar> {
+        let p = Params::new(reg::BATCH_NORM, self, weight, bias)?;
+        let out = self.tensor().batch_norm(
+            running_mean,
+            running_var,
+            weight.map(Var::tensor),
+            bias.map(Var::tensor),
+            training,
+            momentum,
+            eps,
+        )?;
+        let x = self.tensor().clone();
+        let (mean, invstd) = (out.mean, out.invstd);
+        let (w, hw, hb) = (p.weight, p.has_weight, p.has_bias);
+        let y = record_op(reg::BATCH_NORM, out.y, &p.inputs, move |g, needs| {
+            let grads = Tensor::batch_norm_backward(g, &x, &mean, &invstd, w.as_ref(), training)?;
+            Ok(Params::route(hw, hb, needs, grads))
+        })?;
+        Ok(BatchNormVar {
+            y,
+            running_mean: out.running_mean,
+            running_var: out.running_var,
+        })
+    }
+
+    /// Group normalization of `self` (`[N, C, *]`) with `num_groups` groups
+    /// and optional per-channel `weight` and `bias` (`[C]`). Errors as
+    /// [`Tensor::group_norm`], or when weight/bias differ from `self` in
+    /// dtype or device.
+    pub fn group_norm(
+        &self,
+        num_groups: usize,
+        weight: Option<&Var>,
+        bias: Option<&Var>,
+        eps: f64,
+    ) -> Result<Var> {
+        let p = Params::new(reg::GROUP_NORM, self, weight, bias)?;
+        let (y, mean, rstd) =
+            self.tensor()
+                .group_norm(num_groups, weight.map(Var::tensor), bias.map(Var::tensor), eps)?;
+        let x = self.tensor().clone();
+        let (w, hw, hb) = (p.weight, p.has_weight, p.has_bias);
+        record_op(reg::GROUP_NORM, y, &p.inputs, move |g, needs| {
+            let grads = Tensor::group_norm_backward(g, &x, &mean, &rstd, num_groups, w.as_ref())?;
+            Ok(Params::route(hw, hb, needs, grads))
+        })
+    }
+}

@@ -1,0 +1,81 @@
+//! What autograd keeps alive, measured with tessera-tensor's live-byte
+//! counter. Its own test binary, so no other test allocates meanwhile.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use tessera_autograd::{Gradients, Var};
+use tessera_tensor::{live_bytes, manual_seed, DType, Result, Tensor};
+
+/// Serializes the tests of this binary: the counter is process-wide.
+static ALONE: Mutex<()> = Mutex::new(());
+
+/// A small MLP-like chain from elementwise ops and reductions:
+/// relu(x·w1 + b1) → tanh(h·w2 + b2) → mean of squares.
+fn forward(x: &Var, params: &[Var]) -> Result<Var> {
+    let h = x.mul(&params[0])?.add(&params[1])?.relu()?;
+    let h = h.sum(&[-1], true)?.mul(&params[2])?.add(&params[3])?.tanh()?;
+    h.square()?.mean(&[], false)
+}
+
+/// Bytes of the distinct storages behind the gradients.
+fn grad_bytes(grads: &Gradients) -> usize {
+    let mut seen = HashSet::new();
+    grads
+        .iter()
+        .filter(|(_, g)| seen.insert(Arc::as_ptr(g.storage())))
+        .map(|(_, g)| g.storage().as_bytes().len())
+        .sum()
+}
+
+#[test]
+fn backward_frees_everything_but_the_gradients() -> Result<()> {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    manual_seed(7);
+    let x = Var::constant(Tensor::randn(&[64, 128], DType::F32)?);
+    let params: Vec<Var> = [vec![128], vec![128], vec![64, 32], vec![32]]
+        .iter()
+        .map(|s| Tensor::randn(s, DType::F32).map(Var::leaf))
+        .collect::<Result<_>>()?;
+
+    let before = live_bytes();
+    let loss = forward(&x, &params)?;
+    let after_forward = live_bytes();
+    // The saved activations: at least the [64, 128] relu output.
+    assert!(
+        after_forward >= before + 64 * 128 * 4,
+        "{before} -> {after_forward}"
+    );
+
+    let grads = loss.backward()?;
+    drop(loss);
+    let after_backward = live_bytes();
+    assert_eq!(grads.len(), params.len());
+    assert_eq!(
+        after_backward,
+        before + grad_bytes(&grads),
+        "before {before}, after forward {after_forward}"
+    );
+
+    drop(grads);
+    assert_eq!(live_bytes(), before);
+    Ok(())
+}
+
+#[test]
+fn a_frozen_weight_gets_no_gradient_and_keeps_nothing_alive() -> Result<()> {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    manual_seed(8);
+    let x = Var::constant(Tensor::randn(&[32, 16], DType::F32)?);
+    let w = Var::leaf(Tensor::randn(&[16], DType::F32)?);
+    let frozen = Var::constant(Tensor::randn(&[16], DType::F32)?);
+    let before = live_bytes();
+    // x·frozen needs nothing saved (neither operand requires grad), so only
+    // the product with w saves its partner.
+    let loss = x.mul(&frozen)?.mul(&w)?.sum(&[], false)?;
+    let grads = loss.backward()?;
+    drop(loss);
+    assert!(grads.get(&frozen).is_none());
+    assert_eq!(live_bytes(), before + grad_bytes(&grads));
+    Ok(())
+}
