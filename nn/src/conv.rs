@@ -1,7 +1,8 @@
 //! Conv2d, including grouped and depthwise convolutions.
 
 use tessera_autograd::{Parameter, Var};
-use tessera_tensor::{Conv2dParams, DType, Error, Result, Tensor};
+use tessera_tensor::ops::conv::Conv2dParams;
+use tessera_tensor::{DType, Error, Result, Tensor};
 
 use crate::{init, module_boilerplate, Module};
 
