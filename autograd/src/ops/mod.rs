@@ -46,6 +46,15 @@ mod unary;
 mod view;
 
 pub use norm::BatchNormVar;
+// nn-level ops.
+pub mod attention;
+mod conv;
+mod dropout;
+mod index;
+mod join;
+mod linalg;
+pub mod loss;
+mod shape;
 
 use tessera_tensor::strided::Coalesced;
 use tessera_tensor::{dim_indices, with_dtype, Error, Layout, Result, Tensor};

@@ -124,6 +124,28 @@ registry! {TENSOR_OPS:
 // embedding, indexing (gather/scatter/index_select/cat/stack/split/pad),
 // dropout, losses, attention.
 registry! {NN_OPS:
+    MATMUL = "matmul",
+    LINEAR = "linear",
+    CONV2D = "conv2d",
+    MAX_POOL2D = "max_pool2d",
+    AVG_POOL2D = "avg_pool2d",
+    ADAPTIVE_AVG_POOL2D = "adaptive_avg_pool2d",
+    INTERPOLATE_BILINEAR = "interpolate_bilinear",
+    INDEX_SELECT = "index_select",
+    GATHER = "gather",
+    SCATTER_ADD = "scatter_add",
+    MASKED_FILL = "masked_fill",
+    EMBEDDING = "embedding",
+    TOPK = "topk",
+    CAT = "cat",
+    STACK = "stack",
+    SPLIT = "split",
+    CHUNK = "chunk",
+    PAD = "pad",
+    REPEAT = "repeat",
+    TRIL = "tril",
+    TRIU = "triu",
+    DROPOUT = "dropout",
 }
 
 /// The name of every differentiable op recorded in this crate.

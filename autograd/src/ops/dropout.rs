@@ -1,0 +1,56 @@
+//! Dropout on [`Var`]: zeroes elements with probability `p` and scales the
+//! rest by `1/(1-p)`, drawing the mask from this thread's default generator
+//! (so gradient checkpointing, which restores that generator, replays it).
+
+use tessera_tensor::{with_float_dtype, DType, Element, Error, Result, Tensor, TensorOptions};
+
+use super::record_op;
+use super::registry as reg;
+use crate::Var;
+
+impl Var {
+    /// Dropout with drop probability `p`: in training (`train`) each element
+    /// is kept with probability `1 − p` and scaled by `1/(1 − p)` (all zero
+    /// when `p == 1`), the mask drawn from the default generator as f32
+    /// uniforms `u` (kept where `u ≥ p`); the gradient is the output gradient
+    /// times the same scaled mask, the only tensor saved. Outside training,
+    /// or with `p == 0`, returns `self` unchanged and draws nothing.
+    ///
+    /// Errors when `p` is not in [0, 1] or the value is not floating point.
+    pub fn dropout(&self, p: f64, train: bool) -> Result<Var> {
+        let op = reg::DROPOUT.name();
+        if !(0.0..=1.0).contains(&p) {
+            return Err(Error::arg(
+                op,
+                format!("drop probability must be in [0, 1], got {p}"),
+            ));
+        }
+        let dtype = self.dtype();
+        if !dtype.is_float() {
+            return Err(Error::dtype(
+                op,
+                format!("dropout needs a floating-point value, got {dtype}"),
+            ));
+        }
+        if !train || p == 0.0 {
+            return Ok(self.clone());
+        }
+        let u = Tensor::rand(
+            self.shape(),
+            TensorOptions {
+                dtype: DType::F32,
+                device: self.device(),
+            },
+        )?;
+        let scale = if p < 1.0 { 1.0 / (1.0 - p) } else { 0.0 };
+        let threshold = p as f32;
+        let mask = with_float_dtype!(dtype, T => {
+            let keep = T::from_f64(scale);
+            u.map::<f32, T>(move |x| if x >= threshold { keep } else { T::from_f64(0.0) })
+        }, else unreachable!("checked float above"));
+        let y = self.tensor().mul(&mask)?;
+        record_op(reg::DROPOUT, y, &[self], move |g, _| {
+            Ok(vec![Some(g.mul(&mask)?)])
+        })
+    }
+}
