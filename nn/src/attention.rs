@@ -94,7 +94,10 @@ impl MultiheadAttention {
             if x.ndim() != 3 || x.shape()[2] != e {
                 return Err(Error::shape(
                     "MultiheadAttention",
-                    format!("{name} must be [batch, seq, {e}] (batch_first), got {:?}", x.shape()),
+                    format!(
+                        "{name} must be [batch, seq, {e}] (batch_first), got {:?}",
+                        x.shape()
+                    ),
                 ));
             }
         }
@@ -118,7 +121,9 @@ impl MultiheadAttention {
             self.split_heads(&x.linear(&wk, bk.as_ref())?)
         };
         let (q, k, v) = (proj(query, 0)?, proj(key, 1)?, proj(value, 2)?);
-        let mask = self.additive_mask(masks, b, l, s, query.dtype())?.map(Var::constant);
+        let mask = self
+            .additive_mask(masks, b, l, s, query.dtype())?
+            .map(Var::constant);
         let opts = AttnOptions {
             mask: mask.as_ref().map(AttnMask::Additive),
             dropout_p: if self.training { self.dropout } else { 0.0 },
@@ -126,7 +131,10 @@ impl MultiheadAttention {
             scale: None,
         };
         let o = scaled_dot_product_attention(&q, &k, &v, &opts)?;
-        let o = o.transpose(1, 2)?.contiguous()?.reshape(&[b as isize, l as isize, e as isize])?;
+        let o = o
+            .transpose(1, 2)?
+            .contiguous()?
+            .reshape(&[b as isize, l as isize, e as isize])?;
         self.out_proj.forward(&o)
     }
 
@@ -159,7 +167,10 @@ impl MultiheadAttention {
                 other => {
                     return Err(Error::shape(
                         "MultiheadAttention",
-                        format!("attn_mask must be [{l}, {s}] or [{}, {l}, {s}], got {other:?}", b * h),
+                        format!(
+                            "attn_mask must be [{l}, {s}] or [{}, {l}, {s}], got {other:?}",
+                            b * h
+                        ),
                     ))
                 }
             };

@@ -83,7 +83,12 @@ impl Conv2d {
     /// A square-kernel convolution `in_channels → out_channels` in f32 with
     /// PyTorch's default init. Errors when `groups` is 0 or does not divide
     /// both channel counts, or a stride, dilation or kernel size is 0.
-    pub fn new(in_channels: usize, out_channels: usize, kernel: usize, opts: Conv2dOptions) -> Result<Conv2d> {
+    pub fn new(
+        in_channels: usize,
+        out_channels: usize,
+        kernel: usize,
+        opts: Conv2dOptions,
+    ) -> Result<Conv2d> {
         Conv2d::with_kernel(in_channels, out_channels, [kernel, kernel], opts)
     }
 
@@ -123,11 +128,7 @@ impl Conv2d {
             dilation: opts.dilation,
             groups: g,
         };
-        Ok(Conv2d {
-            weight,
-            bias,
-            params,
-        })
+        Ok(Conv2d { weight, bias, params })
     }
 }
 

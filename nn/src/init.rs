@@ -132,11 +132,7 @@ pub fn kaiming_normal_(p: &Parameter, mode: FanMode, nonlinearity: Nonlinearity)
 /// U(±1/√fan_in) (0 bounds when `fan_in` is 0). Errors when the weight has
 /// fewer than two dimensions.
 pub fn default_layer_init(weight: &Parameter, bias: Option<&Parameter>) -> Result<()> {
-    kaiming_uniform_(
-        weight,
-        FanMode::FanIn,
-        Nonlinearity::LeakyRelu(5f64.sqrt()),
-    )?;
+    kaiming_uniform_(weight, FanMode::FanIn, Nonlinearity::LeakyRelu(5f64.sqrt()))?;
     if let Some(b) = bias {
         let (fan_in, _) = fan_in_and_fan_out(&weight.shape())?;
         let bound = if fan_in > 0 {

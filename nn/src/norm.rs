@@ -89,7 +89,11 @@ impl BatchNorm {
                 .map(Parameter::new))
         };
         let buffer = |t: Result<Tensor>| -> Result<Option<Buffer>> {
-            Ok(opts.track_running_stats.then_some(t).transpose()?.map(Buffer::new))
+            Ok(opts
+                .track_running_stats
+                .then_some(t)
+                .transpose()?
+                .map(Buffer::new))
         };
         Ok(BatchNorm {
             weight: param(1.0)?,

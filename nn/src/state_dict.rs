@@ -101,7 +101,10 @@ pub fn load_state_dict(
     if strict && !report.is_clean() {
         return Err(Error::arg(
             "load_state_dict",
-            format!("error(s) loading the state dict into {}: {report}", module.type_name()),
+            format!(
+                "error(s) loading the state dict into {}: {report}",
+                module.type_name()
+            ),
         ));
     }
     for f in apply {
