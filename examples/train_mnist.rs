@@ -30,7 +30,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    if let Err(e) = run::train(&args) {
+    if let Err(e) = run::train(&args).map(drop) {
         eprintln!("error: {e}");
         std::process::exit(1);
     }

@@ -17,7 +17,11 @@ pub const USAGE: &str = "usage: train_mnist [--epochs N] [--batch-size N] [--lr 
                 model.safetensors (runs/mnist)
   --resume      continue from OUT/checkpoint.safetensors
   --target      test accuracy (%) whose time to reach is reported
-                (98 for MNIST, 90 for Fashion-MNIST)";
+                (98 for MNIST, 90 for Fashion-MNIST)
+  --train-limit / --test-limit N
+                use only the first N images of a split (quick checks)
+  --stop-after N
+                stop after N epochs as if interrupted (tests --resume)";
 
 /// The parsed flags.
 #[derive(Debug, Clone)]
@@ -31,6 +35,9 @@ pub struct Args {
     pub out: PathBuf,
     pub resume: bool,
     pub target: Option<f64>,
+    pub train_limit: Option<usize>,
+    pub test_limit: Option<usize>,
+    pub stop_after: Option<usize>,
 }
 
 impl Args {
@@ -47,6 +54,9 @@ impl Args {
             out: PathBuf::from("runs/mnist"),
             resume: false,
             target: None,
+            train_limit: None,
+            test_limit: None,
+            stop_after: None,
         };
         let mut it = args.flat_map(|s| match s.split_once('=') {
             Some((k, v)) if s.starts_with("--") => vec![k.to_string(), v.to_string()],
@@ -71,6 +81,9 @@ impl Args {
                 "--data" => a.data = PathBuf::from(value),
                 "--out" => a.out = PathBuf::from(value),
                 "--target" => a.target = Some(value.parse().map_err(|e| bad(format!("{e}")))?),
+                "--train-limit" => a.train_limit = Some(value.parse().map_err(|e| bad(format!("{e}")))?),
+                "--test-limit" => a.test_limit = Some(value.parse().map_err(|e| bad(format!("{e}")))?),
+                "--stop-after" => a.stop_after = Some(value.parse().map_err(|e| bad(format!("{e}")))?),
                 _ => return Err(format!("unknown flag {flag}")),
             }
         }

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use tessera::autograd::{no_grad, CrossEntropyOptions, Target, Var};
 use tessera::data::formats::Mnist;
-use tessera::data::DataLoader;
+use tessera::data::{DataLoader, VecDataset};
 use tessera::nn::{models::mnist_cnn, state_dict, Module, Sequential};
 use tessera::optim::{LrScheduler, OneCycleLR, OneCycleOptions, Optimizer, Sgd, SgdOptions, StateDict};
 use tessera::tensor::{rng, DType, Tensor};
@@ -27,8 +27,18 @@ struct Split {
     labels: Tensor,
 }
 
-/// Trains as `args` says, printing progress and the time to the target.
-pub fn train(args: &Args) -> BoxResult<()> {
+/// The figures of one epoch that do not depend on timing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EpochRecord {
+    pub epoch: usize,
+    pub train_loss: f64,
+    pub train_acc: f64,
+    pub test_acc: f64,
+}
+
+/// Trains as `args` says, printing progress and the time to the target;
+/// returns the records of the epochs this call ran.
+pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
     let clock = Instant::now();
     if let Some(n) = args.threads {
         rayon::ThreadPoolBuilder::new().num_threads(n).build_global()?;
@@ -40,9 +50,11 @@ pub fn train(args: &Args) -> BoxResult<()> {
     let test_raw = Mnist::open(&args.data, false)?;
     // Normalize with the training set's own mean and std.
     let (mean, std) = pixel_stats(train_raw.pixels());
-    let train = load_split(&train_raw, mean, std)?;
-    let test = load_split(&test_raw, mean, std)?;
-    let loader = DataLoader::builder(train_raw)
+    let train = load_split(&train_raw, mean, std, args.train_limit)?;
+    let test = load_split(&test_raw, mean, std, args.test_limit)?;
+    // The loader batches and shuffles sample positions; the pixels are
+    // already in one normalized tensor.
+    let loader = DataLoader::builder(VecDataset::new(vec![(); train.labels.shape()[0]]))
         .batch_size(args.batch_size)
         .shuffle(true)
         .seed(args.seed)
@@ -96,7 +108,9 @@ pub fn train(args: &Args) -> BoxResult<()> {
         .create(true)
         .append(true)
         .open(args.out.join("metrics.jsonl"))?;
-    for epoch in start_epoch..args.epochs {
+    let mut records = Vec::new();
+    let end_epoch = args.stop_after.map_or(args.epochs, |s| s.min(args.epochs));
+    for epoch in start_epoch..end_epoch {
         model.train(true);
         let batches = loader.batch_indices(epoch as u64);
         let mut bar = Bar::new(format!("epoch {}/{}", epoch + 1, args.epochs), batches.len());
@@ -144,6 +158,16 @@ pub fn train(args: &Args) -> BoxResult<()> {
             elapsed
         )?;
         save_checkpoint(&ckpt_path, &model, &opt, &sched, epoch + 1, elapsed, reached)?;
+        records.push(EpochRecord {
+            epoch: epoch + 1,
+            train_loss: loss_sum / seen as f64,
+            train_acc: correct as f64 / seen as f64,
+            test_acc,
+        });
+    }
+    if end_epoch < args.epochs {
+        eprintln!("stopped after epoch {end_epoch} (--stop-after); continue with --resume");
+        return Ok(records);
     }
     state_dict::save(&model, args.out.join("model.safetensors"))?;
     match reached {
@@ -179,15 +203,19 @@ fn pixel_stats(pixels: &[u8]) -> (f64, f64) {
     (mean, var.sqrt().max(1e-6))
 }
 
-fn load_split(raw: &Mnist, mean: f64, std: f64) -> BoxResult<Split> {
+/// The split's first `limit` images (all without one), normalized.
+fn load_split(raw: &Mnist, mean: f64, std: f64, limit: Option<usize>) -> BoxResult<Split> {
+    let n = raw.labels().len();
+    let n = limit.map_or(n, |l| l.min(n));
     let images = raw
         .images_tensor()?
+        .narrow(0, 0, n)?
         .to_dtype(DType::F32)
         .mul_scalar(1.0 / (255.0 * std))?
         .add_scalar(-mean / std)?;
     Ok(Split {
         images,
-        labels: raw.labels_tensor()?,
+        labels: raw.labels_tensor()?.narrow(0, 0, n)?,
     })
 }
 

@@ -48,7 +48,7 @@ impl MultiheadAttention {
     /// `num_heads` is 0 or does not divide `embed_dim`, or `dropout` is
     /// outside [0, 1].
     pub fn new(embed_dim: usize, num_heads: usize, dropout: f64, bias: bool) -> Result<Self> {
-        if num_heads == 0 || embed_dim % num_heads != 0 {
+        if num_heads == 0 || !embed_dim.is_multiple_of(num_heads) {
             return Err(Error::arg(
                 "MultiheadAttention::new",
                 format!("embed_dim {embed_dim} must be divisible by num_heads {num_heads} (> 0)"),

@@ -20,7 +20,7 @@ impl Sequential {
     }
 
     /// The same sequence with `m` appended.
-    pub fn add(mut self, m: impl Module + 'static) -> Sequential {
+    pub fn with(mut self, m: impl Module + 'static) -> Sequential {
         self.layers.push(Box::new(m));
         self
     }

@@ -100,7 +100,7 @@ impl Conv2d {
         opts: Conv2dOptions,
     ) -> Result<Conv2d> {
         let g = opts.groups;
-        if g == 0 || in_channels % g != 0 || out_channels % g != 0 {
+        if g == 0 || !in_channels.is_multiple_of(g) || !out_channels.is_multiple_of(g) {
             return Err(Error::arg(
                 "Conv2d::new",
                 format!("groups {g} must be positive and divide in_channels {in_channels} and out_channels {out_channels}"),

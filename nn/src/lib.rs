@@ -21,9 +21,9 @@
 //! ```
 //! use tessera_nn::{Linear, Module, ReLU, Sequential};
 //! let net = Sequential::new()
-//!     .add(Linear::new(4, 8, true)?)
-//!     .add(ReLU)
-//!     .add(Linear::new(8, 2, true)?);
+//!     .with(Linear::new(4, 8, true)?)
+//!     .with(ReLU)
+//!     .with(Linear::new(8, 2, true)?);
 //! let names: Vec<String> = net.named_parameters().into_iter().map(|(n, _)| n).collect();
 //! assert_eq!(names, ["0.weight", "0.bias", "2.weight", "2.bias"]);
 //! assert_eq!(net.num_parameters(), 4 * 8 + 8 + 8 * 2 + 2);

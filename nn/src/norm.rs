@@ -270,7 +270,7 @@ impl GroupNorm {
     /// `GroupNorm(num_groups, num_channels, eps, affine)` in f32. Errors
     /// when `num_groups` is 0 or does not divide `num_channels`.
     pub fn new(num_groups: usize, num_channels: usize, eps: f64, affine: bool) -> Result<GroupNorm> {
-        if num_groups == 0 || num_channels % num_groups != 0 {
+        if num_groups == 0 || !num_channels.is_multiple_of(num_groups) {
             return Err(Error::arg(
                 "GroupNorm::new",
                 format!("num_channels {num_channels} must be divisible by num_groups {num_groups} (> 0)"),

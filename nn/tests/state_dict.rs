@@ -9,17 +9,17 @@ use tessera_tensor::{DType, Tensor};
 
 fn bn_net() -> Sequential {
     Sequential::new()
-        .add(Conv2d::new(3, 4, 3, Conv2dOptions::default().bias(false)).unwrap())
-        .add(BatchNorm::new_2d(4, BatchNormOptions::default()).unwrap())
-        .add(Dropout::new(0.5).unwrap())
+        .with(Conv2d::new(3, 4, 3, Conv2dOptions::default().bias(false)).unwrap())
+        .with(BatchNorm::new_2d(4, BatchNormOptions::default()).unwrap())
+        .with(Dropout::new(0.5).unwrap())
 }
 
 #[test]
 fn names_counts_and_modes() {
     let mut outer = Sequential::new()
-        .add(bn_net())
-        .add(Flatten::default())
-        .add(Linear::new(4, 2, false).unwrap());
+        .with(bn_net())
+        .with(Flatten::default())
+        .with(Linear::new(4, 2, false).unwrap());
     let names: Vec<String> = outer.named_parameters().into_iter().map(|(n, _)| n).collect();
     assert_eq!(names, ["0.0.weight", "0.1.weight", "0.1.bias", "2.weight"]);
     assert_eq!(outer.num_parameters(), 4 * 3 * 9 + 4 + 4 + 8);
@@ -36,7 +36,7 @@ fn names_counts_and_modes() {
 fn shared_parameters_are_listed_once_but_saved_under_each_name() {
     let a = Linear::new(3, 3, true).unwrap();
     let b = a.clone();
-    let net = Sequential::new().add(a).add(b);
+    let net = Sequential::new().with(a).with(b);
     assert_eq!(net.parameters().len(), 2);
     assert_eq!(net.state_dict().len(), 4);
 }

@@ -57,21 +57,21 @@ fn mnist_cnn_loads_strictly_and_matches_torch() {
 fn zoo() -> Sequential {
     let c = Conv2dOptions::default();
     Sequential::new()
-        .add(Conv2d::new(4, 8, 3, c.padding(1).bias(false)).unwrap())
-        .add(BatchNorm::new_2d(8, BatchNormOptions::default()).unwrap())
-        .add(ReLU)
-        .add(Conv2d::new(8, 8, 3, c.padding(1).groups(8)).unwrap())
-        .add(GroupNorm::new(2, 8, 1e-5, true).unwrap())
-        .add(GELU {
+        .with(Conv2d::new(4, 8, 3, c.padding(1).bias(false)).unwrap())
+        .with(BatchNorm::new_2d(8, BatchNormOptions::default()).unwrap())
+        .with(ReLU)
+        .with(Conv2d::new(8, 8, 3, c.padding(1).groups(8)).unwrap())
+        .with(GroupNorm::new(2, 8, 1e-5, true).unwrap())
+        .with(GELU {
             approximate: GeluApprox::None,
         })
-        .add(Conv2d::new(8, 6, 1, c.groups(2)).unwrap())
-        .add(AvgPool2d::new(2))
-        .add(AdaptiveAvgPool2d::new([2, 2]))
-        .add(Flatten::default())
-        .add(LayerNorm::new(&[24], 1e-5, true, true).unwrap())
-        .add(Linear::new(24, 5, true).unwrap())
-        .add(
+        .with(Conv2d::new(8, 6, 1, c.groups(2)).unwrap())
+        .with(AvgPool2d::new(2))
+        .with(AdaptiveAvgPool2d::new([2, 2]))
+        .with(Flatten::default())
+        .with(LayerNorm::new(&[24], 1e-5, true, true).unwrap())
+        .with(Linear::new(24, 5, true).unwrap())
+        .with(
             BatchNorm::new_1d(
                 5,
                 BatchNormOptions {
@@ -81,9 +81,9 @@ fn zoo() -> Sequential {
             )
             .unwrap(),
         )
-        .add(SiLU)
-        .add(Tanh)
-        .add(Sigmoid)
+        .with(SiLU)
+        .with(Tanh)
+        .with(Sigmoid)
 }
 
 #[test]

@@ -9,13 +9,13 @@ use crate::{Conv2d, Conv2dOptions, Flatten, Linear, MaxPool2d, ReLU, Sequential}
 /// hidden widths. State-dict names are `1.weight`, `1.bias`, `3.weight`, …
 /// as for the same `torch.nn.Sequential`. Errors only if allocation fails.
 pub fn mnist_mlp(hidden: &[usize]) -> Result<Sequential> {
-    let mut net = Sequential::new().add(Flatten::default());
+    let mut net = Sequential::new().with(Flatten::default());
     let mut width = 28 * 28;
     for &h in hidden {
-        net = net.add(Linear::new(width, h, true)?).add(ReLU);
+        net = net.with(Linear::new(width, h, true)?).with(ReLU);
         width = h;
     }
-    Ok(net.add(Linear::new(width, 10, true)?))
+    Ok(net.with(Linear::new(width, 10, true)?))
 }
 
 /// The CNN of `examples/train_mnist.rs`, as `torch.nn.Sequential`:
@@ -25,14 +25,14 @@ pub fn mnist_mlp(hidden: &[usize]) -> Result<Sequential> {
 pub fn mnist_cnn() -> Result<Sequential> {
     let conv = Conv2dOptions::default().padding(1);
     Ok(Sequential::new()
-        .add(Conv2d::new(1, 32, 3, conv)?)
-        .add(ReLU)
-        .add(MaxPool2d::new(2))
-        .add(Conv2d::new(32, 64, 3, conv)?)
-        .add(ReLU)
-        .add(MaxPool2d::new(2))
-        .add(Flatten::default())
-        .add(Linear::new(64 * 7 * 7, 128, true)?)
-        .add(ReLU)
-        .add(Linear::new(128, 10, true)?))
+        .with(Conv2d::new(1, 32, 3, conv)?)
+        .with(ReLU)
+        .with(MaxPool2d::new(2))
+        .with(Conv2d::new(32, 64, 3, conv)?)
+        .with(ReLU)
+        .with(MaxPool2d::new(2))
+        .with(Flatten::default())
+        .with(Linear::new(64 * 7 * 7, 128, true)?)
+        .with(ReLU)
+        .with(Linear::new(128, 10, true)?))
 }
