@@ -25,6 +25,10 @@ mod run;
 fn main() {
     let args = match cli::Args::parse(std::env::args().skip(1)) {
         Ok(a) => a,
+        Err(msg) if msg == "help" => {
+            println!("{}", cli::USAGE);
+            return;
+        }
         Err(msg) => {
             eprintln!("{msg}\n\n{}", cli::USAGE);
             std::process::exit(2);

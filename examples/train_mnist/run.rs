@@ -54,11 +54,13 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
     let test = load_split(&test_raw, mean, std, args.test_limit)?;
     // The loader batches and shuffles sample positions; the pixels are
     // already in one normalized tensor.
-    let loader = DataLoader::builder(VecDataset::new(vec![(); train.labels.shape()[0]]))
-        .batch_size(args.batch_size)
-        .shuffle(true)
-        .seed(args.seed)
-        .build()?;
+    let loader = DataLoader::builder(VecDataset::new(
+        (0..train.labels.shape()[0] as i64).collect::<Vec<_>>(),
+    ))
+    .batch_size(args.batch_size)
+    .shuffle(true)
+    .seed(args.seed)
+    .build()?;
     let steps_per_epoch = loader.len();
     eprintln!(
         "data {}: {} train / {} test images, {} threads",
@@ -173,14 +175,15 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
     match reached {
         Some((epoch, secs)) => {
             println!("reached {target:.1}% test accuracy after epoch {epoch} in {secs:.1}s wall time");
-            println!("bench\tmnist_time_to_{target:.0}\ttessera\ttime\t{secs:.2}\ts");
+            let set = if fashion { "fashion_mnist" } else { "mnist" };
+            println!("bench\t{set}_time_to_{target:.0}\ttessera\ttime\t{secs:.2}\ts");
         }
         None => println!(
             "did not reach {target:.1}% test accuracy in {} epochs",
             args.epochs
         ),
     }
-    Ok(())
+    Ok(records)
 }
 
 /// The mean and standard deviation of the pixels scaled to [0, 1].
