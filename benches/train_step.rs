@@ -5,6 +5,11 @@
 //! `TESSERA_TORCH_PYTHON` names a Python with torch, the same figures for
 //! PyTorch eager (`benches/train_step_torch.py`) and the ratio.
 //!
+//! Each figure is the best of 3 rounds of N steps (after 3 warm-up steps):
+//! the machines we measure on are shared, and the best round is the one
+//! least disturbed by other load. Both implementations of a workload are
+//! measured back to back.
+//!
 //! `cargo bench --bench train_step [-- --steps N]`
 
 use std::process::Command;
@@ -17,6 +22,7 @@ use tessera::optim::{Optimizer, Sgd, SgdOptions};
 use tessera::tensor::{manual_seed, DType, Tensor};
 
 const BATCH: usize = 128;
+const ROUNDS: usize = 3;
 
 fn main() {
     let steps: usize = std::env::args()
@@ -30,7 +36,7 @@ fn main() {
         rayon::current_num_threads(),
         load.trim()
     );
-    let mut ours = Vec::new();
+    let torch_python = std::env::var("TESSERA_TORCH_PYTHON").ok();
     let workloads: [(&str, fn() -> _, &[usize]); 2] = [
         ("train_step_mlp", || mnist_mlp(&[512, 512]), &[BATCH, 784]),
         ("train_step_cnn", mnist_cnn, &[BATCH, 1, 28, 28]),
@@ -42,16 +48,15 @@ fn main() {
         let rss = peak_rss_mib();
         println!("bench\t{name}\ttessera\tthroughput\t{rate:.1}\tsamples/s");
         println!("bench\t{name}\ttessera\tpeak_rss\t{rss:.1}\tMiB");
-        ours.push((name, rate));
-    }
-    match std::env::var("TESSERA_TORCH_PYTHON") {
-        Ok(py) => torch(&py, steps, &ours),
-        Err(_) => println!("# TESSERA_TORCH_PYTHON not set: skipped the PyTorch eager comparison"),
+        match &torch_python {
+            Some(py) => torch(py, steps, name, rate),
+            None => println!("# TESSERA_TORCH_PYTHON not set: skipped PyTorch eager for {name}"),
+        }
     }
 }
 
-/// Samples per second of `steps` training steps on random inputs of
-/// `shape` after 3 warm-up steps.
+/// Samples per second of the best of [`ROUNDS`] rounds of `steps` training
+/// steps on random inputs of `shape`, after 3 warm-up steps.
 fn measure(model: &Sequential, shape: &[usize], steps: usize) -> f64 {
     manual_seed(0);
     let x = Var::constant(Tensor::randn(shape, DType::F32).unwrap());
@@ -74,11 +79,15 @@ fn measure(model: &Sequential, shape: &[usize], steps: usize) -> f64 {
     for _ in 0..3 {
         step();
     }
-    let t = Instant::now();
-    for _ in 0..steps {
-        step();
+    let mut best = f64::INFINITY;
+    for _ in 0..ROUNDS {
+        let t = Instant::now();
+        for _ in 0..steps {
+            step();
+        }
+        best = best.min(t.elapsed().as_secs_f64());
     }
-    (steps * BATCH) as f64 / t.elapsed().as_secs_f64()
+    (steps * BATCH) as f64 / best
 }
 
 /// Resets VmHWM (Linux ≥ 4.0), so each workload reports its own peak.
@@ -96,33 +105,31 @@ fn peak_rss_mib() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-/// Runs the PyTorch twin of each workload in its own process and prints its
-/// lines and our ratio to it.
-fn torch(py: &str, steps: usize, ours: &[(&str, f64)]) {
+/// Runs the PyTorch twin of workload `name` in its own process and prints
+/// its lines and our ratio to it (`rate` is ours).
+fn torch(py: &str, steps: usize, name: &str, rate: f64) {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/train_step_torch.py");
-    for (name, rate) in ours {
-        let out = Command::new(py).args([script, name, &steps.to_string()]).output();
-        let out = match out {
-            Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
-            Ok(o) => {
-                println!(
-                    "# torch {name} failed: {}",
-                    String::from_utf8_lossy(&o.stderr).trim()
-                );
-                continue;
-            }
-            Err(e) => {
-                println!("# could not run {py}: {e}");
-                return;
-            }
-        };
-        print!("{out}");
-        let theirs = out
-            .lines()
-            .filter(|l| l.contains("\tthroughput\t"))
-            .find_map(|l| l.split('\t').nth(4).and_then(|v| v.parse::<f64>().ok()));
-        if let Some(t) = theirs {
-            println!("bench\t{name}\ttessera/torch\tratio\t{:.3}\tx", rate / t);
+    let out = Command::new(py).args([script, name, &steps.to_string()]).output();
+    let out = match out {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
+        Ok(o) => {
+            println!(
+                "# torch {name} failed: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+            return;
         }
+        Err(e) => {
+            println!("# could not run {py}: {e}");
+            return;
+        }
+    };
+    print!("{out}");
+    let theirs = out
+        .lines()
+        .filter(|l| l.contains("\tthroughput\t"))
+        .find_map(|l| l.split('\t').nth(4).and_then(|v| v.parse::<f64>().ok()));
+    if let Some(t) = theirs {
+        println!("bench\t{name}\ttessera/torch\tratio\t{:.3}\tx", rate / t);
     }
 }
