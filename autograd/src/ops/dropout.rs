@@ -2,7 +2,9 @@
 //! rest by `1/(1-p)`, drawing the mask from this thread's default generator
 //! (so gradient checkpointing, which restores that generator, replays it).
 
-use tessera_tensor::{with_float_dtype, DType, Element, Error, Result, Tensor, TensorOptions};
+use tessera_tensor::{
+    with_float_dtype, DType, Element, Error, FloatElement, FloatMath, Result, Tensor, TensorOptions,
+};
 
 use super::record_op;
 use super::registry as reg;
@@ -13,7 +15,7 @@ impl Var {
     /// is kept with probability `1 − p` and scaled by `1/(1 − p)` (all zero
     /// when `p == 1`), the mask drawn from the default generator as f32
     /// uniforms `u` (kept where `u ≥ p`); the gradient is the output gradient
-    /// times the same scaled mask, the only tensor saved. Outside training,
+    /// times the same scaled mask (only the bool mask is saved). Outside training,
     /// or with `p == 0`, returns `self` unchanged and draws nothing.
     ///
     /// Errors when `p` is not in [0, 1] or the value is not floating point.
@@ -44,13 +46,23 @@ impl Var {
         )?;
         let scale = if p < 1.0 { 1.0 / (1.0 - p) } else { 0.0 };
         let threshold = p as f32;
-        let mask = with_float_dtype!(dtype, T => {
-            let keep = T::from_f64(scale);
-            u.map::<f32, T>(move |x| if x >= threshold { keep } else { T::from_f64(0.0) })
-        }, else unreachable!("checked float above"));
-        let y = self.tensor().mul(&mask)?;
+        // A bool mask (1 byte an element) is all the backward keeps.
+        let keep = u.map::<f32, bool>(move |x| x >= threshold);
+        let y = masked_scale(self.tensor(), &keep, scale)?;
         record_op(reg::DROPOUT, y, &[self], move |g, _| {
-            Ok(vec![Some(g.mul(&mask)?)])
+            Ok(vec![Some(masked_scale(g, &keep, scale)?)])
         })
     }
+}
+
+/// `t · scale` where `keep` is true and 0 elsewhere, in `t`'s float dtype
+/// (the product rounded once). Errors for a non-float `t`.
+fn masked_scale(t: &Tensor, keep: &Tensor, scale: f64) -> Result<Tensor> {
+    let op = reg::DROPOUT.name();
+    with_float_dtype!(t.dtype(), T => {
+        let s = <T as FloatElement>::Math::of(scale);
+        t.zip_map::<T, bool, T>(keep, op, move |v, k| {
+            if k { T::from_math(v.to_math() * s) } else { T::from_f64(0.0) }
+        })
+    }, else Err(Error::dtype(op, format!("dropout needs a floating-point value, got {}", t.dtype()))))
 }

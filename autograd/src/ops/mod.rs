@@ -45,7 +45,6 @@ pub mod registry;
 mod unary;
 mod view;
 
-pub use norm::BatchNormVar;
 // nn-level ops.
 pub mod attention;
 mod conv;
@@ -55,6 +54,8 @@ mod join;
 mod linalg;
 pub mod loss;
 mod shape;
+
+pub use norm::BatchNormVar;
 
 use tessera_tensor::strided::Coalesced;
 use tessera_tensor::{dim_indices, with_dtype, Error, Layout, Result, Tensor};
