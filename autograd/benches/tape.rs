@@ -13,9 +13,17 @@ use tessera_tensor::{manual_seed, DType, Result, Tensor};
 const CHAIN: usize = 10_000;
 const BATCH: usize = 128;
 
+/// Runs every workload, or only those whose names contain a command-line
+/// argument (`cargo bench --bench tape -- tape_overhead`).
 fn main() -> Result<()> {
-    tape_overhead()?;
-    mlp()?;
+    let filters: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let wanted = |name: &str| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()));
+    if wanted("tape_overhead") {
+        tape_overhead()?;
+    }
+    if wanted("mlp_784_512_512_10") {
+        mlp()?;
+    }
     Ok(())
 }
 

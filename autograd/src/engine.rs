@@ -4,6 +4,7 @@
 //! place and firing leaf hooks as soon as a leaf's gradient is final.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use tessera_tensor::{with_float_dtype, Error, Result, Tensor};
@@ -130,7 +131,7 @@ pub fn backward_many(roots: &[(&Var, &Tensor)]) -> Result<Gradients> {
 /// gradients that reached nodes at or below the boundary (left for an outer
 /// walk, which owns those nodes).
 pub(crate) struct Outcome {
-    pub leaves: HashMap<u64, Tensor>,
+    pub leaves: IdMap<Tensor>,
     pub boundary: Vec<(Edge, Tensor)>,
 }
 
@@ -141,9 +142,9 @@ pub(crate) struct Outcome {
 pub(crate) fn run(seeds: Vec<(Edge, Tensor)>, boundary: u64) -> Result<Outcome> {
     // Discover the op nodes to run and count, for every node, how many edges
     // from those ops point at it: a leaf's gradient is final when all have run.
-    let mut pending: HashMap<u64, usize> = HashMap::new();
+    let mut pending: IdMap<usize> = IdMap::default();
     let mut ops: Vec<Arc<Node>> = Vec::new();
-    let mut seen: HashSet<u64> = HashSet::new();
+    let mut seen: IdSet = IdSet::default();
     let mut stack: Vec<Arc<Node>> = Vec::new();
     for (e, _) in &seeds {
         if seen.insert(e.node.id) {
@@ -166,9 +167,9 @@ pub(crate) fn run(seeds: Vec<(Edge, Tensor)>, boundary: u64) -> Result<Outcome> 
     }
     ops.sort_unstable_by_key(|n| std::cmp::Reverse(n.id));
 
-    let mut grads: HashMap<u64, (Arc<Node>, Vec<Option<Tensor>>)> = HashMap::new();
+    let mut grads: IdMap<(Arc<Node>, Vec<Option<Tensor>>)> = IdMap::default();
     let mut out = Outcome {
-        leaves: HashMap::new(),
+        leaves: IdMap::default(),
         boundary: Vec::new(),
     };
     for (e, g) in seeds {
@@ -253,7 +254,7 @@ fn is_leaf(node: &Node) -> bool {
 }
 
 /// Moves a leaf's final gradient to the outcome and runs its hooks.
-fn finish_leaf(grads: &mut HashMap<u64, (Arc<Node>, Vec<Option<Tensor>>)>, out: &mut Outcome, id: u64) {
+fn finish_leaf(grads: &mut IdMap<(Arc<Node>, Vec<Option<Tensor>>)>, out: &mut Outcome, id: u64) {
     let Some((node, mut gs)) = grads.remove(&id) else {
         return;
     };
@@ -286,7 +287,7 @@ fn check_grad(op: &'static str, e: &Edge, g: &Tensor) -> Result<()> {
 
 /// Adds `g` into the gradient slot of `e`, in place when the slot's buffer
 /// is not shared.
-fn accumulate(grads: &mut HashMap<u64, (Arc<Node>, Vec<Option<Tensor>>)>, e: &Edge, g: Tensor) -> Result<()> {
+fn accumulate(grads: &mut IdMap<(Arc<Node>, Vec<Option<Tensor>>)>, e: &Edge, g: Tensor) -> Result<()> {
     let (_, slots) = grads
         .entry(e.node.id)
         .or_insert_with(|| (e.node.clone(), vec![None; e.node.num_outputs()]));
@@ -301,4 +302,30 @@ fn accumulate(grads: &mut HashMap<u64, (Arc<Node>, Vec<Option<Tensor>>)>, e: &Ed
         }
     }
     Ok(())
+}
+
+/// A map keyed by node id.
+pub(crate) type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
+type IdSet = HashSet<u64, BuildHasherDefault<IdHasher>>;
+
+/// Hashes node ids (consecutive counters, never attacker-chosen) with one
+/// multiplication instead of SipHash: the walk does a few lookups per
+/// recorded op, which is the tape's overhead on small tensors.
+#[derive(Default)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }

@@ -58,7 +58,15 @@ pub fn cat_case(n: u32) -> Checked {
 pub fn stack_case(n: u32) -> Checked {
     prop(n, joinable(true), |(inputs, d)| {
         let leaves: Vec<Tensor> = inputs.iter().map(Input::leaf).collect();
-        check(&leaves, |xs| Var::stack(&views(&inputs, xs)?, d as isize + 1))
+        let report = check(&leaves, |xs| Var::stack(&views(&inputs, xs)?, d as isize + 1))?;
+        // Forward: stacking along the last dim interleaves the elements.
+        let seen: Vec<Var> = inputs.iter().map(seen_var).collect::<Result<_, _>>()?;
+        let vals: Vec<Vec<f64>> = inputs.iter().map(Input::seen).collect();
+        let want: Vec<f64> = (0..vals[0].len())
+            .flat_map(|i| vals.iter().map(move |v| v[i]))
+            .collect();
+        close(Var::stack(&seen, -1).map_err(fail)?.tensor(), &want, 0.0)?;
+        Ok(report)
     })
 }
 
@@ -112,9 +120,19 @@ pub fn chunk_case(n: u32) -> Checked {
         (input_of(shape, Domain::Any), 0..nd, Just(chunks))
     });
     prop(n, s, |(x, d, chunks)| {
-        check(&[x.leaf()], |xs| {
+        let report = check(&[x.leaf()], |xs| {
             combine(view(&x, &xs[0])?.chunk(chunks, d as isize)?)
-        })
+        })?;
+        // Forward: the pieces are ceil(len / chunks) long and join back to x.
+        let pieces = seen_var(&x)?.chunk(chunks, d as isize).map_err(fail)?;
+        let len = x.shape[d];
+        prop_assert!(pieces.iter().all(|p| p.shape()[d] <= len.div_ceil(chunks)));
+        close(
+            Var::cat(&pieces, d as isize).map_err(fail)?.tensor(),
+            &x.seen(),
+            0.0,
+        )?;
+        Ok(report)
     })
 }
 
@@ -155,7 +173,21 @@ pub fn repeat_case(n: u32) -> Checked {
         )
     });
     prop(n, s, |(x, reps)| {
-        check(&[x.leaf()], |xs| view(&x, &xs[0])?.repeat(&reps))
+        let report = check(&[x.leaf()], |xs| view(&x, &xs[0])?.repeat(&reps))?;
+        // Forward: out[i] = x[i mod shape] over the padded shape.
+        let mut shape = vec![1; reps.len() - x.shape.len()];
+        shape.extend(&x.shape);
+        let out: Vec<usize> = shape.iter().zip(&reps).map(|(s, r)| s * r).collect();
+        let seen = x.seen();
+        let want: Vec<f64> = super::indices(&out)
+            .iter()
+            .map(|idx| {
+                let i: Vec<usize> = idx.iter().zip(&shape).map(|(i, s)| i % s).collect();
+                seen[super::bcast_offset(&i, &shape)]
+            })
+            .collect();
+        close(seen_var(&x)?.repeat(&reps).map_err(fail)?.tensor(), &want, 0.0)?;
+        Ok(report)
     })
 }
 

@@ -174,3 +174,32 @@ fn frozen_operands_get_no_gradient() {
     );
     assert!(g.get(&x).is_none());
 }
+
+/// linear (bias fused into the GEMM epilogue, its own backward) agrees with
+/// its composition `x·wᵀ + b` in output and in every gradient.
+#[test]
+fn fused_linear_matches_composed() {
+    use tessera_tensor::{manual_seed, DType, Tensor};
+    manual_seed(3);
+    let x = Var::leaf(Tensor::randn(&[2, 3, 5], DType::F64).unwrap());
+    let w = Var::leaf(Tensor::randn(&[4, 5], DType::F64).unwrap());
+    let b = Var::leaf(Tensor::randn(&[4], DType::F64).unwrap());
+    let g = Tensor::randn(&[2, 3, 4], DType::F64).unwrap();
+    let fused = x.linear(&w, Some(&b)).unwrap();
+    let composed = x.matmul(&w.t().unwrap()).unwrap().add(&b).unwrap();
+    let (gf, gc) = (
+        fused.backward_with(&g).unwrap(),
+        composed.backward_with(&g).unwrap(),
+    );
+    let vals = |t: &Tensor| t.contiguous().to_vec::<f64>().unwrap();
+    let near = |a: Vec<f64>, b: Vec<f64>| {
+        assert_eq!(a.len(), b.len());
+        for (p, q) in a.iter().zip(&b) {
+            assert!((p - q).abs() <= 1e-12 * (1.0 + q.abs()), "{a:?} vs {b:?}");
+        }
+    };
+    near(vals(fused.tensor()), vals(composed.tensor()));
+    for v in [&x, &w, &b] {
+        near(vals(gf.get(v).unwrap()), vals(gc.get(v).unwrap()));
+    }
+}

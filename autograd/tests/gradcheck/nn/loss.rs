@@ -234,9 +234,29 @@ pub fn mse_loss_case(n: u32) -> Checked {
     });
     prop(n, s, |(a, b, red)| {
         let reduction = REDUCTIONS[red];
-        check(&[a.leaf(), b.leaf()], |xs| {
+        let report = check(&[a.leaf(), b.leaf()], |xs| {
             view(&a, &xs[0])?.mse_loss(&view(&b, &xs[1])?, reduction)
-        })
+        })?;
+        let per: Vec<f64> = a
+            .seen()
+            .iter()
+            .zip(b.seen())
+            .map(|(x, y)| (x - y) * (x - y))
+            .collect();
+        let want = match reduction {
+            Reduction::None => per,
+            Reduction::Sum => vec![per.iter().sum()],
+            Reduction::Mean => vec![per.iter().sum::<f64>() / per.len() as f64],
+        };
+        close(
+            seen_var(&a)?
+                .mse_loss(&seen_var(&b)?, reduction)
+                .map_err(fail)?
+                .tensor(),
+            &want,
+            1e-12,
+        )?;
+        Ok(report)
     })
 }
 

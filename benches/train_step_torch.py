@@ -1,0 +1,57 @@
+"""PyTorch eager twin of benches/train_step.rs: one workload per process
+(so ru_maxrss is that workload's peak), same shapes, loss, optimizer and
+best-of-3 timing, on as many threads as this process may use.
+
+usage: python train_step_torch.py {train_step_mlp|train_step_cnn} STEPS
+"""
+import os
+import resource
+import sys
+import time
+
+import torch
+from torch import nn
+
+BATCH = 128
+
+
+def model(name):
+    if name == "train_step_mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(),
+                             nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)), (BATCH, 784)
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10)), (BATCH, 1, 28, 28)
+
+
+def main():
+    name, steps = sys.argv[1], int(sys.argv[2])
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    torch.manual_seed(0)
+    net, shape = model(name)
+    x, y = torch.randn(*shape), torch.randint(0, 10, (BATCH,))
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss_fn(net(x), y).backward()
+        opt.step()
+
+    for _ in range(3):
+        step()
+    best = float("inf")
+    for _ in range(3):  # best of 3 rounds, as the Rust side
+        t = time.perf_counter()
+        for _ in range(steps):
+            step()
+        best = min(best, time.perf_counter() - t)
+    rate = steps * BATCH / best
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"bench\t{name}\ttorch_eager\tthroughput\t{rate:.1f}\tsamples/s")
+    print(f"bench\t{name}\ttorch_eager\tpeak_rss\t{rss:.1f}\tMiB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+//! Trains the MNIST CNN (conv 1→32 – pool – conv 32→64 – pool – 3136→128
+//! – 10) with SGD (Nesterov momentum, weight decay) under a one-cycle
+//! schedule, and reports test accuracy after every epoch.
+//!
+//! ```text
+//! cargo run --release --example train_mnist -- [--epochs 10] [--batch-size 128]
+//!     [--lr 0.1] [--seed 0] [--threads N] [--data datasets/mnist]
+//!     [--out runs/mnist] [--resume] [--target 98.0]
+//! ```
+//!
+//! `--data /usr/share/datasets/fashion-mnist` trains on Fashion-MNIST
+//! (target 90%). Each epoch appends a line to `OUT/metrics.jsonl` and
+//! atomically replaces `OUT/checkpoint.safetensors` (model, optimizer,
+//! schedule, random state, epoch); `--resume` continues from it to the same
+//! final weights as an uninterrupted run. The final weights are also saved
+//! as `OUT/model.safetensors`, a PyTorch-loadable state dict.
+
+#[path = "train_mnist/cli.rs"]
+mod cli;
+#[path = "train_mnist/progress.rs"]
+mod progress;
+#[path = "train_mnist/run.rs"]
+mod run;
+
+fn main() {
+    let args = match cli::Args::parse(std::env::args().skip(1)) {
+        Ok(a) => a,
+        Err(msg) if msg == "help" => {
+            println!("{}", cli::USAGE);
+            return;
+        }
+        Err(msg) => {
+            eprintln!("{msg}\n\n{}", cli::USAGE);
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = run::train(&args).map(drop) {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,98 @@
+//! Command-line flags of `train_mnist`.
+
+use std::path::PathBuf;
+
+/// The usage text printed on a bad flag or `--help`.
+pub const USAGE: &str = "usage: train_mnist [--epochs N] [--batch-size N] [--lr F] [--seed N] \
+[--threads N] [--data DIR] [--out DIR] [--resume] [--target PERCENT]
+
+  --epochs      epochs to train (10)
+  --batch-size  samples per step (128)
+  --lr          one-cycle peak learning rate of SGD (0.1)
+  --seed        seed of the init and the shuffling (0)
+  --threads     worker threads (all cores)
+  --data        MNIST-layout directory (datasets/mnist; also
+                /usr/share/datasets/fashion-mnist)
+  --out         directory for metrics.jsonl, checkpoint.safetensors and
+                model.safetensors (runs/mnist)
+  --resume      continue from OUT/checkpoint.safetensors
+  --target      test accuracy (%) whose time to reach is reported
+                (98 for MNIST, 90 for Fashion-MNIST)
+  --train-limit / --test-limit N
+                use only the first N images of a split (quick checks)
+  --stop-after N
+                stop after N epochs as if interrupted (tests --resume)";
+
+/// The parsed flags.
+#[derive(Debug, Clone)]
+pub struct Args {
+    pub epochs: usize,
+    pub batch_size: usize,
+    pub lr: f64,
+    pub seed: u64,
+    pub threads: Option<usize>,
+    pub data: PathBuf,
+    pub out: PathBuf,
+    pub resume: bool,
+    pub target: Option<f64>,
+    pub train_limit: Option<usize>,
+    pub test_limit: Option<usize>,
+    pub stop_after: Option<usize>,
+}
+
+impl Args {
+    /// Parses `--flag value` pairs (and `--flag=value`). Errors with a
+    /// message naming the bad flag or value.
+    pub fn parse(args: impl Iterator<Item = String>) -> Result<Args, String> {
+        let mut a = Args {
+            epochs: 10,
+            batch_size: 128,
+            lr: 0.1,
+            seed: 0,
+            threads: None,
+            data: PathBuf::from("datasets/mnist"),
+            out: PathBuf::from("runs/mnist"),
+            resume: false,
+            target: None,
+            train_limit: None,
+            test_limit: None,
+            stop_after: None,
+        };
+        let mut it = args.flat_map(|s| match s.split_once('=') {
+            Some((k, v)) if s.starts_with("--") => vec![k.to_string(), v.to_string()],
+            _ => vec![s],
+        });
+        while let Some(flag) = it.next() {
+            if flag == "--resume" {
+                a.resume = true;
+                continue;
+            }
+            if flag == "--help" || flag == "-h" {
+                return Err("help".into());
+            }
+            let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+            let bad = |e: String| format!("bad value {value:?} for {flag}: {e}");
+            match flag.as_str() {
+                "--epochs" => a.epochs = value.parse().map_err(|e| bad(format!("{e}")))?,
+                "--batch-size" => a.batch_size = value.parse().map_err(|e| bad(format!("{e}")))?,
+                "--lr" => a.lr = value.parse().map_err(|e| bad(format!("{e}")))?,
+                "--seed" => a.seed = value.parse().map_err(|e| bad(format!("{e}")))?,
+                "--threads" => a.threads = Some(value.parse().map_err(|e| bad(format!("{e}")))?),
+                "--data" => a.data = PathBuf::from(value),
+                "--out" => a.out = PathBuf::from(value),
+                "--target" => a.target = Some(value.parse().map_err(|e| bad(format!("{e}")))?),
+                "--train-limit" => a.train_limit = Some(value.parse().map_err(|e| bad(format!("{e}")))?),
+                "--test-limit" => a.test_limit = Some(value.parse().map_err(|e| bad(format!("{e}")))?),
+                "--stop-after" => a.stop_after = Some(value.parse().map_err(|e| bad(format!("{e}")))?),
+                _ => return Err(format!("unknown flag {flag}")),
+            }
+        }
+        if a.epochs == 0 || a.batch_size == 0 || a.threads == Some(0) {
+            return Err("--epochs, --batch-size and --threads must be positive".into());
+        }
+        if !(a.lr.is_finite() && a.lr > 0.0) {
+            return Err(format!("--lr must be a positive number, got {}", a.lr));
+        }
+        Ok(a)
+    }
+}

@@ -1,0 +1,308 @@
+//! The training loop: data, model, optimizer, schedule, evaluation,
+//! metrics log and checkpoints.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::Path;
+use std::time::Instant;
+
+use tessera::autograd::{no_grad, CrossEntropyOptions, Target, Var};
+use tessera::data::formats::Mnist;
+use tessera::data::{DataLoader, VecDataset};
+use tessera::nn::{models::mnist_cnn, state_dict, Module, Sequential};
+use tessera::optim::{LrScheduler, OneCycleLR, OneCycleOptions, Optimizer, Sgd, SgdOptions, StateDict};
+use tessera::tensor::{rng, DType, Tensor};
+
+use crate::cli::Args;
+use crate::progress::Bar;
+
+type BoxResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+const WEIGHT_DECAY: f64 = 5e-4;
+
+/// A split held in memory: normalized f32 images `[N, 1, 28, 28]` and i64
+/// labels `[N]`.
+struct Split {
+    images: Tensor,
+    labels: Tensor,
+}
+
+/// The figures of one epoch that do not depend on timing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EpochRecord {
+    pub epoch: usize,
+    pub train_loss: f64,
+    pub train_acc: f64,
+    pub test_acc: f64,
+}
+
+/// Trains as `args` says, printing progress and the time to the target;
+/// returns the records of the epochs this call ran.
+pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
+    let clock = Instant::now();
+    if let Some(n) = args.threads {
+        rayon::ThreadPoolBuilder::new().num_threads(n).build_global()?;
+    }
+    let fashion = args.data.to_string_lossy().contains("fashion");
+    let target = args.target.unwrap_or(if fashion { 90.0 } else { 98.0 });
+
+    let train_raw = Mnist::open(&args.data, true)?;
+    let test_raw = Mnist::open(&args.data, false)?;
+    // Normalize with the training set's own mean and std.
+    let (mean, std) = pixel_stats(train_raw.pixels());
+    let train = load_split(&train_raw, mean, std, args.train_limit)?;
+    let test = load_split(&test_raw, mean, std, args.test_limit)?;
+    // The loader batches and shuffles sample positions; the pixels are
+    // already in one normalized tensor.
+    let loader = DataLoader::builder(VecDataset::new(
+        (0..train.labels.shape()[0] as i64).collect::<Vec<_>>(),
+    ))
+    .batch_size(args.batch_size)
+    .shuffle(true)
+    .seed(args.seed)
+    .build()?;
+    let steps_per_epoch = loader.len();
+    eprintln!(
+        "data {}: {} train / {} test images, {} threads",
+        args.data.display(),
+        train.labels.shape()[0],
+        test.labels.shape()[0],
+        rayon::current_num_threads()
+    );
+
+    rng::manual_seed(args.seed);
+    let mut model = mnist_cnn()?;
+    let mut opt = Sgd::new(
+        model.parameters(),
+        SgdOptions {
+            lr: args.lr,
+            momentum: 0.9,
+            nesterov: true,
+            weight_decay: WEIGHT_DECAY,
+            ..Default::default()
+        },
+    )?;
+    let total_steps = (args.epochs * steps_per_epoch) as u64;
+    let mut sched = OneCycleLR::new(&mut opt, OneCycleOptions::new(args.lr, total_steps))?;
+
+    std::fs::create_dir_all(&args.out)?;
+    let ckpt_path = args.out.join("checkpoint.safetensors");
+    let mut start_epoch = 0;
+    let mut elapsed_before = 0.0;
+    let mut reached: Option<(usize, f64)> = None;
+    if args.resume {
+        let ck = load_checkpoint(&ckpt_path, &model, &mut opt, &mut sched)?;
+        start_epoch = ck.next_epoch;
+        elapsed_before = ck.elapsed;
+        reached = ck.reached;
+        eprintln!("resumed from {} at epoch {start_epoch}", ckpt_path.display());
+    }
+    eprintln!(
+        "model: MNIST CNN, {} parameters; SGD nesterov momentum 0.9 wd {WEIGHT_DECAY}, one-cycle max lr {}, batch {}, {} epochs",
+        model.num_parameters(),
+        args.lr,
+        args.batch_size,
+        args.epochs
+    );
+
+    let ce = CrossEntropyOptions::default();
+    let mut log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(args.out.join("metrics.jsonl"))?;
+    let mut records = Vec::new();
+    let end_epoch = args.stop_after.map_or(args.epochs, |s| s.min(args.epochs));
+    for epoch in start_epoch..end_epoch {
+        model.train(true);
+        let batches = loader.batch_indices(epoch as u64);
+        let mut bar = Bar::new(format!("epoch {}/{}", epoch + 1, args.epochs), batches.len());
+        let (mut loss_sum, mut correct, mut seen) = (0.0, 0usize, 0usize);
+        let epoch_start = Instant::now();
+        for (i, idx) in batches.iter().enumerate() {
+            let idx = Tensor::from_vec(idx.iter().map(|&j| j as i64).collect(), &[idx.len()])?;
+            let x = Var::constant(train.images.index_select(0, &idx)?);
+            let y = train.labels.index_select(0, &idx)?;
+            let logits = model.forward(&x)?;
+            let loss = logits.cross_entropy(Target::Indices(&y), &ce)?;
+            let grads = loss.backward()?;
+            opt.step(&grads)?;
+            sched.step(&mut opt)?;
+            let n = idx.numel();
+            loss_sum += loss.tensor().to_scalar::<f32>()? as f64 * n as f64;
+            correct += count_correct(logits.tensor(), &y)?;
+            seen += n;
+            bar.update(i + 1, seen, loss_sum / seen as f64, correct as f64 / seen as f64);
+        }
+        bar.finish();
+        let train_secs = epoch_start.elapsed().as_secs_f64();
+        model.eval();
+        let test_acc = 100.0 * evaluate(&model, &test, 1000)?;
+        let elapsed = elapsed_before + clock.elapsed().as_secs_f64();
+        if reached.is_none() && test_acc >= target {
+            reached = Some((epoch + 1, elapsed));
+        }
+        println!(
+            "epoch {:>2}: train loss {:.4} acc {:.2}% | test acc {test_acc:.2}% | {:.0} samples/s | {elapsed:.1}s",
+            epoch + 1,
+            loss_sum / seen as f64,
+            100.0 * correct as f64 / seen as f64,
+            seen as f64 / train_secs
+        );
+        writeln!(
+            log,
+            "{{\"epoch\":{},\"train_loss\":{:.6},\"train_acc\":{:.6},\"test_acc\":{:.4},\"lr\":{:e},\"samples_per_s\":{:.1},\"elapsed_s\":{:.3}}}",
+            epoch + 1,
+            loss_sum / seen as f64,
+            correct as f64 / seen as f64,
+            test_acc,
+            sched.get_lr()[0],
+            seen as f64 / train_secs,
+            elapsed
+        )?;
+        save_checkpoint(&ckpt_path, &model, &opt, &sched, epoch + 1, elapsed, reached)?;
+        records.push(EpochRecord {
+            epoch: epoch + 1,
+            train_loss: loss_sum / seen as f64,
+            train_acc: correct as f64 / seen as f64,
+            test_acc,
+        });
+    }
+    if end_epoch < args.epochs {
+        eprintln!("stopped after epoch {end_epoch} (--stop-after); continue with --resume");
+        return Ok(records);
+    }
+    state_dict::save(&model, args.out.join("model.safetensors"))?;
+    match reached {
+        Some((epoch, secs)) => {
+            println!("reached {target:.1}% test accuracy after epoch {epoch} in {secs:.1}s wall time");
+            let set = if fashion { "fashion_mnist" } else { "mnist" };
+            println!("bench\t{set}_time_to_{target:.0}\ttessera\ttime\t{secs:.2}\ts");
+        }
+        None => println!(
+            "did not reach {target:.1}% test accuracy in {} epochs",
+            args.epochs
+        ),
+    }
+    Ok(records)
+}
+
+/// The mean and standard deviation of the pixels scaled to [0, 1].
+fn pixel_stats(pixels: &[u8]) -> (f64, f64) {
+    let mut hist = [0u64; 256];
+    pixels.iter().for_each(|&p| hist[p as usize] += 1);
+    let n = pixels.len().max(1) as f64;
+    let mean = hist
+        .iter()
+        .enumerate()
+        .map(|(v, &c)| v as f64 / 255.0 * c as f64)
+        .sum::<f64>()
+        / n;
+    let var = hist
+        .iter()
+        .enumerate()
+        .map(|(v, &c)| (v as f64 / 255.0 - mean).powi(2) * c as f64)
+        .sum::<f64>()
+        / n;
+    (mean, var.sqrt().max(1e-6))
+}
+
+/// The split's first `limit` images (all without one), normalized.
+fn load_split(raw: &Mnist, mean: f64, std: f64, limit: Option<usize>) -> BoxResult<Split> {
+    let n = raw.labels().len();
+    let n = limit.map_or(n, |l| l.min(n));
+    let images = raw
+        .images_tensor()?
+        .narrow(0, 0, n)?
+        .to_dtype(DType::F32)
+        .mul_scalar(1.0 / (255.0 * std))?
+        .add_scalar(-mean / std)?;
+    Ok(Split {
+        images,
+        labels: raw.labels_tensor()?.narrow(0, 0, n)?,
+    })
+}
+
+fn count_correct(logits: &Tensor, labels: &Tensor) -> BoxResult<usize> {
+    let pred = logits.argmax(Some(1), false)?.to_vec::<i64>()?;
+    let y = labels.to_vec::<i64>()?;
+    Ok(pred.iter().zip(&y).filter(|(a, b)| a == b).count())
+}
+
+/// Test accuracy in eval mode, in batches of `batch`.
+fn evaluate(model: &Sequential, split: &Split, batch: usize) -> BoxResult<f64> {
+    let n = split.labels.shape()[0];
+    let mut correct = 0;
+    for start in (0..n).step_by(batch) {
+        let len = batch.min(n - start);
+        let x = Var::constant(split.images.narrow(0, start, len)?);
+        let logits = no_grad(|| model.forward(&x))?;
+        correct += count_correct(logits.tensor(), &split.labels.narrow(0, start, len)?)?;
+    }
+    Ok(correct as f64 / n.max(1) as f64)
+}
+
+/// What a checkpoint restores besides the model, optimizer and schedule.
+struct Resumed {
+    next_epoch: usize,
+    elapsed: f64,
+    reached: Option<(usize, f64)>,
+}
+
+/// Writes model, optimizer, schedule, random state and progress to a
+/// temporary file, then renames it over `path` (atomic on POSIX).
+fn save_checkpoint(
+    path: &Path,
+    model: &Sequential,
+    opt: &Sgd,
+    sched: &OneCycleLR,
+    next_epoch: usize,
+    elapsed: f64,
+    reached: Option<(usize, f64)>,
+) -> BoxResult<()> {
+    let mut sd = StateDict::new();
+    let mut m = StateDict::new();
+    m.tensors = model.state_dict().into_iter().collect();
+    sd.merge_prefixed("model.", m);
+    sd.merge_prefixed("optim.", opt.state_dict());
+    sd.merge_prefixed("sched.", sched.state_dict());
+    let rs = rng::default_state();
+    sd.set("rng_seed", rs.seed);
+    sd.set("rng_offset", rs.offset);
+    sd.set("epoch", next_epoch);
+    sd.set("elapsed", elapsed);
+    sd.set("reached", reached);
+    let tmp = path.with_extension("safetensors.tmp");
+    sd.save(&tmp)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+fn load_checkpoint(
+    path: &Path,
+    model: &Sequential,
+    opt: &mut Sgd,
+    sched: &mut OneCycleLR,
+) -> BoxResult<Resumed> {
+    let sd = StateDict::load(path)?;
+    state_dict::load_state_dict(model, &sd.prefixed("model.").tensors.into_iter().collect(), true)?;
+    opt.load_state_dict(&sd.prefixed("optim."))?;
+    sched.load_state_dict(&sd.prefixed("sched."))?;
+    const OP: &str = "load_checkpoint";
+    rng::set_default_state(rng::RngState {
+        seed: sd.get(OP, "rng_seed")?,
+        offset: sd.get(OP, "rng_offset")?,
+    });
+    let reached = match sd.get_str(OP, "reached")? {
+        "None" => None,
+        s => {
+            let inner = s.trim_start_matches("Some((").trim_end_matches("))");
+            let (e, t) = inner.split_once(", ").ok_or("corrupt 'reached' entry")?;
+            Some((e.parse()?, t.parse()?))
+        }
+    };
+    Ok(Resumed {
+        next_epoch: sd.get(OP, "epoch")?,
+        elapsed: sd.get(OP, "elapsed")?,
+        reached,
+    })
+}
