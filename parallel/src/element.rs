@@ -306,6 +306,26 @@ pub fn accumulate<T: CommElement>(acc: &mut [T], x: &[T], op: ReduceOp) {
     zip_apply(acc, x, op, |d, s, op| T::combine(d, s, op));
 }
 
+/// `a[i] = b[i] = a[i] ⊕ b[i]` (divided by `n` for [`ReduceOp::Avg`]) in
+/// one pass: the last fold step of two ranks, stored into both buffers.
+pub(crate) fn fold_into_both<T: CommElement>(a: &mut [T], b: &mut [T], op: ReduceOp, n: usize) {
+    #[inline(always)]
+    fn run<T: Copy>(a: &mut [T], b: &mut [T], f: impl Fn(T, T) -> T) {
+        for (x, y) in a.iter_mut().zip(b) {
+            let v = f(*x, *y);
+            *x = v;
+            *y = v;
+        }
+    }
+    match op {
+        ReduceOp::Sum => run(a, b, |x, y| T::combine(x, y, ReduceOp::Sum)),
+        ReduceOp::Avg => run(a, b, |x, y| T::div_count(T::combine(x, y, ReduceOp::Sum), n)),
+        ReduceOp::Prod => run(a, b, |x, y| T::combine(x, y, ReduceOp::Prod)),
+        ReduceOp::Max => run(a, b, |x, y| T::combine(x, y, ReduceOp::Max)),
+        ReduceOp::Min => run(a, b, |x, y| T::combine(x, y, ReduceOp::Min)),
+    }
+}
+
 /// The [`ReduceOp::Avg`] post-op: divides every element by the group size `n`.
 pub(crate) fn divide_all<T: CommElement>(buf: &mut [T], n: usize) {
     for x in buf {

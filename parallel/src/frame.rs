@@ -293,12 +293,9 @@ pub(crate) enum Payload {
     /// Bytes owned by the message.
     Owned(AlignedBuf),
     /// Bytes in the sender's memory, valid while the loan is `Pending` or `Reading`.
-    /// Bytes in the sender's memory, valid while the loan is `Pending` or
-    /// `Reading`; `writable` loans may also be written by the reader.
     Loan {
-        ptr: *mut u8,
+        ptr: *const u8,
         len: usize,
-        writable: bool,
         state: Arc<LoanState>,
     },
 }
@@ -338,54 +335,12 @@ impl Frame {
         let frame = Frame {
             hdr,
             payload: Payload::Loan {
-                // Never written through: `writable` is false.
-                ptr: bytes.as_ptr().cast_mut(),
+                ptr: bytes.as_ptr(),
                 len: bytes.len(),
-                writable: false,
                 state: state.clone(),
             },
         };
         (frame, LoanHandle { state: Some(state) })
-    }
-
-    /// Like [`Frame::loan`], but the receiver may also write the bytes
-    /// (in-process only: it stores the result where the sender will find it).
-    ///
-    /// # Safety
-    /// The memory behind `bytes` must stay valid and be neither read nor
-    /// written by the sender until the handle is waited on or dropped.
-    pub unsafe fn loan_mut(hdr: Header, bytes: &mut [u8]) -> (Frame, LoanHandle) {
-        // SAFETY: forwarded to the caller.
-        let (mut frame, handle) = unsafe { Self::loan(hdr, bytes) };
-        if let Payload::Loan { ptr, writable, .. } = &mut frame.payload {
-            *ptr = bytes.as_mut_ptr();
-            *writable = true;
-        }
-        (frame, handle)
-    }
-
-    /// Read-write access to a writable loan, until the guard drops (which
-    /// marks the loan done). `None` when the frame is not a writable loan
-    /// or the sender revoked it.
-    pub fn acquire_mut(&self) -> Option<FrameDataMut<'_>> {
-        let Payload::Loan {
-            ptr,
-            len,
-            writable: true,
-            state,
-        } = &self.payload
-        else {
-            return None;
-        };
-        let mut st = state.lock();
-        if *st != LoanStatus::Pending {
-            return None;
-        }
-        *st = LoanStatus::Reading;
-        // SAFETY: status `Reading` keeps the sender from touching the memory,
-        // and only one acquire can leave `Pending`.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(*ptr, *len) };
-        Some(FrameDataMut { bytes, state })
     }
 
     /// The payload bytes, held until the guard drops (which marks a loan
@@ -431,25 +386,6 @@ impl Drop for Frame {
                 state.cv.notify_all();
             }
         }
-    }
-}
-
-/// Read-write access to a writable loan; marked done when this drops.
-pub(crate) struct FrameDataMut<'f> {
-    bytes: &'f mut [u8],
-    state: &'f Arc<LoanState>,
-}
-
-impl FrameDataMut<'_> {
-    /// The payload as elements of `T` (`None` as for [`FrameData::typed`]).
-    pub fn typed_mut<T: bytemuck::Pod>(&mut self) -> Option<&mut [T]> {
-        bytemuck::try_cast_slice_mut(self.bytes).ok()
-    }
-}
-
-impl Drop for FrameDataMut<'_> {
-    fn drop(&mut self) {
-        self.state.set(LoanStatus::Done);
     }
 }
 

@@ -14,6 +14,7 @@ use crate::error::{CommError, Result};
 use crate::frame::{dtype_code, dtype_of_code, AlignedBuf, Frame, Header, Kind};
 use crate::mailbox::{Channel, Mailbox, RecvFail};
 use crate::op::Op;
+use crate::shm::{self, Registry};
 use crate::{collectives, ring, with_buf};
 
 /// Moves frames between the ranks of one world (all groups share it).
@@ -25,9 +26,10 @@ pub(crate) trait Transport: Send + Sync {
     /// True when collective pieces may be sent as loans of the sender's
     /// memory (read in place by the receiver or by a writer thread).
     fn lends(&self) -> bool;
-    /// True when the receiving rank itself reads loans (same process), so
-    /// that writable loans work.
-    fn shares_memory(&self) -> bool;
+    /// The shared-memory rounds of an in-process world (`None` elsewhere).
+    fn shm(&self) -> Option<&Registry> {
+        None
+    }
     /// This rank's inbox.
     fn mailbox(&self) -> &Mailbox;
 }
@@ -45,9 +47,14 @@ pub struct CommConfig {
     pub max_segment_bytes: usize,
     /// All-reduces and broadcasts of at most this many bytes take the
     /// latency-bound path (direct exchange / binomial tree) instead of the
-    /// ring; both give the same bits. Default 32 KiB. (Two in-process ranks
-    /// always take their fused pair path.)
+    /// ring; both give the same bits. Default 32 KiB. (Does not apply to
+    /// the shared-memory all-reduce, which serves every size.)
     pub small_message_bytes: usize,
+    /// On an in-process transport ([`crate::LocalGroup`]), all-reduce
+    /// reduces the ranks' buffers where they lie (no messages, each byte
+    /// read and written once); `false` takes the message-passing
+    /// algorithms instead, as over TCP. Both give the same bits. Default true.
+    pub shared_memory: bool,
 }
 
 impl Default for CommConfig {
@@ -56,6 +63,7 @@ impl Default for CommConfig {
             timeout: Duration::from_secs(300),
             max_segment_bytes: 1 << 20,
             small_message_bytes: 32 << 10,
+            shared_memory: true,
         }
     }
 }
@@ -85,12 +93,14 @@ pub(crate) enum OpKind {
     Reduce = 6,
     AllToAll = 7,
     Barrier = 8,
+    /// All-reduce in shared memory (in-process ranks).
+    AllReduceShm = 9,
 }
 
 impl OpKind {
     pub(crate) fn name(code: u8) -> &'static str {
         match code {
-            1 | 2 => "all_reduce",
+            1 | 2 | 9 => "all_reduce",
             3 => "reduce_scatter",
             4 => "all_gather",
             5 => "broadcast",
@@ -196,7 +206,13 @@ impl CpuComm {
             n: self.members.len(),
             r: self.rank,
         };
-        let res = body(&op);
+        // In-process ranks check that they agree on the call before any
+        // data moves (the shared-memory all-reduce checks as it joins).
+        let agreed = match self.transport.shm() {
+            Some(reg) if kind != OpKind::AllReduceShm => reg.announce(&op),
+            _ => Ok(()),
+        };
+        let res = agreed.and_then(|_| body(&op));
         if let Err(e) = &res {
             self.fail(e);
         }
@@ -415,11 +431,11 @@ impl Communicator for CpuComm {
 
     fn all_reduce_buf(&self, buf: BufMut<'_>, op: ReduceOp) -> Result<()> {
         let (dtype, len) = (buf.dtype(), buf.len());
-        // Two ranks of one process are best served by the fused pair path
-        // (one exchange, no staging) at every size.
-        let pair = self.members.len() == 2 && self.transport.shares_memory();
-        let small = !pair && len * dtype.size_in_bytes() <= self.cfg.small_message_bytes;
-        let kind = if small {
+        let shm = self.transport.shm().filter(|_| self.cfg.shared_memory);
+        let small = len * dtype.size_in_bytes() <= self.cfg.small_message_bytes;
+        let kind = if shm.is_some() {
+            OpKind::AllReduceShm
+        } else if small {
             OpKind::AllReduceSmall
         } else {
             OpKind::AllReduce
@@ -434,7 +450,9 @@ impl Communicator for CpuComm {
                 aux: 0,
             },
             |c| {
-                with_buf!(buf, BufMut, s, T => if small {
+                with_buf!(buf, BufMut, s, T => if let Some(reg) = shm {
+                    shm::all_reduce(reg, c, s, op)
+                } else if small {
                     ring::all_reduce_direct(c, s, op)
                 } else {
                     ring::all_reduce(c, s, op)

@@ -39,6 +39,7 @@ mod mailbox;
 pub mod nccl;
 mod op;
 mod ring;
+mod shm;
 pub mod tcp;
 
 pub use comm::{CommExt, Communicator};

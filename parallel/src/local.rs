@@ -1,5 +1,7 @@
-//! The `local` backend: N ranks as threads of one process. Messages are
-//! loans of the sender's memory, so a ring step copies each byte once.
+//! The `local` backend: N ranks as threads of one process. All-reduce
+//! works on the ranks' buffers in place (the `shm` module); the other
+//! collectives send loans of the sender's memory, so a ring step copies
+//! each byte once.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -8,6 +10,7 @@ use crate::error::{CommError, Result};
 use crate::frame::Frame;
 use crate::group::{CommConfig, CpuComm, Transport};
 use crate::mailbox::Mailbox;
+use crate::shm::Registry;
 
 /// Runs N ranks as threads of this process (for tests and single-machine
 /// CPU data parallelism).
@@ -62,6 +65,7 @@ impl LocalGroup {
         let world = Arc::new(World {
             boxes: (0..n).map(|_| Mailbox::default()).collect(),
             gone: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            shm: Registry::default(),
         });
         Ok((0..n)
             .map(|rank| {
@@ -85,6 +89,7 @@ fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
 struct World {
     boxes: Vec<Mailbox>,
     gone: Vec<AtomicBool>,
+    shm: Registry,
 }
 
 struct LocalTransport {
@@ -109,8 +114,8 @@ impl Transport for LocalTransport {
         true
     }
 
-    fn shares_memory(&self) -> bool {
-        true
+    fn shm(&self) -> Option<&Registry> {
+        Some(&self.world.shm)
     }
 
     fn mailbox(&self) -> &Mailbox {

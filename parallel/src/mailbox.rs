@@ -118,6 +118,16 @@ impl Mailbox {
         }
     }
 
+    /// The rank (global) that aborted `group` and its reason, if one did.
+    pub fn aborted(&self, group: u64) -> Option<(usize, String)> {
+        self.lock().aborted.get(&group).cloned()
+    }
+
+    /// Why global rank `src` is gone, if it is.
+    pub fn closed(&self, src: usize) -> Option<String> {
+        self.lock().closed.get(&src).cloned()
+    }
+
     /// Drops every queued collective frame of `group` (after a failure, so
     /// that loans go back to their senders at once).
     pub fn discard_group(&self, group: u64) {

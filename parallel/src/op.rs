@@ -43,7 +43,8 @@ impl Op<'_> {
         (0..count).map(move |i| (lo + i * step).min(hi)..(lo + (i + 1) * step).min(hi))
     }
 
-    fn header(&self, offset: usize) -> Header {
+    /// The header of this call's piece at `offset`.
+    pub(crate) fn header(&self, offset: usize) -> Header {
         let kind = self.kind as u8;
         self.comm.header(
             Kind::Coll,
@@ -86,55 +87,6 @@ impl Op<'_> {
         Ok(handle)
     }
 
-    /// True when peers may write into this rank's loaned memory.
-    pub fn shares_memory(&self) -> bool {
-        self.comm.transport.shares_memory()
-    }
-
-    /// Lends `data` to rank `to` for reading and writing (in-process
-    /// transports only, see [`Op::shares_memory`]).
-    ///
-    /// # Safety
-    /// `data` must stay valid and untouched by this rank until the returned
-    /// handle is waited on or dropped.
-    pub unsafe fn send_mut<T: CommElement>(
-        &self,
-        to: usize,
-        offset: usize,
-        data: &mut [T],
-    ) -> Result<LoanHandle> {
-        // SAFETY: forwarded to the caller.
-        let (frame, handle) = unsafe { Frame::loan_mut(self.header(offset), bytemuck::cast_slice_mut(data)) };
-        self.comm
-            .transport
-            .send(self.comm.members[to], frame)
-            .map_err(|msg| CommError::PeerClosed {
-                op: self.name,
-                rank: self.r,
-                peer: to,
-                msg,
-            })?;
-        Ok(handle)
-    }
-
-    /// Runs `f` on a received writable loan's elements.
-    pub fn read_write<T: CommElement, R>(
-        &self,
-        from: usize,
-        frame: &Frame,
-        f: impl FnOnce(&mut [T]) -> R,
-    ) -> Result<R> {
-        let lost = || CommError::Aborted {
-            op: self.name,
-            rank: self.r,
-            peer: from,
-            msg: "the sender withdrew its message (it failed or timed out)".into(),
-        };
-        let mut data = frame.acquire_mut().ok_or_else(lost)?;
-        let typed = data.typed_mut::<T>().ok_or_else(lost)?;
-        Ok(f(typed))
-    }
-
     /// Sends an empty message to rank `to` (barriers, zero-length steps).
     pub fn send_empty(&self, to: usize, offset: usize) -> Result<()> {
         let frame = Frame::owned(self.header(offset), AlignedBuf::default());
@@ -169,12 +121,33 @@ impl Op<'_> {
             .mailbox()
             .recv(self.comm.members[from], self.comm.group, Channel::Coll, deadline)
             .map_err(|f| self.comm.recv_error(self.name, from, f, what()))?;
-        let h = &frame.hdr;
-        let mine = self.header(offset);
+        let diff = self.header_diff(from, &frame.hdr, Some((offset, len * size_of::<T>())));
+        match diff {
+            Some(msg) => Err(CommError::Mismatch {
+                op: self.name,
+                rank: self.r,
+                peer: from,
+                msg,
+            }),
+            None => Ok(frame),
+        }
+    }
+
+    /// What differs between the header `h` that rank `from` sent and this
+    /// call's own (collective, sequence number, dtype, total length,
+    /// operator, root; with `piece = Some((offset, bytes))` also the piece),
+    /// or `None` when they agree.
+    pub(crate) fn header_diff(
+        &self,
+        from: usize,
+        h: &Header,
+        piece: Option<(usize, usize)>,
+    ) -> Option<String> {
+        let mine = self.header(piece.map_or(0, |p| p.0));
         let dt = |c: u8| dtype_of_code(c).map_or("?".into(), |d| d.to_string());
-        let diff = if h.op != mine.op || h.seq != mine.seq {
+        if h.op != mine.op || h.seq != mine.seq {
             Some(format!(
-                "rank {from} sent {} #{} while rank {} is in {} #{}",
+                "rank {from} is in {} #{} while rank {} is in {} #{}",
                 OpKind::name(h.op),
                 h.seq,
                 self.r,
@@ -193,30 +166,25 @@ impl Op<'_> {
                 "{} elements on rank {from} vs {} on rank {}",
                 h.total, mine.total, self.r
             ))
-        } else if h.redop != mine.redop || h.aux != mine.aux {
+        } else if h.redop != mine.redop {
             Some(format!(
-                "operator/root (code {}, {}) on rank {from} vs ({}, {}) on rank {}",
-                h.redop, h.aux, mine.redop, mine.aux, self.r
+                "operator code {} on rank {from} vs {} on rank {}",
+                h.redop, mine.redop, self.r
             ))
-        } else if h.offset != mine.offset || h.len != (len * size_of::<T>()) as u64 {
+        } else if h.aux != mine.aux {
             Some(format!(
-                "piece of {} bytes at offset {} from rank {from}, expected {} bytes at offset {offset} \
-                 (different max_segment_bytes?)",
-                h.len,
-                h.offset,
-                len * size_of::<T>()
+                "root {} on rank {from} vs root {} on rank {}",
+                h.aux, mine.aux, self.r
             ))
         } else {
-            None
-        };
-        match diff {
-            Some(msg) => Err(CommError::Mismatch {
-                op: self.name,
-                rank: self.r,
-                peer: from,
-                msg,
-            }),
-            None => Ok(frame),
+            let (offset, bytes) = piece?;
+            (h.offset != mine.offset || h.len != bytes as u64).then(|| {
+                format!(
+                    "piece of {} bytes at offset {} from rank {from}, expected {bytes} bytes at offset {offset} \
+                     (different max_segment_bytes?)",
+                    h.len, h.offset
+                )
+            })
         }
     }
 

@@ -242,9 +242,6 @@ pub(crate) fn all_reduce<T: CommElement>(op: &Op<'_>, buf: &mut [T], rop: Reduce
     if n == 1 {
         return Ok(());
     }
-    if n == 2 && op.shares_memory() {
-        return all_reduce_pair(op, buf, rop);
-    }
     let s = buf.len();
     let sh = Shared::new(buf);
     let mut loans = Loans::default();
@@ -255,37 +252,6 @@ pub(crate) fn all_reduce<T: CommElement>(op: &Op<'_>, buf: &mut [T], rop: Reduce
         divide_all(unsafe { sh.get_mut(chunk(op.r)) }, n);
     }
     ag_phase(op, &sh, &mut loans, &chunk)?;
-    loans.settle_all(op)
-}
-
-/// The ring for two ranks of one process, with the all-gather fused into
-/// the reduce-scatter: each rank lends the peer's chunk writable, and the
-/// peer stores the reduced chunk both in its own buffer and back into the
-/// loan while the data is in cache. Same fold (`x_{c+1} ⊕ x_c`), same bits,
-/// a third less memory traffic than reducing and copying in two passes.
-fn all_reduce_pair<T: CommElement>(op: &Op<'_>, buf: &mut [T], rop: ReduceOp) -> Result<()> {
-    let (r, s) = (op.r, buf.len());
-    let peer = 1 - r;
-    let sh = Shared::new(buf);
-    let mut loans = Loans::default();
-    for seg in op.segments::<T>(ring_chunk(s, 2, peer)) {
-        // SAFETY: this rank never touches the peer's chunk again; `loans`
-        // settles or revokes every loan before the borrow of `buf` ends.
-        let h = unsafe { op.send_mut(peer, seg.start, sh.get_mut(seg.clone()))? };
-        loans.push(seg, peer, h);
-    }
-    for seg in op.segments::<T>(ring_chunk(s, 2, r)) {
-        let frame = op.recv::<T>(peer, seg.start, seg.len())?;
-        op.read_write(peer, &frame, |inc: &mut [T]| {
-            // SAFETY: the own chunk is never loaned here.
-            let dst = unsafe { sh.get_mut(seg.clone()) };
-            reduce_into(dst, inc, rop);
-            if rop == ReduceOp::Avg {
-                divide_all(dst, 2);
-            }
-            inc.copy_from_slice(dst);
-        })?;
-    }
     loans.settle_all(op)
 }
 

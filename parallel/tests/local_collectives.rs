@@ -9,12 +9,22 @@ use proptest::prelude::*;
 use tessera_parallel::{CommConfig, CommExt, Communicator, CpuComm, LocalGroup, ReduceOp};
 
 /// Tiny segments (many pieces per chunk) and a path choice: `small` sends
-/// everything through the small-message algorithms, otherwise the ring.
+/// everything through the small-message algorithms, otherwise the ring;
+/// the shared-memory all-reduce is off (see [`shm_cfg`]).
 fn cfg(segment: usize, small: bool) -> CommConfig {
     CommConfig {
         timeout: Duration::from_secs(20),
         max_segment_bytes: segment,
         small_message_bytes: if small { usize::MAX } else { 0 },
+        shared_memory: false,
+    }
+}
+
+/// [`cfg`] with the shared-memory all-reduce on (the default).
+fn shm_cfg(segment: usize, small: bool) -> CommConfig {
+    CommConfig {
+        shared_memory: true,
+        ..cfg(segment, small)
     }
 }
 
@@ -37,6 +47,7 @@ fn gloo_pattern_every_size() {
             for (segment, small) in [(128, false), (1 << 20, false), (1 << 20, true)] {
                 run_ok(n, cfg(segment, small), |c| check_gloo_pattern(c, len));
             }
+            run_ok(n, shm_cfg(128, false), |c| check_gloo_pattern(c, len));
         }
     }
 }
@@ -53,7 +64,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     /// Every collective, every dtype and operator, world sizes 1..=8,
-    /// lengths 0..10000, ring and small-message paths, bitwise.
+    /// lengths 0..10000, shared-memory, ring and small-message paths, bitwise.
     #[test]
     fn every_collective_matches_its_oracle(
         n in 1usize..=8,
@@ -64,9 +75,11 @@ proptest! {
         root in 0usize..8,
         segment in prop_oneof![Just(64usize), Just(4096), Just(1 << 20)],
         small in any::<bool>(),
+        shm in any::<bool>(),
     ) {
         let case = Case { seed, len, dtype, op, root };
-        let res = LocalGroup::run_with(n, cfg(segment, small), |c| check_case(c, &case)).expect("threads");
+        let cfg = if shm { shm_cfg(segment, small) } else { cfg(segment, small) };
+        let res = LocalGroup::run_with(n, cfg, |c| check_case(c, &case)).expect("threads");
         for r in res {
             prop_assert!(r.is_ok(), "{}", r.unwrap_err());
         }
@@ -75,8 +88,9 @@ proptest! {
 
 #[test]
 fn reruns_and_paths_are_bitwise_identical() {
-    let run = |small: bool| {
-        LocalGroup::run_with(5, cfg(256, small), |c| {
+    let run = |small: bool, shm: bool| {
+        let cfg = if shm { shm_cfg(256, small) } else { cfg(256, small) };
+        LocalGroup::run_with(5, cfg, |c| {
             let mut x = common::input::<f32>(7, c.rank(), 3001);
             c.all_reduce_slice(&mut x, ReduceOp::Sum).map(|_| x)
         })
@@ -85,18 +99,25 @@ fn reruns_and_paths_are_bitwise_identical() {
         .map(Result::unwrap)
         .collect::<Vec<_>>()
     };
-    let a = run(false);
+    let a = run(false, false);
     assert!(a.iter().all(|x| x == &a[0]), "ranks differ");
-    assert_eq!(a, run(false), "rerun differs");
-    assert_eq!(a, run(true), "small-message path differs from the ring");
+    assert_eq!(a, run(false, false), "rerun differs");
+    assert_eq!(a, run(true, false), "small-message path differs from the ring");
+    assert_eq!(a, run(false, true), "shared-memory path differs from the ring");
+    assert_eq!(a, run(false, true), "shared-memory rerun differs");
 }
 
 /// NCCL's Avg divides after the sum; DDP divides first. They agree bitwise
 /// for power-of-two groups on integer data, and both approximate the mean.
 #[test]
 fn pre_divide_vs_post_divide_average() {
-    for n in [2, 4, 8, 3, 5] {
-        let res = LocalGroup::run_with(n, cfg(1 << 20, false), |c| {
+    for (n, shm) in [2, 4, 8, 3, 5].into_iter().flat_map(|n| [(n, false), (n, true)]) {
+        let cfg = if shm {
+            shm_cfg(1 << 20, false)
+        } else {
+            cfg(1 << 20, false)
+        };
+        let res = LocalGroup::run_with(n, cfg, |c| {
             let ints: Vec<f32> = (0..257).map(|j| ((j * 7 + c.rank() * 13) % 61) as f32).collect();
             let mut post = ints.clone();
             c.all_reduce_slice(&mut post, ReduceOp::Avg)?;

@@ -244,10 +244,6 @@ impl Transport for TcpTransport {
         true
     }
 
-    fn shares_memory(&self) -> bool {
-        false
-    }
-
     fn mailbox(&self) -> &Mailbox {
         &self.mailbox
     }
