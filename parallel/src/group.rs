@@ -314,7 +314,7 @@ impl CpuComm {
         let deadline = Instant::now() + self.cfg.timeout;
         self.transport
             .mailbox()
-            .recv(g, self.group, Channel::P2p(tag), deadline)
+            .recv(g, self.group, Channel::P2p(tag), deadline, None)
             .map_err(|f| self.recv_error(op, src, f, format!("message with tag {tag}")))
     }
 
@@ -343,6 +343,10 @@ impl CpuComm {
             RecvFail::Aborted(g, msg) => {
                 let peer = self.members.iter().position(|&m| m == g).unwrap_or(peer);
                 CommError::Aborted { op, rank, peer, msg }
+            }
+            RecvFail::Mismatch(g, msg) => {
+                let peer = self.members.iter().position(|&m| m == g).unwrap_or(peer);
+                CommError::Mismatch { op, rank, peer, msg }
             }
         }
     }

@@ -6,7 +6,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
-use crate::frame::{Frame, Kind};
+use crate::frame::{Frame, Header, Kind};
 
 /// Which stream of messages from one source within one group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -26,7 +26,15 @@ pub(crate) enum RecvFail {
     Closed(String),
     /// A rank aborted the group: that rank (global) and its reason.
     Aborted(usize, String),
+    /// Another source (global rank) sent a piece of the same call whose
+    /// header disagrees with this rank's; what differs.
+    Mismatch(usize, String),
 }
+
+/// Checks the headers of frames that other sources sent for the call being
+/// received: `(sequence number, f)` where `f(global source, header)` says
+/// what differs from the receiver's own call, if anything.
+pub(crate) type Peek<'a> = (u64, &'a dyn Fn(usize, &Header) -> Option<String>);
 
 #[derive(Default)]
 struct State {
@@ -85,12 +93,16 @@ impl Mailbox {
     }
 
     /// Waits for the next frame from global rank `src` on `(group, channel)`.
+    /// With `peek`, a frame of the same call queued from another source
+    /// that disagrees with it ends the wait at once (ranks that disagree
+    /// about a broadcast's root may never send to each other).
     pub fn recv(
         &self,
         src: usize,
         group: u64,
         channel: Channel,
         deadline: Instant,
+        peek: Option<Peek<'_>>,
     ) -> Result<Frame, RecvFail> {
         let key = (src, group, channel);
         let mut st = self.lock();
@@ -105,6 +117,18 @@ impl Mailbox {
             }
             if let Some(why) = st.closed.get(&src) {
                 return Err(RecvFail::Closed(why.clone()));
+            }
+            if let Some((seq, differs)) = peek {
+                let other = st
+                    .queues
+                    .iter()
+                    .filter(|(k, _)| k.0 != src && k.1 == group && k.2 == Channel::Coll)
+                    .flat_map(|(k, q)| q.iter().map(move |f| (k.0, &f.hdr)))
+                    .filter(|(_, h)| h.seq == seq)
+                    .find_map(|(from, h)| differs(from, h).map(|msg| (from, msg)));
+                if let Some((from, msg)) = other {
+                    return Err(RecvFail::Mismatch(from, msg));
+                }
             }
             let now = Instant::now();
             if now >= deadline {

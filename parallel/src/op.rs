@@ -119,7 +119,16 @@ impl Op<'_> {
             .comm
             .transport
             .mailbox()
-            .recv(self.comm.members[from], self.comm.group, Channel::Coll, deadline)
+            .recv(
+                self.comm.members[from],
+                self.comm.group,
+                Channel::Coll,
+                deadline,
+                Some((self.seq, &|g, h| {
+                    let k = self.comm.members.iter().position(|&m| m == g)?;
+                    self.header_diff(k, h, None)
+                })),
+            )
             .map_err(|f| self.comm.recv_error(self.name, from, f, what()))?;
         let diff = self.header_diff(from, &frame.hdr, Some((offset, len * size_of::<T>())));
         match diff {
@@ -145,7 +154,7 @@ impl Op<'_> {
     ) -> Option<String> {
         let mine = self.header(piece.map_or(0, |p| p.0));
         let dt = |c: u8| dtype_of_code(c).map_or("?".into(), |d| d.to_string());
-        if h.op != mine.op || h.seq != mine.seq {
+        if OpKind::name(h.op) != self.name || h.seq != mine.seq {
             Some(format!(
                 "rank {from} is in {} #{} while rank {} is in {} #{}",
                 OpKind::name(h.op),
@@ -175,6 +184,11 @@ impl Op<'_> {
             Some(format!(
                 "root {} on rank {from} vs root {} on rank {}",
                 h.aux, mine.aux, self.r
+            ))
+        } else if h.op != mine.op {
+            Some(format!(
+                "rank {from} runs {} through another algorithm than rank {} (kind {} vs {}: different CommConfig?)",
+                self.name, self.r, h.op, mine.op
             ))
         } else {
             let (offset, bytes) = piece?;

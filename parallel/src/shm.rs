@@ -43,6 +43,8 @@ use crate::ring::ring_chunk;
 const TILE_BYTES: usize = 32 << 10;
 /// How often a rank waiting for its peers checks for gone peers and aborts.
 const POLL: Duration = Duration::from_millis(5);
+/// How many times a waiting rank yields before it sleeps.
+const SPINS: usize = 64;
 
 /// The rounds of every group of one in-process world.
 #[derive(Default)]
@@ -89,6 +91,7 @@ impl Registry {
         }
         if all_here && ptr.is_some() {
             st.phase = Phase::Started;
+            round.started.store(true, Ordering::Release);
         }
         drop(st);
         round.cv.notify_all();
@@ -241,6 +244,8 @@ struct Round {
     /// Tiles done (or skipped after a panic).
     done: AtomicUsize,
     poisoned: AtomicBool,
+    /// Mirrors `Phase::Started`, for waiting without the lock.
+    started: AtomicBool,
 }
 
 impl Round {
@@ -256,6 +261,7 @@ impl Round {
             next: (0..n).map(|_| Padded(AtomicUsize::new(0))).collect(),
             done: AtomicUsize::new(0),
             poisoned: AtomicBool::new(false),
+            started: AtomicBool::new(false),
         }
     }
 
@@ -269,6 +275,14 @@ impl Round {
     fn wait_start(&self, op: &Op<'_>) -> Result<Vec<usize>> {
         let deadline = Instant::now() + op.cfg().timeout;
         let mailbox = op.comm.transport.mailbox();
+        // Peers usually arrive within microseconds: yield a few times
+        // before sleeping (a wake-up costs more than the wait).
+        for _ in 0..SPINS {
+            if self.started.load(Ordering::Acquire) {
+                break;
+            }
+            std::thread::yield_now();
+        }
         let mut st = self.lock();
         loop {
             let fail = match &st.phase {
@@ -314,7 +328,7 @@ impl Round {
     /// Waits until `total` tiles are done. Bounded without a deadline: the
     /// tiles still out are being reduced by running ranks.
     fn wait_done(&self, total: usize) {
-        for _ in 0..64 {
+        for _ in 0..SPINS {
             if self.done.load(Ordering::Acquire) >= total {
                 return;
             }

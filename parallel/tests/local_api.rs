@@ -24,7 +24,6 @@ fn group_failure(e: &CommError) -> bool {
 
 #[test]
 fn a_rank_that_exits_mid_all_reduce_fails_the_others() {
-    // n = 2 takes the fused pair path, n = 4 the ring.
     for n in [2, 4] {
         let res = LocalGroup::run_with(n, short(2000), |c| {
             let mut buf = vec![1.0f32; 1 << 20];
@@ -128,14 +127,19 @@ fn ranks_that_disagree_get_errors_naming_the_call() {
             );
         }
     }
-    // Every rank a broadcast root: nobody receives, so only the timeout can
-    // tell; it still ends in an error.
-    let res = LocalGroup::run_with(3, short(300), |c| c.broadcast_slice(&mut [1i64; 4], c.rank())).unwrap();
-    for r in res {
+    // Every rank a broadcast root: nobody receives, yet the ranks compare
+    // their calls on entry and fail at once.
+    let res = LocalGroup::run_with(3, short(5000), |c| {
+        let t = Instant::now();
+        (c.broadcast_slice(&mut [1i64; 4], c.rank()), t.elapsed())
+    })
+    .unwrap();
+    for (r, waited) in res {
         assert!(
-            matches!(r, Err(CommError::Timeout { .. } | CommError::Aborted { .. })),
+            matches!(r, Err(CommError::Mismatch { .. } | CommError::Aborted { .. })),
             "{r:?}"
         );
+        assert!(waited < Duration::from_secs(2), "waited {waited:?}");
     }
 }
 

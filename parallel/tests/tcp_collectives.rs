@@ -45,6 +45,7 @@ fn run_child(scenario: &str) -> Result<(), String> {
         "die" | "stall" => fault(scenario == "stall"),
         "rendezvous" => connect(1 << 20).map(drop),
         "mismatch" => mismatch(),
+        "roots" => roots(),
         other => Err(format!("unknown scenario {other}")),
     }
 }
@@ -168,6 +169,28 @@ fn mismatch() -> Result<(), String> {
             Ok(())
         }
         other => Err(format!("expected a mismatch error, got {other:?}")),
+    }
+}
+
+/// Ranks 0 and 1 broadcast from root 0, rank 2 from root 1: rank 2 hears
+/// from rank 0 only, sees the other root in the header and fails at once,
+/// naming both roots; the others' next call then fails too.
+fn roots() -> Result<(), String> {
+    let comm = connect(1 << 20)?;
+    let r = comm.rank();
+    let t = Instant::now();
+    let res = comm
+        .broadcast_slice(&mut [1i64; 4], usize::from(r == 2))
+        .and_then(|_| comm.barrier());
+    if t.elapsed() > Duration::from_secs(FAULT_TIMEOUT as u64 / 2) {
+        return Err(format!("rank {r} waited {:?}", t.elapsed()));
+    }
+    match res {
+        Err(CommError::Mismatch { msg, .. }) if r == 2 && msg == "root 0 on rank 0 vs root 1 on rank 2" => {
+            Ok(())
+        }
+        Err(CommError::Aborted { .. }) if r != 2 => Ok(()),
+        other => Err(format!("rank {r}: unexpected {other:?}")),
     }
 }
 
@@ -302,6 +325,18 @@ fn a_rank_that_never_arrives_fails_the_rendezvous() {
             "took {:?}",
             t.elapsed()
         );
+    }
+}
+
+#[test]
+fn disagreeing_broadcast_roots_fail_fast() {
+    let codes = wait_all(
+        spawn(3, &[0, 1, 2], "roots", free_port()),
+        Duration::from_secs(20),
+        None,
+    );
+    for (k, code) in codes {
+        assert_eq!(code, Some(0), "rank {k}");
     }
 }
 
