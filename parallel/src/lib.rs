@@ -12,7 +12,10 @@
 //! On `local` and `tcp` the collectives are tessera's own: ring all-reduce
 //! (ring reduce-scatter + ring all-gather, segmented and pipelined) with a
 //! fixed fold order, so every rank gets bitwise the same result and reruns
-//! repeat it (see [`ring_chunk`] and [`fold_reference`]). A dead or stalled
+//! repeat it (see [`ring_chunk`] and [`fold_reference`]). On `local`,
+//! all-reduce instead reduces the ranks' buffers where they lie, in the
+//! same fold order (same bits), reading and writing each byte once
+//! ([`CommConfig::shared_memory`]). A dead or stalled
 //! peer, or ranks that disagree about a call, give an `Err` on every rank
 //! within the timeout, never a hang.
 //!
