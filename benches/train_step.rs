@@ -44,10 +44,14 @@ fn main() {
     for (name, build, input) in workloads {
         reset_peak_rss();
         let model = build().expect("model builds");
-        let rate = measure(&model, input, steps);
+        let (rate, phases) = measure(&model, input, steps);
         let rss = peak_rss_mib();
         println!("bench\t{name}\ttessera\tthroughput\t{rate:.1}\tsamples/s");
         println!("bench\t{name}\ttessera\tpeak_rss\t{rss:.1}\tMiB");
+        println!(
+            "# {name} tessera phases (ms per step, best round): forward {:.2}, loss {:.2}, backward {:.2}, optimizer {:.2}, drop {:.2}",
+            phases[0], phases[1], phases[2], phases[3], phases[4]
+        );
         match &torch_python {
             Some(py) => torch(py, steps, name, rate),
             None => println!("# TESSERA_TORCH_PYTHON not set: skipped PyTorch eager for {name}"),
@@ -56,8 +60,11 @@ fn main() {
 }
 
 /// Samples per second of the best of [`ROUNDS`] rounds of `steps` training
-/// steps on random inputs of `shape`, after 3 warm-up steps.
-fn measure(model: &Sequential, shape: &[usize], steps: usize) -> f64 {
+/// steps on random inputs of `shape`, after 3 warm-up steps; and the time
+/// per step of its phases (forward, loss, backward, optimizer step, freeing
+/// the graph and gradients) in ms, from the best of [`ROUNDS`] further
+/// rounds timed phase by phase.
+fn measure(model: &Sequential, shape: &[usize], steps: usize) -> (f64, [f64; 5]) {
     manual_seed(0);
     let x = Var::constant(Tensor::randn(shape, DType::F32).unwrap());
     let y = Tensor::randint(0, 10, &[BATCH], DType::I64).unwrap();
@@ -87,7 +94,32 @@ fn measure(model: &Sequential, shape: &[usize], steps: usize) -> f64 {
         }
         best = best.min(t.elapsed().as_secs_f64());
     }
-    (steps * BATCH) as f64 / best
+    let mut phases = [f64::INFINITY; 5];
+    for _ in 0..ROUNDS {
+        let mut round = [0.0f64; 5];
+        for _ in 0..steps {
+            let mut t = Instant::now();
+            let mut lap = |k: usize| {
+                round[k] += t.elapsed().as_secs_f64();
+                t = Instant::now();
+            };
+            let out = model.forward(&x).unwrap();
+            lap(0);
+            let loss = out.cross_entropy(Target::Indices(&y), &ce).unwrap();
+            lap(1);
+            let grads = loss.backward().unwrap();
+            lap(2);
+            opt.step(&grads).unwrap();
+            lap(3);
+            drop((out, loss, grads));
+            lap(4);
+        }
+        if round.iter().sum::<f64>() < phases.iter().sum::<f64>() {
+            phases = round;
+        }
+    }
+    let per_step = |s: f64| s * 1e3 / steps as f64;
+    ((steps * BATCH) as f64 / best, phases.map(per_step))
 }
 
 /// Resets VmHWM (Linux ≥ 4.0), so each workload reports its own peak.

@@ -48,9 +48,32 @@ def main():
             step()
         best = min(best, time.perf_counter() - t)
     rate = steps * BATCH / best
+    phases = None  # best round, timed phase by phase (as the Rust side)
+    for _ in range(3):
+        rnd = [0.0] * 5
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            out = net(x)
+            t1 = time.perf_counter()
+            loss = loss_fn(out, y)
+            t2 = time.perf_counter()
+            loss.backward()
+            t3 = time.perf_counter()
+            opt.step()
+            t4 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            del out, loss
+            t5 = time.perf_counter()
+            for k, (a, b) in enumerate([(t0, t1), (t1, t2), (t2, t3), (t3, t4), (t4, t5)]):
+                rnd[k] += b - a
+        if phases is None or sum(rnd) < sum(phases):
+            phases = rnd
+    ms = [p * 1e3 / steps for p in phases]
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"bench\t{name}\ttorch_eager\tthroughput\t{rate:.1f}\tsamples/s")
     print(f"bench\t{name}\ttorch_eager\tpeak_rss\t{rss:.1f}\tMiB")
+    print(f"# {name} torch phases (ms per step, best round): forward {ms[0]:.2f}, "
+          f"loss {ms[1]:.2f}, backward {ms[2]:.2f}, optimizer {ms[3]:.2f}, drop {ms[4]:.2f}")
 
 
 if __name__ == "__main__":

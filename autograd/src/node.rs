@@ -106,6 +106,31 @@ impl Node {
     }
 }
 
+impl Drop for Node {
+    /// Frees the part of the graph only this node kept alive without
+    /// recursing: a node owns its inputs' nodes, so the default drop of a
+    /// long chain (hundreds of thousands of recorded ops) would nest one
+    /// call per op and overflow the stack. Nodes whose last owner this is
+    /// are taken out of their `Arc` and their inputs queued instead.
+    fn drop(&mut self) {
+        let NodeKind::Op { inputs, .. } = &mut self.kind else {
+            return;
+        };
+        let mut owned: Vec<Node> = take_owned(inputs).collect();
+        while let Some(mut node) = owned.pop() {
+            if let NodeKind::Op { inputs, .. } = &mut node.kind {
+                owned.extend(take_owned(inputs));
+            }
+            // `node` drops here with no inputs left: no recursion.
+        }
+    }
+}
+
+/// Empties `inputs`, yielding the nodes that no one else refers to.
+fn take_owned(inputs: &mut Vec<Option<Edge>>) -> impl Iterator<Item = Node> + '_ {
+    inputs.drain(..).flatten().filter_map(|e| Arc::into_inner(e.node))
+}
+
 /// One output of one node: where a gradient flows to.
 #[derive(Clone)]
 pub(crate) struct Edge {

@@ -102,6 +102,23 @@ fn no_grad_records_nothing_and_detach_cuts() {
 }
 
 #[test]
+fn requires_grad_false_freezes_a_leaf() {
+    let mut w = Var::leaf(t(&[3.0], &[1]));
+    let x = Var::leaf(t(&[2.0], &[1]));
+    w.requires_grad_(false).unwrap();
+    assert!(!w.requires_grad() && w.id().is_none());
+    let g = sum(&mul(&w, &x)).backward().unwrap();
+    assert_eq!(g.len(), 1, "only x gets a gradient");
+    assert_eq!(vals(g.get(&x).unwrap()), vec![3.0]);
+    // Unfreezing gives a new leaf; an op result cannot be frozen.
+    w.requires_grad_(true).unwrap();
+    let g = sum(&mul(&w, &x)).backward().unwrap();
+    assert_eq!(vals(g.get(&w).unwrap()), vec![2.0]);
+    let mut y = mul(&w, &x);
+    assert!(y.requires_grad_(false).is_err());
+}
+
+#[test]
 fn hooks_fire_once_when_final_in_reverse_use_order() {
     let a = Var::leaf(t(&[1.0], &[1]));
     let b = Var::leaf(t(&[2.0], &[1]));
@@ -200,6 +217,38 @@ fn threads_build_independent_graphs() {
     assert_eq!(serial, threaded);
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Var>();
+}
+
+/// A 200,000-op chain is dropped without recursing once per node, whether
+/// or not backward ran over it (the backward closures are gone then, the
+/// node chain is not). Runs on a thread with a 512 KiB stack, where a
+/// recursive drop of even a few thousand nodes overflows.
+#[test]
+fn dropping_a_very_long_graph_does_not_overflow_the_stack() {
+    const OPS: usize = 200_000;
+    let chain = |backward: bool| {
+        let x = Var::leaf(t(&[0.5], &[1]));
+        let mut h = x.clone();
+        for _ in 0..OPS {
+            h = h.mul_scalar(1.0).unwrap();
+        }
+        if backward {
+            let g = h.backward_with(&t(&[2.0], &[1])).unwrap();
+            assert_eq!(vals(g.get(&x).unwrap()), vec![2.0]);
+        }
+        // The output owns the whole chain; the leaf goes last.
+        drop(h);
+        drop(x);
+    };
+    std::thread::Builder::new()
+        .stack_size(512 << 10)
+        .spawn(move || {
+            chain(false);
+            chain(true);
+        })
+        .unwrap()
+        .join()
+        .expect("the chains drop without overflowing the stack");
 }
 
 #[test]

@@ -79,3 +79,56 @@ fn a_frozen_weight_gets_no_gradient_and_keeps_nothing_alive() -> Result<()> {
     assert_eq!(live_bytes(), before + grad_bytes(&grads));
     Ok(())
 }
+
+/// `checkpoint_sequential` over blocks with dropout: the gradients equal the
+/// plain run's bitwise (the RNG state is replayed), and what the forward
+/// leaves alive for backward shrinks to the segment boundaries.
+#[test]
+fn checkpoint_sequential_matches_plain_bitwise_and_keeps_less() -> Result<()> {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    manual_seed(9);
+    let x = Var::leaf(Tensor::randn(&[16, 64], DType::F32)?);
+    let ws: Vec<Var> = (0..8)
+        .map(|_| Tensor::randn(&[64], DType::F32).map(Var::leaf))
+        .collect::<Result<_>>()?;
+    type Block = Box<dyn Fn(&Var) -> Result<Var> + Send + Sync>;
+    let blocks = || -> Vec<Block> {
+        ws.iter()
+            .map(|w| {
+                let w = w.clone();
+                Box::new(move |h: &Var| h.mul(&w)?.tanh()?.dropout(0.25, true)) as Block
+            })
+            .collect()
+    };
+    // Returns the gradients of x and every w, and the bytes the forward
+    // left alive.
+    let run = |every: Option<usize>| -> Result<(Vec<Vec<u32>>, usize)> {
+        manual_seed(10);
+        let before = live_bytes();
+        let h = match every {
+            Some(k) => tessera_autograd::checkpoint_sequential(blocks(), k, &x)?,
+            None => blocks().iter().try_fold(x.clone(), |h, b| b(&h))?,
+        };
+        let loss = h.square()?.sum(&[], false)?;
+        let kept = live_bytes() - before;
+        let grads = loss.backward()?;
+        let bits = std::iter::once(&x)
+            .chain(&ws)
+            .map(|v| {
+                let g = grads.get(v).expect("every leaf gets a gradient");
+                g.to_vec::<f32>().map(|g| g.iter().map(|v| v.to_bits()).collect())
+            })
+            .collect::<Result<_>>()?;
+        Ok((bits, kept))
+    };
+    let (plain, plain_kept) = run(None)?;
+    let (ck, ck_kept) = run(Some(4))?;
+    assert_eq!(plain, ck, "checkpointed gradients equal the plain ones bitwise");
+    // Plain keeps 4 tensors per block (input, tanh output, mask, output);
+    // two segments of four keep about their two boundaries.
+    assert!(
+        ck_kept * 4 < plain_kept,
+        "checkpoint_sequential kept {ck_kept} bytes, plain {plain_kept}"
+    );
+    Ok(())
+}

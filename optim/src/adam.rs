@@ -63,71 +63,63 @@ pub type Adam = GroupOptimizer<AdamRule>;
 /// θ ← θ(1 − γλ) before the moment update.
 pub type AdamW = GroupOptimizer<AdamWRule>;
 
-/// The [`Adam`] update rule.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct AdamRule;
+/// How Adam's weight decay λ enters the update.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WeightDecay {
+    /// L2 (Adam): λθ is added to the gradient.
+    Coupled,
+    /// Decoupled (AdamW): θ ← θ(1 − γλ) before the moment update.
+    Decoupled,
+}
 
-/// The [`AdamW`] update rule.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct AdamWRule;
+/// Defines an Adam-family rule: a unit struct and its [`Rule`], the same for
+/// every variant but for the options type, the name and the decay mode.
+macro_rules! adam_rule {
+    ($(#[$doc:meta])* $rule:ident, $options:ty, $name:literal, $decay:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Default, Clone, Copy)]
+        pub struct $rule;
+
+        impl Rule for $rule {
+            type Hyper = $options;
+            const NAME: &'static str = $name;
+            const BUFFERS: &'static [&'static str] = BUFFERS;
+
+            fn validate(h: &$options) -> Result<()> {
+                validate($name, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay)
+            }
+
+            fn buffers(h: &$options) -> &'static [&'static str] {
+                buffers(h.amsgrad)
+            }
+
+            fn update<T: FloatElement>(&self, h: &$options, ctx: StepCtx, p: &mut [T], g: &[T], b: Bufs<'_, T>) {
+                let s = Settings {
+                    lr: h.lr,
+                    beta1: h.beta1,
+                    beta2: h.beta2,
+                    eps: h.eps,
+                    weight_decay: h.weight_decay,
+                    decay: $decay,
+                    amsgrad: h.amsgrad,
+                    maximize: h.maximize,
+                };
+                adam_update(&s, ctx.step, p, g, b);
+            }
+        }
+    };
+}
+
+adam_rule!(
+    /// The [`Adam`] update rule (coupled L2 decay).
+    AdamRule, AdamOptions, "Adam", WeightDecay::Coupled
+);
+adam_rule!(
+    /// The [`AdamW`] update rule (decoupled decay).
+    AdamWRule, AdamWOptions, "AdamW", WeightDecay::Decoupled
+);
 
 const BUFFERS: &[&str] = &["exp_avg", "exp_avg_sq", "max_exp_avg_sq"];
-
-impl Rule for AdamRule {
-    type Hyper = AdamOptions;
-    const NAME: &'static str = "Adam";
-    const BUFFERS: &'static [&'static str] = BUFFERS;
-
-    fn validate(h: &AdamOptions) -> Result<()> {
-        validate("Adam", h.lr, h.beta1, h.beta2, h.eps, h.weight_decay)
-    }
-
-    fn buffers(h: &AdamOptions) -> &'static [&'static str] {
-        buffers(h.amsgrad)
-    }
-
-    fn update<T: FloatElement>(&self, h: &AdamOptions, ctx: StepCtx, p: &mut [T], g: &[T], b: Bufs<'_, T>) {
-        let s = Settings {
-            lr: h.lr,
-            beta1: h.beta1,
-            beta2: h.beta2,
-            eps: h.eps,
-            weight_decay: h.weight_decay,
-            decoupled: false,
-            amsgrad: h.amsgrad,
-            maximize: h.maximize,
-        };
-        adam_update(&s, ctx.step, p, g, b);
-    }
-}
-
-impl Rule for AdamWRule {
-    type Hyper = AdamWOptions;
-    const NAME: &'static str = "AdamW";
-    const BUFFERS: &'static [&'static str] = BUFFERS;
-
-    fn validate(h: &AdamWOptions) -> Result<()> {
-        validate("AdamW", h.lr, h.beta1, h.beta2, h.eps, h.weight_decay)
-    }
-
-    fn buffers(h: &AdamWOptions) -> &'static [&'static str] {
-        buffers(h.amsgrad)
-    }
-
-    fn update<T: FloatElement>(&self, h: &AdamWOptions, ctx: StepCtx, p: &mut [T], g: &[T], b: Bufs<'_, T>) {
-        let s = Settings {
-            lr: h.lr,
-            beta1: h.beta1,
-            beta2: h.beta2,
-            eps: h.eps,
-            weight_decay: h.weight_decay,
-            decoupled: true,
-            amsgrad: h.amsgrad,
-            maximize: h.maximize,
-        };
-        adam_update(&s, ctx.step, p, g, b);
-    }
-}
 
 fn buffers(amsgrad: bool) -> &'static [&'static str] {
     if amsgrad {
@@ -147,13 +139,14 @@ fn validate(op: &'static str, lr: f64, beta1: f64, beta2: f64, eps: f64, wd: f64
     Ok(())
 }
 
+/// The hyperparameters of one Adam step, whichever variant.
 struct Settings {
     lr: f64,
     beta1: f64,
     beta2: f64,
     eps: f64,
     weight_decay: f64,
-    decoupled: bool,
+    decay: WeightDecay,
     amsgrad: bool,
     maximize: bool,
 }
@@ -171,7 +164,12 @@ fn adam_update<T: FloatElement>(s: &Settings, step: u64, p: &mut [T], g: &[T], b
     let (w1, beta2, w2, eps) = (m(1.0 - s.beta1), m(s.beta2), m(1.0 - s.beta2), m(s.eps));
     let decay = m(1.0 - s.lr * s.weight_decay);
     let wd = m(s.weight_decay);
-    let (use_wd, decoupled, amsgrad, maximize) = (s.weight_decay != 0.0, s.decoupled, s.amsgrad, s.maximize);
+    let (use_wd, decoupled, amsgrad, maximize) = (
+        s.weight_decay != 0.0,
+        s.decay == WeightDecay::Decoupled,
+        s.amsgrad,
+        s.maximize,
+    );
     update(p, g, b, &|p, g, [ea, eas, vmax]| {
         let n = p.len();
         let (g, ea, eas) = (&g[..n], &mut ea[..n], &mut eas[..n]);

@@ -77,30 +77,111 @@ impl Rule for SgdRule {
 
     fn update<T: FloatElement>(&self, h: &SgdOptions, ctx: StepCtx, p: &mut [T], g: &[T], b: Bufs<'_, T>) {
         let m = |v: f64| T::Math::of(v);
-        let (lr, wd, mu, damp) = (m(h.lr), m(h.weight_decay), m(h.momentum), m(1.0 - h.dampening));
-        let (use_wd, nesterov, maximize) = (h.weight_decay != 0.0, h.nesterov, h.maximize);
-        if h.momentum == 0.0 {
-            update(p, g, b, &|p, g, _| {
-                for (p, &g) in p.iter_mut().zip(g) {
-                    let x = p.to_math();
-                    let d = coupled(g.to_math(), x, wd, use_wd, maximize);
-                    *p = T::from_math(x - lr * d);
+        let c = Coeffs {
+            lr: m(h.lr),
+            wd: m(h.weight_decay),
+            mu: m(h.momentum),
+            damp: m(1.0 - h.dampening),
+        };
+        // One monomorphic loop per flag combination: with the flags constant
+        // inside the loop it vectorizes, and the arithmetic (so the result)
+        // is the same as with the flags tested per element.
+        let flags = (h.weight_decay != 0.0, h.maximize, h.nesterov);
+        macro_rules! dispatch {
+            ($run:ident) => {
+                match flags {
+                    (false, false, false) => $run::<T, false, false, false>(c, ctx, p, g, b),
+                    (false, false, true) => $run::<T, false, false, true>(c, ctx, p, g, b),
+                    (false, true, false) => $run::<T, false, true, false>(c, ctx, p, g, b),
+                    (false, true, true) => $run::<T, false, true, true>(c, ctx, p, g, b),
+                    (true, false, false) => $run::<T, true, false, false>(c, ctx, p, g, b),
+                    (true, false, true) => $run::<T, true, false, true>(c, ctx, p, g, b),
+                    (true, true, false) => $run::<T, true, true, false>(c, ctx, p, g, b),
+                    (true, true, true) => $run::<T, true, true, true>(c, ctx, p, g, b),
                 }
-            });
-            return;
+            };
         }
-        update(p, g, b, &|p, g, [buf, _, _]| {
-            for ((p, &g), b) in p.iter_mut().zip(g).zip(buf.iter_mut()) {
-                let x = p.to_math();
-                let d = coupled(g.to_math(), x, wd, use_wd, maximize);
-                let nb = if ctx.fresh { d } else { mu * b.to_math() + damp * d };
-                let nb_stored = T::from_math(nb);
-                *b = nb_stored;
-                let nb = nb_stored.to_math();
-                let d = if nesterov { d + mu * nb } else { nb };
-                *p = T::from_math(x - lr * d);
-            }
-        });
+        if h.momentum == 0.0 {
+            dispatch!(plain_step);
+        } else {
+            dispatch!(momentum_step);
+        }
+    }
+}
+
+/// SGD's coefficients in the parameter's math type.
+#[derive(Clone, Copy)]
+struct Coeffs<M> {
+    lr: M,
+    wd: M,
+    mu: M,
+    damp: M,
+}
+
+/// θ ← θ − γd without momentum (`NESTEROV` is unused: it needs momentum).
+fn plain_step<T: FloatElement, const WD: bool, const MAX: bool, const NESTEROV: bool>(
+    c: Coeffs<T::Math>,
+    _ctx: StepCtx,
+    p: &mut [T],
+    g: &[T],
+    b: Bufs<'_, T>,
+) {
+    update(p, g, b, &|p, g, _| {
+        for (p, &g) in p.iter_mut().zip(g) {
+            let x = p.to_math();
+            let d = coupled(g.to_math(), x, c.wd, WD, MAX);
+            *p = T::from_math(x - c.lr * d);
+        }
+    });
+}
+
+/// The momentum step; the buffer is rounded to `T` before θ reads it, as
+/// PyTorch stores it.
+fn momentum_step<T: FloatElement, const WD: bool, const MAX: bool, const NESTEROV: bool>(
+    c: Coeffs<T::Math>,
+    ctx: StepCtx,
+    p: &mut [T],
+    g: &[T],
+    b: Bufs<'_, T>,
+) {
+    update(p, g, b, &|p, g, [buf, _, _]| {
+        if ctx.fresh {
+            momentum_loop::<T, true, WD, MAX, NESTEROV>(c, p, g, buf)
+        } else {
+            momentum_loop::<T, false, WD, MAX, NESTEROV>(c, p, g, buf)
+        }
+    });
+}
+
+/// One piece of [`momentum_step`]; `FRESH`: the buffer starts from d.
+#[inline(always)]
+fn momentum_loop<
+    T: FloatElement,
+    const FRESH: bool,
+    const WD: bool,
+    const MAX: bool,
+    const NESTEROV: bool,
+>(
+    c: Coeffs<T::Math>,
+    p: &mut [T],
+    g: &[T],
+    buf: &mut [T],
+) {
+    let n = p.len();
+    let (g, buf) = (&g[..n], &mut buf[..n]);
+    for i in 0..n {
+        let x = p[i].to_math();
+        let d = coupled(g[i].to_math(), x, c.wd, WD, MAX);
+        let nb = if FRESH {
+            d
+        } else {
+            c.mu * buf[i].to_math() + c.damp * d
+        };
+        let nb_stored = T::from_math(nb);
+        buf[i] = nb_stored;
+        let nb = nb_stored.to_math();
+        let d = if NESTEROV { d + c.mu * nb } else { nb };
+        p[i] = T::from_math(x - c.lr * d);
     }
 }
 

@@ -1,25 +1,18 @@
-//! Losses on [`Var`], composed from differentiable primitives (so their
-//! gradients come from the primitives' backward): cross-entropy with class
-//! indices (ignore_index, label smoothing) or class probabilities, NLL, MSE
-//! and binary cross-entropy with logits. Definitions follow PyTorch's
-//! `torch.nn.functional`.
+//! Losses on [`Var`]: cross-entropy with class indices (ignore_index, label
+//! smoothing) as one node over the tensor crate's fused kernel and its
+//! backward; cross-entropy with class probabilities, NLL, MSE and binary
+//! cross-entropy with logits composed from differentiable primitives (so
+//! their gradients come from the primitives' backward). Definitions follow
+//! PyTorch's `torch.nn.functional`; the options types are the tensor
+//! crate's.
 
 use tessera_tensor::{DType, Error, Result, Tensor};
 
+use super::record_op;
+use super::registry as reg;
 use crate::Var;
 
-/// How a loss reduces its per-element values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Reduction {
-    /// The per-element losses, unreduced.
-    None,
-    /// Their mean (for class-index targets with `ignore_index`: the sum
-    /// divided by the number of targets not ignored).
-    #[default]
-    Mean,
-    /// Their sum.
-    Sum,
-}
+pub use tessera_tensor::{CrossEntropyOptions, Reduction};
 
 /// The target of [`Var::cross_entropy`].
 #[derive(Debug, Clone, Copy)]
@@ -28,29 +21,6 @@ pub enum Target<'a> {
     Indices(&'a Tensor),
     /// Class probabilities shaped like the input (MixUp/CutMix soft labels).
     Probs(&'a Tensor),
-}
-
-/// Options of [`Var::cross_entropy`]; the default is PyTorch's
-/// (`ignore_index = -100`, no smoothing, mean).
-#[derive(Debug, Clone, Copy)]
-pub struct CrossEntropyOptions {
-    /// Class-index targets equal to this contribute nothing (not even to the
-    /// mean's count). Unused for probability targets.
-    pub ignore_index: i64,
-    /// ε in [0, 1]: the target becomes `(1 − ε)·target + ε/C`.
-    pub label_smoothing: f64,
-    /// How the per-sample losses are reduced.
-    pub reduction: Reduction,
-}
-
-impl Default for CrossEntropyOptions {
-    fn default() -> Self {
-        CrossEntropyOptions {
-            ignore_index: -100,
-            label_smoothing: 0.0,
-            reduction: Reduction::Mean,
-        }
-    }
 }
 
 impl Var {
@@ -74,6 +44,9 @@ impl Var {
                 OP,
                 format!("label_smoothing must be in [0, 1], got {eps}"),
             ));
+        }
+        if let (Target::Indices(t), true) = (target, self.device().is_cpu()) {
+            return fused_cross_entropy(self, t, *opts);
         }
         let logits = classes_last(OP, self)?;
         let logp = logits.log_softmax(-1)?;
@@ -179,6 +152,25 @@ impl Var {
             .add(&softplus_neg.mul(&c(log_weight))?)?;
         reduce(loss, reduction, None)
     }
+}
+
+/// Cross-entropy with class-index targets as one node: the tensor crate's
+/// fused kernel (max, Σ exp and the target logit in one pass per row)
+/// forward, and its dlogits kernel backward. The node saves the logits, the
+/// targets and each row's log-sum-exp.
+fn fused_cross_entropy(x: &Var, target: &Tensor, opts: CrossEntropyOptions) -> Result<Var> {
+    // The kernel reads a 1-D input through a reshape that keeps its strides,
+    // so a strided 1-D input is made contiguous first (a copy of one row).
+    let logits = match x.ndim() {
+        1 => x.tensor().contiguous(),
+        _ => x.tensor().clone(),
+    };
+    let (loss, lse) = logits.cross_entropy(target, opts)?;
+    let target = target.clone();
+    record_op(reg::CROSS_ENTROPY, loss, &[x], move |g, _| {
+        let dx = Tensor::cross_entropy_backward(g, &logits, &target, &lse, opts)?;
+        Ok(vec![Some(dx)])
+    })
 }
 
 /// The input with its class dim (1, or 0 for 1-D) moved last. Errors for a

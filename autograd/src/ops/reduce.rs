@@ -190,24 +190,33 @@ impl Var {
         })
     }
 
-    /// softmax along `dim`; the gradient is y·(g − Σ g·y). Errors as
-    /// [`Tensor::softmax`].
+    /// softmax along `dim`; the gradient is y·(g − Σ g·y), one fused pass
+    /// per lane on the CPU ([`Tensor::softmax_backward`]), composed from
+    /// primitives elsewhere. Errors as [`Tensor::softmax`].
     pub fn softmax(&self, dim: isize) -> Result<Var> {
         let y = self.tensor().softmax(dim)?;
         let saved = y.clone();
         reduction(reg::SOFTMAX, y, self, move |g| {
+            if saved.device().is_cpu() {
+                return Tensor::softmax_backward(g, &saved, dim);
+            }
             let d = lane_dim(&saved, dim)?;
             let dot = g.mul(&saved)?.sum(&d, true)?;
             saved.mul(&g.sub(&dot)?)
         })
     }
 
-    /// log_softmax along `dim`; the gradient is g − exp(y)·Σ g. Errors as
+    /// log_softmax along `dim`; the gradient is g − exp(y)·Σ g, one fused
+    /// pass per lane on the CPU ([`Tensor::log_softmax_backward`]),
+    /// composed from primitives elsewhere. Errors as
     /// [`Tensor::log_softmax`].
     pub fn log_softmax(&self, dim: isize) -> Result<Var> {
         let y = self.tensor().log_softmax(dim)?;
         let saved = y.clone();
         reduction(reg::LOG_SOFTMAX, y, self, move |g| {
+            if saved.device().is_cpu() {
+                return Tensor::log_softmax_backward(g, &saved, dim);
+            }
             let d = lane_dim(&saved, dim)?;
             g.sub(&saved.exp()?.mul(&g.sum(&d, true)?)?)
         })

@@ -146,6 +146,7 @@ registry! {NN_OPS:
     TRIL = "tril",
     TRIU = "triu",
     DROPOUT = "dropout",
+    CROSS_ENTROPY = "cross_entropy",
 }
 
 /// The name of every differentiable op recorded in this crate.

@@ -45,7 +45,7 @@ cases! {
     repeat: ["repeat"] => repeat_case;
     tril_triu: ["tril", "triu"] => tri_case;
     dropout: ["dropout"] => dropout_case;
-    cross_entropy_indices: ["log_softmax"] => cross_entropy_indices_case;
+    cross_entropy_indices: ["cross_entropy"] => cross_entropy_indices_case;
     cross_entropy_probs: ["log_softmax"] => cross_entropy_probs_case;
     nll_loss: ["mul", "sum"] => nll_loss_case;
     mse_loss: ["sub", "mul"] => mse_loss_case;
