@@ -159,12 +159,7 @@ impl Var {
 /// forward, and its dlogits kernel backward. The node saves the logits, the
 /// targets and each row's log-sum-exp.
 fn fused_cross_entropy(x: &Var, target: &Tensor, opts: CrossEntropyOptions) -> Result<Var> {
-    // The kernel reads a 1-D input through a reshape that keeps its strides,
-    // so a strided 1-D input is made contiguous first (a copy of one row).
-    let logits = match x.ndim() {
-        1 => x.tensor().contiguous(),
-        _ => x.tensor().clone(),
-    };
+    let logits = x.tensor().clone();
     let (loss, lse) = logits.cross_entropy(target, opts)?;
     let target = target.clone();
     record_op(reg::CROSS_ENTROPY, loss, &[x], move |g, _| {

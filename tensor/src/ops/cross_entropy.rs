@@ -206,7 +206,7 @@ fn prepare(
     }
     let c = if x.ndim() == 1 { x.shape()[0] } else { x.shape()[1] };
     let rows = match x.ndim() {
-        1 => x.reshape(&[1, c as isize])?,
+        1 => x.reshape(&[1, c as isize])?.contiguous(),
         2 => x.contiguous(),
         nd => x
             .permute(&moved_last(nd))?

@@ -243,6 +243,17 @@ fn cross_entropy_spatial_shapes_and_errors() {
         .cross_entropy(&Tensor::scalar(3i64), CrossEntropyOptions::default())
         .unwrap();
     assert_eq!(l1.shape(), &[] as &[usize]);
+    // A strided 1-D row (a column of a matrix) equals its contiguous copy.
+    let col = rand_tensor(15, &[5, 4], 2.0).select(1, 2).unwrap();
+    let target = Tensor::scalar(1i64);
+    let d = CrossEntropyOptions::default();
+    let (got, lse) = col.cross_entropy(&target, d).unwrap();
+    let (want, _) = col.contiguous().cross_entropy(&target, d).unwrap();
+    close(&got, &want, 0.0, "strided 1-D loss");
+    let g = Tensor::cross_entropy_backward(&Tensor::scalar(1.0f32), &col, &target, &lse, d).unwrap();
+    let gc =
+        Tensor::cross_entropy_backward(&Tensor::scalar(1.0f32), &col.contiguous(), &target, &lse, d).unwrap();
+    close(&g, &gc, 0.0, "strided 1-D grad");
     // Errors, never panics.
     let d = CrossEntropyOptions::default();
     assert!(x
