@@ -15,6 +15,19 @@ macro_rules! on_cuda {
     };
 }
 
+/// `cpu_only!(op, operands..)`: with the feature `cuda`, returns an
+/// [`crate::Error::Device`] from the enclosing op when an operand (a
+/// tensor, an `Option<&Tensor>` or a slice of tensors) is on a GPU, naming
+/// the op, or when operands are on different devices, naming both; without
+/// the feature it expands to nothing. Ops without a CUDA path start with
+/// this one line, so no CPU kernel ever sees device memory.
+macro_rules! cpu_only {
+    ($op:expr, $($t:expr),+ $(,)?) => {
+        #[cfg(feature = "cuda")]
+        $crate::cuda::host_only($op, &[$(&$t as &dyn $crate::cuda::Operands),+])?;
+    };
+}
+
 pub mod batch_norm;
 pub mod binary;
 pub mod compare;
