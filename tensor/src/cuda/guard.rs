@@ -46,6 +46,16 @@ impl<T: Borrow<Tensor>> Operands for [T] {
 /// operands on different devices (the error names both), or operands on a
 /// GPU (`op` has no CUDA path).
 pub(crate) fn host_only(op: &'static str, operands: &[&dyn Operands]) -> Result<()> {
+    match same_device(op, operands)? {
+        Some(d @ Device::Cuda(_)) => Err(not_implemented(op, d, "this op")),
+        _ => Ok(()),
+    }
+}
+
+/// The device every operand is on (`None` without operands). Errors,
+/// naming `op` and both devices, when they differ: the first check of a
+/// CUDA path, before it touches any device.
+pub(crate) fn same_device(op: &'static str, operands: &[&dyn Operands]) -> Result<Option<Device>> {
     let mut first = None;
     let mut other = None;
     for o in operands {
@@ -60,8 +70,7 @@ pub(crate) fn host_only(op: &'static str, operands: &[&dyn Operands]) -> Result<
             op,
             format!("operands are on different devices ({a} and {b}); move them to one device with .to_device first"),
         )),
-        (Some(d @ Device::Cuda(_)), None) => Err(not_implemented(op, d, "this op")),
-        _ => Ok(()),
+        _ => Ok(first),
     }
 }
 

@@ -25,7 +25,7 @@ use tessera_cuda_kernels::ops::elementwise::Operand;
 use tessera_cuda_kernels::{DevPtr, Launch};
 
 pub(crate) use buffer::{device, kernel_err, DeviceBuffer, DeviceState};
-pub(crate) use guard::{host_only, not_implemented, Operands};
+pub(crate) use guard::{host_only, not_implemented, same_device, Operands};
 pub(crate) use transfer::{cast, contiguous, transfer};
 
 use crate::{DType, Device, Error, Layout, Result, Storage, Tensor};

@@ -28,6 +28,18 @@ macro_rules! cpu_only {
     };
 }
 
+/// `same_device!(op, operands..)`: with the feature `cuda`, returns an
+/// [`crate::Error::Device`] naming the op and both devices from the
+/// enclosing op when its operands are on different devices; nothing
+/// without the feature. For ops composed of other ops that may run on a
+/// GPU, so a mixed call fails before any part of it runs.
+macro_rules! same_device {
+    ($op:expr, $($t:expr),+ $(,)?) => {
+        #[cfg(feature = "cuda")]
+        $crate::cuda::same_device($op, &[$(&$t as &dyn $crate::cuda::Operands),+])?;
+    };
+}
+
 pub mod batch_norm;
 pub mod binary;
 pub mod compare;
