@@ -47,7 +47,7 @@ impl<T: Borrow<Tensor>> Operands for [T] {
 /// GPU (`op` has no CUDA path).
 pub(crate) fn host_only(op: &'static str, operands: &[&dyn Operands]) -> Result<()> {
     match same_device(op, operands)? {
-        Some(d @ Device::Cuda(_)) => Err(not_implemented(op, d, "this op")),
+        Some(d @ Device::Cuda(_)) => Err(no_kernel(op, d, "this op")),
         _ => Ok(()),
     }
 }
@@ -75,7 +75,7 @@ pub(crate) fn same_device(op: &'static str, operands: &[&dyn Operands]) -> Resul
 }
 
 /// The error for an op (or a dtype of it) without a CUDA kernel.
-pub(crate) fn not_implemented(op: &'static str, dev: Device, what: impl std::fmt::Display) -> Error {
+pub(crate) fn no_kernel(op: &'static str, dev: Device, what: impl std::fmt::Display) -> Error {
     Error::device(
         op,
         format!("not implemented on {dev} for {what}; call .to_device(Device::Cpu) first"),

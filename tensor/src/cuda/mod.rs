@@ -25,7 +25,7 @@ use tessera_cuda_kernels::ops::elementwise::Operand;
 use tessera_cuda_kernels::{DevPtr, Launch};
 
 pub(crate) use buffer::{device, kernel_err, DeviceBuffer, DeviceState};
-pub(crate) use guard::{host_only, not_implemented, same_device, Operands};
+pub(crate) use guard::{host_only, no_kernel, same_device, Operands};
 pub(crate) use transfer::{cast, contiguous, transfer};
 
 use crate::{DType, Device, Error, Layout, Result, Storage, Tensor};
@@ -59,11 +59,6 @@ impl Tensor {
     pub(crate) fn is_cuda(&self) -> bool {
         !self.device().is_cpu()
     }
-}
-
-/// The error for an op (or a dtype of it) without a CUDA kernel.
-pub(crate) fn no_kernel(op: &'static str, dev: Device, what: impl std::fmt::Display) -> Error {
-    not_implemented(op, dev, what)
 }
 
 /// The device all of `ts` share, opened; errors, naming `op`, when they are
