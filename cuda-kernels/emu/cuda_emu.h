@@ -117,6 +117,8 @@ inline int __ffs(int v) { return __builtin_ffs(v); }
 inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((uint64_t)a * b) >> 32); }
 inline float fmaf_emu(float a, float b, float c) { return fmaf(a, b, c); }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
 inline long long min(long long a, long long b) { return a < b ? a : b; }
 inline long long max(long long a, long long b) { return a > b ? a : b; }
 inline int min(int a, int b) { return a < b ? a : b; }

@@ -113,6 +113,10 @@ impl Arg {
     pub fn f32(v: f32) -> Self {
         Arg(v.to_ne_bytes().to_vec())
     }
+    /// A `double` parameter.
+    pub fn f64(v: f64) -> Self {
+        Arg(v.to_ne_bytes().to_vec())
+    }
     /// A struct passed by value, given as its fields of 4 or 8 bytes each in
     /// declaration order (the structs of this crate have no padding).
     pub fn fields(fields: &[Arg]) -> Self {

@@ -1,11 +1,20 @@
 //! CPU Philox4x32-10, the reference the GPU generator (`philox.cu`) matches.
+//! It is tessera-tensor's stream (its `Generator` and `rand`/`randn`), so a
+//! seed gives the same numbers on the CPU and on any GPU.
 //!
-//! Stream convention: word `w` of the stream for `seed` is lane `w % 4` of
-//! `philox4x32_10([w/4 low, w/4 high, 0, 0], [seed low, seed high])`. A
-//! uniform is the top 24 bits of a word scaled to [0, 1); a pair of normals
-//! comes from words (2p, 2p+1) by Box-Muller (cos for the even word, sin for
-//! the odd one). Uniforms match the GPU bit for bit; normals go through
-//! `log`/`cos`/`sin`, whose last bits differ between libm and CUDA's.
+//! Stream convention: block `b` of the stream for `seed` is
+//! `philox4x32_10([b low, b high, 0, 0], [seed low, seed high])`, and word
+//! `w` is lane `w % 4` of block `w / 4`.
+//! - A uniform reads one word: its top `digits` bits (the significand bits
+//!   of the output type: 24 for f32, 11 for f16, 8 for bf16) scaled to
+//!   [0, 1), exactly representable in the output type.
+//! - Normals come in pairs, one counter block per pair: 53-bit uniforms
+//!   `u1 = 1 - unit(words 0, 1)` and `u2 = unit(words 2, 3)`, Box-Muller in
+//!   f64 (`r = sqrt(-2 ln u1)`, `θ = 2π u2`; `r cos θ` for the even element,
+//!   `r sin θ` for the odd one), then `mean + std * z` in f64 rounded once
+//!   to the output type. The kernel's `log`/`cos`/`sin` are CUDA's, whose
+//!   last f64 bit may differ from libm's: after rounding to f32 or below
+//!   the results agree except within an ulp of a rounding boundary.
 
 /// One Philox4x32 block with 10 rounds (Salmon et al., SC'11).
 pub fn philox4x32_10(ctr: [u32; 4], key: [u32; 2]) -> [u32; 4] {
@@ -27,43 +36,53 @@ pub fn philox4x32_10(ctr: [u32; 4], key: [u32; 2]) -> [u32; 4] {
     c
 }
 
-/// Word `w` of the stream for `seed`.
-pub fn word(seed: u64, w: u64) -> u32 {
-    let b = w / 4;
+/// Block `b` of the stream for `seed`.
+pub fn block(seed: u64, b: u64) -> [u32; 4] {
     philox4x32_10(
         [b as u32, (b >> 32) as u32, 0, 0],
         [seed as u32, (seed >> 32) as u32],
-    )[(w % 4) as usize]
+    )
 }
 
-/// Top 24 bits of a word as a float in [0, 1).
-pub fn unit_f32(x: u32) -> f32 {
-    (x >> 8) as f32 * (1.0 / 16_777_216.0)
+/// Word `w` of the stream for `seed`.
+pub fn word(seed: u64, w: u64) -> u32 {
+    block(seed, w / 4)[(w % 4) as usize]
 }
 
-/// `n` uniforms in [low, high) starting at stream word `offset`, computed
-/// as `low + (high - low) * u` in f32 like the kernel.
-pub fn uniform_f32(seed: u64, offset: u64, n: usize, low: f32, high: f32) -> Vec<f32> {
+/// The top `digits` bits (1 to 24) of a word as a float in [0, 1).
+pub fn unit_f32(x: u32, digits: u32) -> f32 {
+    (x >> (32 - digits)) as f32 * (-(digits as f32)).exp2()
+}
+
+/// `n` uniforms in [low, high) starting at stream word `offset`, each
+/// `low + (high - low) * u` in f32 like the kernel, `u` with `digits` bits
+/// (round the results to the output type: exact for [0, 1)).
+pub fn uniform_f32(seed: u64, offset: u64, n: usize, low: f32, high: f32, digits: u32) -> Vec<f32> {
     (0..n as u64)
-        .map(|i| low + (high - low) * unit_f32(word(seed, offset + i)))
+        .map(|i| low + (high - low) * unit_f32(word(seed, offset + i), digits))
         .collect()
 }
 
-/// `n` normals with `mean` and `std` starting at stream word `offset`.
-pub fn normal_f32(seed: u64, offset: u64, n: usize, mean: f32, std: f32) -> Vec<f32> {
+/// A 53-bit uniform in [0, 1) from two words, `hi` first.
+fn unit_f64(hi: u32, lo: u32) -> f64 {
+    ((((hi as u64) << 32) | lo as u64) >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+}
+
+/// `n` normals with `mean` and `std` from counter block `first` on, before
+/// the final rounding to the output type (round each with `from_f64`).
+pub fn normal(seed: u64, first: u64, n: usize, mean: f64, std: f64) -> Vec<f64> {
     (0..n as u64)
         .map(|i| {
-            let w = offset + i;
-            let (a, b) = (word(seed, w & !1), word(seed, w | 1));
-            let u1 = ((a >> 8) + 1) as f32 * (1.0 / 16_777_216.0);
-            let u2 = unit_f32(b);
-            let rad = (-2.0 * u1.ln()).sqrt();
-            let th = std::f32::consts::TAU * u2;
+            let b = block(seed, first.wrapping_add(i / 2));
+            let u1 = 1.0 - unit_f64(b[0], b[1]);
+            let u2 = unit_f64(b[2], b[3]);
+            let r = (-2.0 * u1.ln()).sqrt();
+            let theta = std::f64::consts::TAU * u2;
             mean + std
-                * if w.is_multiple_of(2) {
-                    rad * th.cos()
+                * if i % 2 == 0 {
+                    r * theta.cos()
                 } else {
-                    rad * th.sin()
+                    r * theta.sin()
                 }
         })
         .collect()
@@ -95,10 +114,21 @@ mod tests {
 
     #[test]
     fn offsets_continue_the_stream() {
-        let all = uniform_f32(7, 0, 23, 0.0, 1.0);
-        assert_eq!(&all[5..], &uniform_f32(7, 5, 18, 0.0, 1.0)[..]);
+        let all = uniform_f32(7, 0, 23, 0.0, 1.0, 24);
+        assert_eq!(&all[5..], &uniform_f32(7, 5, 18, 0.0, 1.0, 24)[..]);
         assert!(all.iter().all(|&u| (0.0..1.0).contains(&u)));
-        let n = normal_f32(7, 0, 10, 0.0, 1.0);
-        assert_eq!(&n[3..], &normal_f32(7, 3, 7, 0.0, 1.0)[..]);
+        let n = normal(7, 0, 10, 0.0, 1.0);
+        assert_eq!(&n[4..], &normal(7, 2, 6, 0.0, 1.0)[..]);
+        let w = word(7, 9);
+        assert_eq!(unit_f32(w, 8), (w >> 24) as f32 / 256.0);
+        assert!(uniform_f32(7, 0, 100, 0.0, 1.0, 8).iter().all(|&u| u < 1.0));
+    }
+
+    #[test]
+    fn normals_have_unit_moments() {
+        let z = normal(11, 0, 20_000, 0.0, 1.0);
+        let m = z.iter().sum::<f64>() / z.len() as f64;
+        let v = z.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / z.len() as f64;
+        assert!(m.abs() < 0.03 && (v - 1.0).abs() < 0.04, "mean {m} var {v}");
     }
 }

@@ -18,6 +18,9 @@ const LINE_WIDTH: usize = 80;
 impl fmt::Display for Tensor {
     /// `tensor([[1., 2.],\n        [3., 4.]])`, with `dtype=torch.float64`
     /// and similar suffixes for dtypes other than float32, int64 and bool.
+    ///
+    /// A GPU tensor is copied to the host first; if that copy fails the
+    /// text holds the error instead of the values (formatting cannot fail).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let prefix = "tensor(";
         let indent = prefix.len();
@@ -25,6 +28,10 @@ impl fmt::Display for Tensor {
         if !self.device().is_cpu() {
             suffixes.push(format!("device='{}'", self.device()));
         }
+        let host = match self.cpu() {
+            Ok(host) => host,
+            Err(e) => return write!(f, "{prefix}<{e}>, {})", suffixes.join(", ")),
+        };
         let body = if self.numel() == 0 {
             if self.ndim() != 1 {
                 suffixes.push(format!("size={}", py_tuple(self.shape())));
@@ -39,9 +46,9 @@ impl fmt::Display for Tensor {
             }
             let summarize = self.numel() > THRESHOLD;
             let mut shown = Vec::new();
-            collect_shown(self, summarize, &mut shown);
+            collect_shown(&host, summarize, &mut shown);
             let cell = CellFormat::new(&shown, self.dtype().is_float());
-            tensor_str(self, indent, summarize, &cell)
+            tensor_str(&host, indent, summarize, &cell)
         };
         f.write_str(&add_suffixes(format!("{prefix}{body}"), &suffixes, indent))
     }

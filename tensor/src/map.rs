@@ -10,6 +10,10 @@ impl Tensor {
     /// A new tensor of the same shape with `f` applied to every element.
     /// `T` must be the tensor's dtype: callers dispatch with
     /// [`crate::with_dtype!`] first.
+    ///
+    /// # Panics
+    /// When `T` is not the dtype, or the tensor is on a GPU (a closure
+    /// cannot run there: move it with `.to_device(Device::Cpu)` first).
     pub fn map<T: Element, U: Element>(&self, f: impl Fn(T) -> U + Sync) -> Tensor {
         let src = self.storage().as_slice::<T>();
         Tensor::build_overwrite::<U>(self.shape(), |out| {
@@ -192,18 +196,30 @@ impl Tensor {
     /// The tensor converted to `dtype`: floats round to nearest even (f16,
     /// bf16), floats to integers truncate toward zero and saturate (NaN → 0),
     /// anything non-zero becomes `true`. Returns `self` (no copy) when the
-    /// dtype already matches. A GPU tensor is converted on its device (and
-    /// panics if the device fails, as [`Tensor::contiguous`] does).
+    /// dtype already matches. A GPU tensor is converted on its device.
+    ///
+    /// # Panics
+    /// For a GPU tensor, when the device fails (a driver error, out of
+    /// memory), as [`Tensor::contiguous`] does; use [`Tensor::try_to_dtype`]
+    /// to get that as an `Err`. CPU tensors never panic.
     pub fn to_dtype(&self, dtype: DType) -> Tensor {
+        self.try_to_dtype(dtype).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// As [`Tensor::to_dtype`], but a GPU failure is an [`crate::Error`]
+    /// naming `to_dtype`.
+    pub fn try_to_dtype(&self, dtype: DType) -> Result<Tensor> {
         if dtype == self.dtype() {
-            return self.clone();
+            return Ok(self.clone());
         }
         #[cfg(feature = "cuda")]
         if self.is_cuda() {
-            return crate::cuda::cast(self, dtype).unwrap_or_else(|e| panic!("{e}"));
+            return crate::cuda::cast(self, dtype);
         }
-        crate::with_dtype!(self.dtype(), S => crate::with_dtype!(dtype, T =>
-            self.map::<S, T>(convert_scalar::<S, T>)))
+        Ok(
+            crate::with_dtype!(self.dtype(), S => crate::with_dtype!(dtype, T =>
+            self.map::<S, T>(convert_scalar::<S, T>))),
+        )
     }
 }
 

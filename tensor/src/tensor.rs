@@ -243,16 +243,26 @@ impl Tensor {
     ///
     /// # Panics
     /// For a GPU tensor, when the device copy fails (a driver error or out
-    /// of memory), as a failed host allocation aborts.
+    /// of memory), as a failed host allocation aborts; use
+    /// [`Tensor::try_contiguous`] to get that as an `Err`. CPU tensors and
+    /// contiguous GPU tensors never panic.
     pub fn contiguous(&self) -> Tensor {
+        self.try_contiguous().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// As [`Tensor::contiguous`], but a failed GPU copy (a driver error, out
+    /// of device memory) is an [`Error::Device`] naming `contiguous`.
+    pub fn try_contiguous(&self) -> Result<Tensor> {
         if self.is_contiguous() {
-            return self.clone();
+            return Ok(self.clone());
         }
         #[cfg(feature = "cuda")]
         if self.is_cuda() {
-            return crate::cuda::contiguous(self).unwrap_or_else(|e| panic!("{e}"));
+            return crate::cuda::contiguous(self);
         }
-        crate::with_dtype!(self.dtype(), T => Tensor::build_overwrite::<T>(self.shape(), |out| self.copy_into(out)))
+        Ok(
+            crate::with_dtype!(self.dtype(), T => Tensor::build_overwrite::<T>(self.shape(), |out| self.copy_into(out))),
+        )
     }
 
     /// Writes the elements in row-major order into `out` (`out.len() ==
@@ -270,7 +280,7 @@ impl Tensor {
         let shape = infer_shape("reshape", self.shape(), shape)?;
         Ok(match self.layout.reshaped(&shape) {
             Some(l) => self.with_layout(l),
-            None => self.contiguous().with_layout(Layout::contiguous(&shape)),
+            None => self.try_contiguous()?.with_layout(Layout::contiguous(&shape)),
         })
     }
 

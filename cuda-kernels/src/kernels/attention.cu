@@ -42,6 +42,19 @@ __device__ __forceinline__ void load_rows(float (*dst)[DMAX], const T* __restric
     }
 }
 
+// The next pair of tiles of every loop below: rows [r0, r0+32) of the
+// [rows, D] matrices A and B into sa and sb, after a barrier so that no
+// thread still reads the previous tiles. Every thread of the block calls it.
+// Callers end with their own barrier before reading the tiles (dK/dV stages
+// its per-row statistics in between).
+template <class T, int DMAX>
+__device__ __forceinline__ void next_tiles(float (*sa)[DMAX], const T* __restrict__ A, float (*sb)[DMAX],
+                                           const T* __restrict__ B, int r0, int rows, int D) {
+    __syncthreads();
+    load_rows<T, DMAX>(sa, A, r0, rows, D);
+    load_rows<T, DMAX>(sb, B, r0, rows, D);
+}
+
 template <class T, int DMAX>
 __device__ void attn_fwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V, T* __restrict__ O,
                          float* __restrict__ LSE, const int* __restrict__ kv_len, int H, int Lq, int Lk, int D,
@@ -65,9 +78,7 @@ __device__ void attn_fwd(const T* __restrict__ Q, const T* __restrict__ K, const
     }
     float m = NEG_INF, l = 0.0f;
     for (int j0 = 0; j0 < kend; j0 += A_BC) {
-        __syncthreads();
-        load_rows<T, DMAX>(sK, K, j0, Lk, D);
-        load_rows<T, DMAX>(sV, V, j0, Lk, D);
+        next_tiles<T, DMAX>(sK, K, sV, V, j0, Lk, D);
         __syncthreads();
         // Sub-tiles of A_SUB keys keep the score array in registers small.
 #pragma unroll 1
@@ -147,9 +158,7 @@ __device__ void attn_bwd_dq(const T* __restrict__ Q, const T* __restrict__ K, co
     }
     float lse = row_ok ? LSE[row] : NEG_INF, di = row_ok ? Dd[row] : 0.0f;
     for (int j0 = 0; j0 < kend; j0 += A_BC) {
-        __syncthreads();
-        load_rows<T, DMAX>(sK, K, j0, Lk, D);
-        load_rows<T, DMAX>(sV, V, j0, Lk, D);
+        next_tiles<T, DMAX>(sK, K, sV, V, j0, Lk, D);
         __syncthreads();
 #pragma unroll 4
         for (int jj = 0; jj < A_BC; ++jj) {
@@ -204,9 +213,7 @@ __device__ void attn_bwd_dkdv(const T* __restrict__ Q, const T* __restrict__ K, 
     // that key minus (Lk - Lq).
     int istart = causal ? max(0, (int)blockIdx.x * A_BC - (Lk - Lq)) / A_BC * A_BC : 0;
     for (int i0 = istart; i0 < Lq; i0 += A_BC) {
-        __syncthreads();
-        load_rows<T, DMAX>(sQ, Q, i0, Lq, D);
-        load_rows<T, DMAX>(sdO, dO, i0, Lq, D);
+        next_tiles<T, DMAX>(sQ, Q, sdO, dO, i0, Lq, D);
         if (threadIdx.x < A_BC) {
             bool ok = i0 + (int)threadIdx.x < Lq;
             sL[threadIdx.x] = ok ? LSE[(i64)bh * Lq + i0 + threadIdx.x] : NEG_INF;

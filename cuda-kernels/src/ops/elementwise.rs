@@ -357,7 +357,9 @@ pub fn fill<T: Float>(y: DevPtr<T>, n: usize, value: f32) -> Result<Launch> {
 }
 
 /// Philox uniforms in [low, high) for `n` elements from stream word `offset`
-/// (see [`crate::philox`] for the stream convention).
+/// (see [`crate::philox`] for the stream convention): `low + (high - low) *
+/// u` in f32, where `u` holds as many random bits as `T` has significand
+/// bits (24, 11, 8), so [0, 1) gives exactly tessera-tensor's `rand`.
 ///
 /// Errors: `y` shorter than `n`, `offset + n` overflowing u64.
 pub fn uniform<T: Float>(
@@ -368,47 +370,52 @@ pub fn uniform<T: Float>(
     low: f32,
     high: f32,
 ) -> Result<Launch> {
-    random("uniform", "philox_uniform", y, n, seed, offset, low, high)
+    const OP: &str = "uniform";
+    check_len(OP, "y", &y, n)?;
+    offset
+        .checked_add(n as u64)
+        .ok_or_else(|| Error::arg(OP, format!("offset {offset} + {n} overflows")))?;
+    let mut l = launch(
+        format!("philox_uniform_{}", T::NAME),
+        n.div_ceil(4) + 1,
+        vec![
+            Arg::i64(to_i64(OP, "n", n)?),
+            Arg::u64(seed),
+            Arg::u64(offset),
+            Arg::f32(low),
+            Arg::f32(high),
+            Arg::ptr(y),
+        ],
+    );
+    l.module = Module::Philox;
+    Ok(l)
 }
 
-/// Philox normals with `mean` and `std` (Box-Muller).
+/// Philox normals with `mean` and `std` for `n` elements, two per counter
+/// block from block `block` on (Box-Muller in f64 on 53-bit uniforms,
+/// rounded once to `T`): tessera-tensor's `randn`/`normal` layout (see
+/// [`crate::philox::normal`]). Block counters wrap like the CPU's.
 ///
-/// Errors: as [`uniform`].
+/// Errors: `y` shorter than `n`.
 pub fn normal<T: Float>(
     y: DevPtr<T>,
     n: usize,
     seed: u64,
-    offset: u64,
-    mean: f32,
-    std: f32,
+    block: u64,
+    mean: f64,
+    std: f64,
 ) -> Result<Launch> {
-    random("normal", "philox_normal", y, n, seed, offset, mean, std)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn random<T: Float>(
-    op: &'static str,
-    k: &str,
-    y: DevPtr<T>,
-    n: usize,
-    seed: u64,
-    offset: u64,
-    a: f32,
-    b: f32,
-) -> Result<Launch> {
-    check_len(op, "y", &y, n)?;
-    offset
-        .checked_add(n as u64)
-        .ok_or_else(|| Error::arg(op, format!("offset {offset} + {n} overflows")))?;
+    const OP: &str = "normal";
+    check_len(OP, "y", &y, n)?;
     let mut l = launch(
-        format!("{k}_{}", T::NAME),
-        n.div_ceil(4) + 1,
+        format!("philox_normal_{}", T::NAME),
+        n.div_ceil(2),
         vec![
-            Arg::i64(to_i64(op, "n", n)?),
+            Arg::i64(to_i64(OP, "n", n)?),
             Arg::u64(seed),
-            Arg::u64(offset),
-            Arg::f32(a),
-            Arg::f32(b),
+            Arg::u64(block),
+            Arg::f64(mean),
+            Arg::f64(std),
             Arg::ptr(y),
         ],
     );

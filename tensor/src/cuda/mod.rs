@@ -5,12 +5,18 @@
 //! Every GPU op runs on its device's one stream, so launches, copies and
 //! frees are ordered without explicit synchronisation; only a copy to the
 //! host waits. An op on a GPU tensor without a CUDA path returns an
-//! [`Error::Device`] naming the op and the device (the engines `zip_map`,
-//! `make_mut`, ... and the per-op branches check), and a CPU kernel that is
-//! nonetheless reached by GPU storage panics with that same message rather
-//! than read device memory.
+//! [`Error::Device`] naming the op and the device: its first line is the
+//! `cpu_only!` guard ([`guard`]); the engines `zip_map`, `make_mut`, ...
+//! check too. A CPU kernel that is nonetheless reached by GPU storage
+//! panics with that same message rather than read device memory; the tests
+//! in `guard_tests.rs` run every public op on GPU storage to show none is.
 
 mod buffer;
+mod guard;
+#[cfg(test)]
+mod guard_cases;
+#[cfg(test)]
+mod guard_tests;
 mod transfer;
 
 use std::sync::Arc;
@@ -19,6 +25,7 @@ use tessera_cuda_kernels::ops::elementwise::Operand;
 use tessera_cuda_kernels::{DevPtr, Launch};
 
 pub(crate) use buffer::{device, kernel_err, DeviceBuffer, DeviceState};
+pub(crate) use guard::{host_only, no_kernel, same_device, Operands};
 pub(crate) use transfer::{cast, contiguous, transfer};
 
 use crate::{DType, Device, Error, Layout, Result, Storage, Tensor};
@@ -54,28 +61,37 @@ impl Tensor {
     }
 }
 
-/// The error for an op (or a dtype of it) without a CUDA kernel.
-pub(crate) fn no_kernel(op: &'static str, dev: Device, what: impl std::fmt::Display) -> Error {
-    Error::device(
-        op,
-        format!("no CUDA kernel on {dev} for {what}; move the operands with .cpu() first"),
-    )
-}
-
 /// The device all of `ts` share, opened; errors, naming `op`, when they are
 /// on different devices or not on a GPU.
 pub(crate) fn common_device(op: &'static str, ts: &[&Tensor]) -> Result<Arc<DeviceState>> {
-    let first = ts.first().ok_or_else(|| Error::arg(op, "no operands"))?.device();
+    let first = ts.first().ok_or_else(|| Error::arg(op, "no operands"))?;
     for t in ts {
-        first.same_as(t.device(), op)?;
+        first.device().same_as(t.device(), op)?;
     }
-    match first {
-        Device::Cpu => Err(Error::device(op, "the operands are not on a GPU")),
-        Device::Cuda(_) => Ok(buffer_of(ts[0]).state().clone()),
-    }
+    state_of(op, first)
 }
 
-/// The GPU buffer of `t`, which must be on a GPU (callers check first).
+/// The opened device holding `t`. Errors, naming `op`, when `t` has no
+/// device memory behind it (it is on the CPU).
+pub(crate) fn state_of(op: &'static str, t: &Tensor) -> Result<Arc<DeviceState>> {
+    Ok(device_buffer(op, t)?.state().clone())
+}
+
+/// The GPU buffer of `t`, or an error naming `op` when it has none.
+pub(crate) fn device_buffer<'a>(op: &'static str, t: &'a Tensor) -> Result<&'a DeviceBuffer> {
+    t.storage().device_buffer().ok_or_else(|| {
+        Error::device(
+            op,
+            format!(
+                "the tensor has no device memory behind it (it is on {})",
+                t.device()
+            ),
+        )
+    })
+}
+
+/// The GPU buffer of `t`, which must be on a GPU: for the pointer helpers
+/// below, called after [`state_of`] or [`common_device`] succeeded.
 pub(crate) fn buffer_of(t: &Tensor) -> &DeviceBuffer {
     t.storage()
         .device_buffer()
@@ -190,18 +206,6 @@ pub(crate) fn launch(op: &'static str, state: &DeviceState, launches: &[Launch])
         unsafe { state.gpu.launch(l) }.map_err(kernel_err(op, state.device()))?;
     }
     Ok(())
-}
-
-impl Tensor {
-    /// `Err` naming `op` and the device when `self` is on a GPU: the guard
-    /// of the CPU engines (`zip_map`, `make_mut`, ...) that ops without a
-    /// CUDA path go through.
-    pub(crate) fn cpu_only(&self, op: &'static str) -> Result<()> {
-        if self.is_cuda() {
-            return Err(no_kernel(op, self.device(), "this op"));
-        }
-        Ok(())
-    }
 }
 
 /// A creation op for a GPU: `make` builds the tensor on the CPU (with

@@ -2,7 +2,9 @@
 
 use tessera_cuda_kernels::ops::elementwise::{cast as cast_launch, unary, UnaryOp};
 
-use super::{buffer_of, contiguous_ptr, device, launch, operand, with_kernel_float, DeviceBuffer, Output};
+use super::{
+    contiguous_ptr, device, device_buffer, launch, operand, state_of, with_kernel_float, DeviceBuffer, Output,
+};
 use crate::{DType, Device, Layout, Result, Storage, Tensor};
 
 /// `t`'s value on `to` (a different device than `t`'s), contiguous.
@@ -39,7 +41,7 @@ fn download(op: &'static str, t: &Tensor) -> Result<Tensor> {
         return Ok(crate::with_dtype!(t.dtype(), T => Tensor::build::<T>(t.shape(), |_| {})));
     };
     let size = t.dtype().size_in_bytes();
-    let bytes = buffer_of(t).download(op, lo * size..hi * size)?;
+    let bytes = device_buffer(op, t)?.download(op, lo * size..hi * size)?;
     let storage = Storage::from_raw_bytes(t.dtype(), &bytes);
     let layout = Layout::new(t.shape().to_vec(), t.strides().to_vec(), t.layout().offset() - lo);
     Ok(Tensor::from_parts(storage, layout).contiguous())
@@ -52,7 +54,7 @@ pub(crate) fn contiguous(t: &Tensor) -> Result<Tensor> {
     if t.is_contiguous() {
         return Ok(t.clone());
     }
-    let state = buffer_of(t).state().clone();
+    let state = state_of(OP, t)?;
     with_kernel_float!(t.dtype(), T => {
         let out = Output::new(OP, &state, t.dtype(), t.numel())?;
         let l = unary::<T>(UnaryOp::Identity, operand(t, t.layout()), out.ptr(), t.shape())
@@ -68,7 +70,7 @@ pub(crate) fn contiguous(t: &Tensor) -> Result<Tensor> {
 pub(crate) fn cast(t: &Tensor, dtype: DType) -> Result<Tensor> {
     const OP: &str = "to_dtype";
     let x = contiguous(t)?;
-    let state = buffer_of(&x).state().clone();
+    let state = state_of(OP, &x)?;
     let direct = with_kernel_float!(x.dtype(), I => with_kernel_float!(dtype, O => {
         let out = Output::new(OP, &state, dtype, x.numel())?;
         let l = cast_launch::<I, O>(contiguous_ptr(&x), out.ptr(), x.numel())

@@ -58,6 +58,7 @@ impl Tensor {
     /// logits, non-i64 targets, mismatched shapes, a target outside
     /// `0..C` that is not `ignore_index`, or ε outside [0, 1].
     pub fn cross_entropy(&self, target: &Tensor, opts: CrossEntropyOptions) -> Result<(Tensor, Tensor)> {
+        cpu_only!("cross_entropy", self, target);
         const OP: &str = "cross_entropy";
         let (rows, targets) = prepare(OP, self, target, &opts)?;
         let c = rows.shape()[1];
@@ -103,6 +104,7 @@ impl Tensor {
         lse: &Tensor,
         opts: CrossEntropyOptions,
     ) -> Result<Tensor> {
+        cpu_only!("cross_entropy_backward", dloss, logits, target, lse);
         const OP: &str = "cross_entropy_backward";
         let (rows, targets) = prepare(OP, logits, target, &opts)?;
         let (n, c) = (rows.shape()[0], rows.shape()[1]);

@@ -28,6 +28,7 @@ impl Tensor {
     ) -> Result<(Tensor, Tensor, Tensor)> {
         const OP: &str = "layer_norm";
         on_cuda!(self.is_cuda() => cuda::layer_norm(self, normalized_shape, weight, bias, eps));
+        cpu_only!("layer_norm", self, weight, bias);
         let (rows, k, stat_shape) = split(OP, self, normalized_shape)?;
         check_eps(OP, eps)?;
         let x = self.contiguous();
@@ -75,6 +76,7 @@ impl Tensor {
     ) -> Result<(Tensor, Tensor, Tensor)> {
         const OP: &str = "layer_norm_backward";
         on_cuda!(x.is_cuda() || dy.is_cuda() => cuda::layer_norm_backward(dy, x, mean, rstd, normalized_shape, weight));
+        cpu_only!("layer_norm_backward", dy, x, mean, rstd, weight);
         let (rows, k, _) = split(OP, x, normalized_shape)?;
         check_grad(OP, dy, x)?;
         let (x, dy) = (x.contiguous(), dy.contiguous());

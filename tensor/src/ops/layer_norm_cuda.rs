@@ -4,7 +4,8 @@
 use tessera_cuda_kernels::ops::layernorm::{layer_norm_bwd, layer_norm_bwd_workspace, layer_norm_fwd};
 
 use crate::cuda::{
-    common_device, contiguous, contiguous_ptr, kernel_err, launch, no_kernel, with_kernel_float, Output,
+    common_device, contiguous, contiguous_ptr, kernel_err, launch, no_kernel, same_device, with_kernel_float,
+    Output,
 };
 use crate::{DType, Error, Result, Tensor};
 
@@ -22,6 +23,7 @@ pub(crate) fn layer_norm(
 ) -> Result<(Tensor, Tensor, Tensor)> {
     const OP: &str = "layer_norm";
     let (rows, cols, stat_shape) = split(OP, x, normalized_shape)?;
+    same_device(OP, &[&x, &weight, &bias])?;
     let state = common_device(OP, &[x])?;
     let w = param(OP, "weight", weight, x, cols)?;
     let b = param(OP, "bias", bias, x, cols)?;
@@ -61,6 +63,7 @@ pub(crate) fn layer_norm_backward(
 ) -> Result<(Tensor, Tensor, Tensor)> {
     const OP: &str = "layer_norm_backward";
     let (rows, cols, _) = split(OP, x, normalized_shape)?;
+    same_device(OP, &[&x, &dy, &mean, &rstd, &weight])?;
     let state = common_device(OP, &[x, dy, mean, rstd])?;
     if dy.shape() != x.shape() || dy.dtype() != x.dtype() {
         return Err(Error::shape(
@@ -82,7 +85,7 @@ pub(crate) fn layer_norm_backward(
                 format!("{what} of shape {:?} should have {rows} elements", t.shape()),
             ));
         }
-        contiguous(&t.to_dtype(DType::F32))
+        contiguous(&t.try_to_dtype(DType::F32)?)
     };
     let (mean, rstd) = (stat("mean", mean)?, stat("rstd", rstd)?);
     let (x, dy) = (contiguous(x)?, contiguous(dy)?);
@@ -154,5 +157,5 @@ fn param(
             ),
         ));
     }
-    Ok(Some(contiguous(&t.to_dtype(x.dtype()))?))
+    Ok(Some(contiguous(&t.try_to_dtype(x.dtype())?)?))
 }

@@ -15,6 +15,31 @@ macro_rules! on_cuda {
     };
 }
 
+/// `cpu_only!(op, operands..)`: with the feature `cuda`, returns an
+/// [`crate::Error::Device`] from the enclosing op when an operand (a
+/// tensor, an `Option<&Tensor>` or a slice of tensors) is on a GPU, naming
+/// the op, or when operands are on different devices, naming both; without
+/// the feature it expands to nothing. Ops without a CUDA path start with
+/// this one line, so no CPU kernel ever sees device memory.
+macro_rules! cpu_only {
+    ($op:expr, $($t:expr),+ $(,)?) => {
+        #[cfg(feature = "cuda")]
+        $crate::cuda::host_only($op, &[$(&$t as &dyn $crate::cuda::Operands),+])?;
+    };
+}
+
+/// `same_device!(op, operands..)`: with the feature `cuda`, returns an
+/// [`crate::Error::Device`] naming the op and both devices from the
+/// enclosing op when its operands are on different devices; nothing
+/// without the feature. For ops composed of other ops that may run on a
+/// GPU, so a mixed call fails before any part of it runs.
+macro_rules! same_device {
+    ($op:expr, $($t:expr),+ $(,)?) => {
+        #[cfg(feature = "cuda")]
+        $crate::cuda::same_device($op, &[$(&$t as &dyn $crate::cuda::Operands),+])?;
+    };
+}
+
 pub mod batch_norm;
 pub mod binary;
 pub mod compare;

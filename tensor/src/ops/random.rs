@@ -168,16 +168,11 @@ impl Tensor {
         gen: Option<&mut Generator>,
     ) -> Result<Tensor> {
         let opts = opts.into();
-        on_cuda!(!opts.device.is_cpu() => cuda::on_host(opts, |o| Self::normal_impl(shape, mean, std, o, gen)));
+        on_cuda!(!opts.device.is_cpu() => cuda::normal(shape, mean, std, opts, gen));
         let op = "normal";
         let n = opts.check(op, shape)?;
         float_only(op, opts.dtype)?;
-        if !(mean.is_finite() && std.is_finite() && std >= 0.0) {
-            return Err(Error::arg(
-                op,
-                format!("mean {mean} and std {std} must be finite with std >= 0"),
-            ));
-        }
+        check_normal(op, mean, std)?;
         let s = reserve(gen, n, 2);
         Ok(with_dtype!(opts.dtype, T => Tensor::build::<T>(shape, |out| {
             s.fill(out, |_, blk, l| T::from_f64(mean + std * box_muller(blk, l)))
@@ -318,6 +313,18 @@ fn float_only(op: &'static str, dtype: DType) -> Result<()> {
         Ok(())
     } else {
         Err(Error::dtype(op, format!("needs a float dtype, got {dtype}")))
+    }
+}
+
+/// Errors, naming `op`, unless `mean` and `std` are finite and `std >= 0`.
+fn check_normal(op: &'static str, mean: f64, std: f64) -> Result<()> {
+    if mean.is_finite() && std.is_finite() && std >= 0.0 {
+        Ok(())
+    } else {
+        Err(Error::arg(
+            op,
+            format!("mean {mean} and std {std} must be finite with std >= 0"),
+        ))
     }
 }
 

@@ -4,7 +4,7 @@
 use tessera_cuda_kernels::ops::softmax::softmax as softmax_launch;
 
 use crate::cuda::{
-    buffer_of, contiguous, contiguous_ptr, kernel_err, launch, no_kernel, with_kernel_float, Output,
+    contiguous, contiguous_ptr, kernel_err, launch, no_kernel, state_of, with_kernel_float, Output,
 };
 use crate::{dim_index, Result, Tensor};
 
@@ -20,7 +20,7 @@ pub(crate) fn softmax(t: &Tensor, op: &'static str, dim: isize, log: bool) -> Re
     let last = t.ndim() - 1;
     let x = contiguous(&t.transpose(d as isize, last as isize)?)?;
     let cols = x.shape()[last];
-    let state = buffer_of(&x).state().clone();
+    let state = state_of(op, &x)?;
     let out = Output::new(op, &state, x.dtype(), x.numel())?;
     with_kernel_float!(x.dtype(), T => {
         if x.numel() > 0 {

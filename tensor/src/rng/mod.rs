@@ -170,6 +170,13 @@ impl Stream {
         )
     }
 
+    /// The seed and the index of this stream's first block, the
+    /// coordinates of the GPU normal generator.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn seed_and_block(&self) -> (u64, u64) {
+        (self.key[0] as u64 | (self.key[1] as u64) << 32, self.start)
+    }
+
     /// The four words of block `j` of this stream.
     #[inline]
     fn block(&self, j: u64) -> [u32; 4] {

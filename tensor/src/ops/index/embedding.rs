@@ -53,10 +53,8 @@ pub fn embedding_backward(
     num_weights: usize,
     padding_idx: Option<usize>,
 ) -> Result<Tensor> {
+    cpu_only!("embedding_backward", grad, indices);
     const OP: &str = "embedding_backward";
-    grad.device().same_as(indices.device(), OP)?;
-    #[cfg(feature = "cuda")]
-    grad.cpu_only(OP)?;
     if grad.ndim() != indices.ndim() + 1 || grad.shape()[..indices.ndim()] != *indices.shape() {
         return Err(Error::shape(
             OP,

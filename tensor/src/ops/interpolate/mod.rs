@@ -31,6 +31,7 @@ impl Tensor {
         scale_factor: Option<[f64; 2]>,
         align_corners: bool,
     ) -> Result<Tensor> {
+        cpu_only!("interpolate_bilinear", self);
         const OP: &str = "interpolate_bilinear";
         match (size, scale_factor) {
             (Some(s), None) => self.upsample_bilinear2d(s, align_corners, [None, None]),
@@ -72,6 +73,7 @@ impl Tensor {
         align_corners: bool,
         scales: [Option<f64>; 2],
     ) -> Result<Tensor> {
+        cpu_only!("upsample_bilinear2d", self);
         const OP: &str = "upsample_bilinear2d";
         check(OP, self)?;
         let (h, w) = spatial(OP, self.shape())?;
@@ -109,6 +111,7 @@ pub fn upsample_bilinear2d_backward(
     align_corners: bool,
     scales: [Option<f64>; 2],
 ) -> Result<Tensor> {
+    cpu_only!("upsample_bilinear2d_backward", grad_out);
     const OP: &str = "upsample_bilinear2d_backward";
     check(OP, grad_out)?;
     let (h, w) = spatial(OP, input_shape)?;

@@ -119,6 +119,7 @@ impl Tensor {
     /// [`Tensor::linear`] followed by the activation `act`, fused into the
     /// same pass over the output. Errors as [`Tensor::linear`].
     pub fn linear_act(&self, weight: &Tensor, bias: Option<&Tensor>, act: Activation) -> Result<Tensor> {
+        cpu_only!("linear", self, weight, bias);
         const OP: &str = "linear";
         check_operands(OP, self, weight)?;
         if let Some(b) = bias {
@@ -165,6 +166,7 @@ impl Tensor {
     ///
     /// Errors on shape, dtype or device mismatches (messages name `addmm`).
     pub fn addmm(&self, a: &Tensor, b: &Tensor, beta: f64, alpha: f64) -> Result<Tensor> {
+        cpu_only!("addmm", self, a, b);
         const OP: &str = "addmm";
         check_operands(OP, a, b)?;
         check_operands(OP, a, self)?;

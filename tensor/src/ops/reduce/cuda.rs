@@ -5,7 +5,7 @@
 use tessera_cuda_kernels::ops::reduce::{argmax as argmax_launch, reduce as reduce_launch, Reduction};
 
 use crate::cuda::{
-    buffer_of, contiguous, contiguous_ptr, kernel_err, launch, no_kernel, with_kernel_float, Output,
+    contiguous, contiguous_ptr, kernel_err, launch, no_kernel, state_of, with_kernel_float, Output,
 };
 use crate::{dim_index, dim_indices, DType, Error, Result, Tensor};
 
@@ -16,8 +16,8 @@ use crate::{dim_index, dim_indices, DType, Error, Result, Tensor};
 pub(crate) fn sum(t: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor> {
     let ds = resolve("sum", t, dims)?;
     let work = if ds.len() > 1 { DType::F32 } else { t.dtype() };
-    let y = over_dims("sum", &t.to_dtype(work), &ds, Reduction::Sum, t.dtype())?;
-    squeeze(y.to_dtype(t.dtype()), &ds, keepdim)
+    let y = over_dims("sum", &t.try_to_dtype(work)?, &ds, Reduction::Sum, t.dtype())?;
+    squeeze(y.try_to_dtype(t.dtype())?, &ds, keepdim)
 }
 
 /// The mean over `dims`: the f32 sum divided by the count, rounded once.
@@ -26,8 +26,14 @@ pub(crate) fn sum(t: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor> {
 pub(crate) fn mean(t: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor> {
     let ds = resolve("mean", t, dims)?;
     let n: usize = ds.iter().map(|&d| t.shape()[d]).product();
-    let s = over_dims("mean", &t.to_dtype(DType::F32), &ds, Reduction::Sum, t.dtype())?;
-    let m = s.div_scalar(n as f64)?.to_dtype(t.dtype());
+    let s = over_dims(
+        "mean",
+        &t.try_to_dtype(DType::F32)?,
+        &ds,
+        Reduction::Sum,
+        t.dtype(),
+    )?;
+    let m = s.div_scalar(n as f64)?.try_to_dtype(t.dtype())?;
     squeeze(m, &ds, keepdim)
 }
 
@@ -67,7 +73,7 @@ pub(crate) fn argmax(t: &Tensor, dim: Option<isize>, keepdim: bool) -> Result<Te
     if len == 0 {
         return Err(empty(OP, t));
     }
-    let state = buffer_of(&x).state().clone();
+    let state = state_of(OP, &x)?;
     let out = Output::new(OP, &state, DType::I64, outer * inner)?;
     with_kernel_float!(x.dtype(), T => {
         let l = argmax_launch::<T>(contiguous_ptr(&x), out.ptr(), outer, len, inner)
@@ -122,7 +128,7 @@ fn over_dim(op: &'static str, x: &Tensor, d: usize, r: Reduction, user_dtype: DT
     if len == 1 {
         return x.reshape(&shape.iter().map(|&n| n as isize).collect::<Vec<_>>());
     }
-    let state = buffer_of(x).state().clone();
+    let state = state_of(op, x)?;
     if len == 0 {
         return match r {
             Reduction::Sum => Ok(Output::zeros(op, &state, x.dtype(), outer * inner)?.into_tensor(&shape)),

@@ -5,7 +5,7 @@
 use tessera_cuda_kernels::ops::elementwise::unary as unary_launch;
 pub(crate) use tessera_cuda_kernels::ops::elementwise::UnaryOp;
 
-use crate::cuda::{buffer_of, kernel_err, launch, no_kernel, operand, with_kernel_float, Output};
+use crate::cuda::{kernel_err, launch, no_kernel, operand, state_of, with_kernel_float, Output};
 use crate::{DType, Result, Tensor};
 
 /// `op` (kernel `k`) of the GPU tensor `t`. Float-valued functions of
@@ -19,9 +19,9 @@ pub(crate) fn unary(t: &Tensor, op: &'static str, k: UnaryOp) -> Result<Tensor> 
     let x = if t.dtype().is_float() || keeps_dtype {
         t.clone()
     } else {
-        t.to_dtype(DType::F32)
+        t.try_to_dtype(DType::F32)?
     };
-    let state = buffer_of(&x).state().clone();
+    let state = state_of(op, &x)?;
     with_kernel_float!(x.dtype(), T => {
         let out = Output::new(op, &state, x.dtype(), x.numel())?;
         let l = unary_launch::<T>(k, operand(&x, x.layout()), out.ptr(), x.shape())

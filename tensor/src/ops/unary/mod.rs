@@ -121,6 +121,7 @@ impl Tensor {
     /// all operands. NaN in any operand gives NaN. Errors when both bounds are
     /// absent or the shapes do not broadcast.
     pub fn clamp_tensor(&self, min: Option<&Tensor>, max: Option<&Tensor>) -> Result<Tensor> {
+        same_device!("clamp", self, min, max);
         let lower = match min {
             Some(lo) => self.maximum(lo).map_err(|e| rename(e, "clamp"))?,
             None => self.clone(),
