@@ -26,7 +26,9 @@ pub fn im2col<S: FloatElement>(x: &[S], g: &Geom, cols: &mut [S::Math]) {
                     let iy = oy * g.stride[0] + ki * g.dilation[0] - g.padding[0];
                     let src = &plane[iy * g.w..(iy + 1) * g.w];
                     let out = &mut dst[oy * g.ow..(oy + 1) * g.ow];
-                    if g.stride[1] == 1 {
+                    if xs.is_empty() {
+                        // Every output of this tap reads padding.
+                    } else if g.stride[1] == 1 {
                         // A run of consecutive inputs: a copy the compiler vectorises.
                         let x0 = xs.start + kj * g.dilation[1] - g.padding[1];
                         for (o, &v) in out[xs.clone()].iter_mut().zip(&src[x0..x0 + xs.len()]) {
@@ -60,7 +62,8 @@ pub fn col2im<T: FloatMath>(cols: &[T], g: &Geom, dx: &mut [T]) {
                     let iy = oy * g.stride[0] + ki * g.dilation[0] - g.padding[0];
                     let dst = &mut plane[iy * g.w..(iy + 1) * g.w];
                     let s = &src[oy * g.ow..(oy + 1) * g.ow];
-                    if g.stride[1] == 1 {
+                    if xs.is_empty() {
+                    } else if g.stride[1] == 1 {
                         let x0 = xs.start + kj * g.dilation[1] - g.padding[1];
                         for (d, &v) in dst[x0..x0 + xs.len()].iter_mut().zip(&s[xs.clone()]) {
                             *d += v;

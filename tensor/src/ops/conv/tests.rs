@@ -201,6 +201,44 @@ proptest! {
     }
 }
 
+/// A tap whose every output reads padding (width 1, padding 2, dilation
+/// 2): the unfolding skips it instead of computing an input index below 0.
+#[test]
+fn taps_entirely_in_the_padding() {
+    let case = Case {
+        n: 1,
+        c: 1,
+        h: 5,
+        w: 1,
+        o: 1,
+        k: [1, 3],
+        p: Conv2dParams {
+            stride: [1, 1],
+            padding: [0, 2],
+            dilation: [1, 2],
+            groups: 1,
+        },
+    };
+    let (xs, ws, os) = case.shapes();
+    let (xv, wv, gv) = (
+        rand_f64(4, xs.iter().product()),
+        rand_f64(5, ws.iter().product()),
+        rand_f64(6, os.iter().product()),
+    );
+    let (x, w, go) = (
+        tensor_of::<f64>(&xv, &xs),
+        tensor_of::<f64>(&wv, &ws),
+        tensor_of::<f64>(&gv, &os),
+    );
+    let y = x.conv2d(&w, None, &case.p).unwrap();
+    assert_close(&values_f64(&y), &case.forward(&xv, &wv, &[0.0]), 1e-12, "forward").unwrap();
+    let (dx, dw) = case.backward(&xv, &wv, &gv);
+    let gx = conv2d_backward_input(&go, &w, &xs, &case.p).unwrap();
+    assert_close(&values_f64(&gx), &dx, 1e-12, "grad input").unwrap();
+    let gw = conv2d_backward_weight(&go, &x, &ws, &case.p).unwrap();
+    assert_close(&values_f64(&gw), &dw, 1e-12, "grad weight").unwrap();
+}
+
 /// loss(x, w) = Σ conv2d(x, w)·g: its central differences match the
 /// backward primitives (the naive backward shares the index relation with
 /// the naive forward, so this checks the relation itself).
