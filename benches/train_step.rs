@@ -22,6 +22,9 @@ use tessera::optim::{Optimizer, Sgd, SgdOptions};
 use tessera::tensor::{manual_seed, DType, Tensor};
 
 const BATCH: usize = 128;
+
+/// Builds a workload's model.
+type BuildModel = fn() -> tessera::tensor::Result<Sequential>;
 const ROUNDS: usize = 3;
 
 fn main() {
@@ -37,7 +40,7 @@ fn main() {
         load.trim()
     );
     let torch_python = std::env::var("TESSERA_TORCH_PYTHON").ok();
-    let workloads: [(&str, fn() -> _, &[usize]); 2] = [
+    let workloads: [(&str, BuildModel, &[usize]); 2] = [
         ("train_step_mlp", || mnist_mlp(&[512, 512]), &[BATCH, 784]),
         ("train_step_cnn", mnist_cnn, &[BATCH, 1, 28, 28]),
     ];
