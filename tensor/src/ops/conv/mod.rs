@@ -8,6 +8,7 @@
 //! an order fixed by the shapes, so results do not depend on the thread count.
 
 mod backward;
+mod dot;
 mod im2col;
 #[cfg(test)]
 mod tests;

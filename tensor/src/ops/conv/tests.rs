@@ -193,6 +193,13 @@ proptest! {
         assert_close(&values_f64(&gx), &dx, tol, "grad input")?;
         let gw = conv2d_backward_weight(&go, &x, &ws, &case.p).unwrap();
         assert_close(&values_f64(&gw), &dw, tol, "grad weight")?;
+        // Both weight-gradient paths, whichever the dispatch picks here.
+        let geom = super::Geom::new("t", &xs, &ws, &case.p).unwrap();
+        for dot in [false, true] {
+            let gw = crate::with_float_dtype!(dtype, S => super::backward::weight_grad::<S>(&go, &x, &geom, dot),
+                else unreachable!());
+            assert_close(&values_f64(&gw), &dw, tol, if dot { "grad weight (dot)" } else { "grad weight (gemm)" })?;
+        }
         let gb = conv2d_backward_bias(&go).unwrap();
         let want_b: Vec<f64> = (0..case.o).map(|o| {
             (0..case.n).map(|n| gv[(n * case.o + o) * os[2] * os[3]..][..os[2] * os[3]].iter().sum::<f64>()).sum()
@@ -293,6 +300,52 @@ fn depthwise_half_and_thread_determinism() {
         .conv2d(&w.to_dtype(DType::BF16).to_dtype(DType::F32), None, &p)
         .unwrap();
     assert_eq!(values_f64(&yb), values_f64(&y32.to_dtype(DType::BF16)));
+}
+
+/// The long-dot-product weight gradient (few taps) at sizes the proptest
+/// does not reach: several sample tasks, rows that are not whole vectors,
+/// tap counts that split into several register blocks; against the naive
+/// gradient and bitwise across thread counts. All with "same" padding, as
+/// the forward (checked too) unfolds fastest.
+#[test]
+fn few_tap_weight_grad_matches_naive_on_any_thread_count() {
+    let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+    for (c, k, h, w, pad) in [
+        (1, 3, 28, 28, 1),
+        (3, 3, 13, 11, 1),
+        (1, 5, 9, 17, 2),
+        (1, 1, 5, 7, 0),
+    ] {
+        let case = Case {
+            n: 11,
+            c,
+            h,
+            w,
+            o: 5,
+            k: [k, k],
+            p: Conv2dParams::default().padding(pad),
+        };
+        let (xs, ws, os) = case.shapes();
+        let (xv, wv, gv) = (
+            rand_f64(1, xs.iter().product()),
+            rand_f64(2, ws.iter().product()),
+            rand_f64(3, os.iter().product()),
+        );
+        let (_, dw) = case.backward(&xv, &wv, &gv);
+        let (x, go) = (tensor_of::<f32>(&xv, &xs), tensor_of::<f32>(&gv, &os));
+        // "Same" padding at stride 1: the forward's unfolding takes its
+        // shifted-plane copy here.
+        let y = x.conv2d(&tensor_of::<f32>(&wv, &ws), None, &case.p).unwrap();
+        let zeros = vec![0.0; case.o];
+        assert_close(&values_f64(&y), &case.forward(&xv, &wv, &zeros), 1e-5, "forward").unwrap();
+        let run = || conv2d_backward_weight(&go, &x, &ws, &case.p).unwrap();
+        let (many, single) = (run(), one.install(run));
+        assert_close(&values_f64(&many), &dw, 1e-4, "grad weight").unwrap();
+        assert_eq!(values_f64(&many), values_f64(&single), "{case:?}");
+        let x64 = tensor_of::<f64>(&xv, &xs);
+        let g64 = conv2d_backward_weight(&tensor_of::<f64>(&gv, &os), &x64, &ws, &case.p).unwrap();
+        assert_close(&values_f64(&g64), &dw, 1e-12, "grad weight f64").unwrap();
+    }
 }
 
 #[test]
