@@ -21,7 +21,7 @@ use crate::FloatElement;
 pub const MAX_TAPS: usize = 27;
 
 /// Logical vector lanes of the partial sums (one AVX-512 register of f32).
-const LANES: usize = 16;
+pub(super) const LANES: usize = 16;
 
 /// Taps accumulated together per pass over a gradient row (the register
 /// tile: `TAP_BLOCK` vectors of partial sums).
@@ -78,7 +78,7 @@ where
 /// `acc[t][w] += Σ_v row[v·LANES + w] · cols[t·lp + v·LANES + w]` for the
 /// `acc.len()` (≤ [`TAP_BLOCK`]) tap rows of `cols`, whose rows are `lp ≥
 /// row.len()` long and zero past `row.len()`.
-fn row_dot<T: GemmScalar>(isa: Isa, row: &[T], cols: &[T], lp: usize, acc: &mut [[T; LANES]]) {
+pub(super) fn row_dot<T: GemmScalar>(isa: Isa, row: &[T], cols: &[T], lp: usize, acc: &mut [[T; LANES]]) {
     macro_rules! by_taps {
         ($acc:expr, $a:ident => $call:expr) => {
             match $acc.len() {

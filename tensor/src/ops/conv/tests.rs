@@ -375,3 +375,33 @@ fn invalid_arguments_are_errors() {
     assert!(conv2d_backward_weight(&go, &x, &[6, 2, 2, 2], &ok).is_err());
     assert!(conv2d_backward_bias(&tensor_of::<f32>(&[1.0], &[1])).is_err());
 }
+
+/// The few-tap dot kernel gives the same bits on every instruction-set
+/// level (one multiply-then-add order), for every tap count and row
+/// lengths with and without a partial last vector.
+#[test]
+fn dot_kernel_is_bitwise_equal_on_every_isa() {
+    use super::dot::{row_dot, LANES};
+    for taps in 1..=9 {
+        for len in [1usize, 15, 16, 17, 49, 784] {
+            let lp = len.div_ceil(LANES) * LANES;
+            let row: Vec<f32> = rand_f64(taps as u64, len).iter().map(|&v| v as f32).collect();
+            let mut cols = vec![0.0f32; taps * lp];
+            for t in 0..taps {
+                for (i, v) in rand_f64(100 + t as u64, len).into_iter().enumerate() {
+                    cols[t * lp + i] = v as f32;
+                }
+            }
+            let start: Vec<[f32; LANES]> = (0..taps).map(|t| [t as f32 * 0.5 - 1.0; LANES]).collect();
+            let runs: Vec<Vec<u32>> = crate::ops::matmul::kernel::Isa::available()
+                .into_iter()
+                .map(|isa| {
+                    let mut acc = start.clone();
+                    row_dot(isa, &row, &cols, lp, &mut acc);
+                    acc.iter().flatten().map(|v| v.to_bits()).collect()
+                })
+                .collect();
+            assert!(runs.iter().all(|r| r == &runs[0]), "{taps} taps, length {len}");
+        }
+    }
+}
