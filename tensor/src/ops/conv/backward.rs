@@ -56,7 +56,7 @@ pub fn conv2d_backward_weight(
     let g = Geom::new(OP, input.shape(), weight_shape, p)?;
     check_grad_out(OP, grad_out, &g)?;
     Ok(
-        crate::with_float_dtype!(grad_out.dtype(), S => weight_grad::<S>(grad_out, input, &g),
+        crate::with_float_dtype!(grad_out.dtype(), S => weight_grad::<S>(grad_out, input, &g, g.kk() <= super::dot::MAX_TAPS),
         else unreachable!("check_operands admits only floats")),
     )
 }
@@ -84,18 +84,34 @@ pub fn conv2d_backward_bias(grad_out: &Tensor) -> Result<Tensor> {
 }
 
 /// Sums `[n, o, l]` over `n` and `l`, per channel in a fixed order.
-fn bias_grad<S: FloatElement>(grad_out: &Tensor, n: usize, o: usize, l: usize) -> Tensor {
-    let go = math_vec::<S>(grad_out);
+fn bias_grad<S: FloatElement>(grad_out: &Tensor, n: usize, o: usize, l: usize) -> Tensor
+where
+    S::Math: crate::Element,
+{
+    // Borrowed when already contiguous f32/f64: no copy of the whole gradient.
+    let grad_out = grad_out.contiguous();
+    let go = math_cow::<S>(&grad_out);
+    let zero = <S::Math as FloatMath>::ZERO;
     let sums: Vec<S> = (0..o)
         .into_par_iter()
         .map(|c| {
-            let mut acc = <S::Math as FloatMath>::ZERO;
+            // Eight running sums, element e into sum e % 8 of its row, added
+            // in a fixed order at the end: independent chains the compiler
+            // keeps in a vector register, one order on any thread count.
+            let mut acc = [zero; 8];
             for b in 0..n {
-                for &v in &go[(b * o + c) * l..(b * o + c + 1) * l] {
-                    acc += v;
+                let row = &go[(b * o + c) * l..(b * o + c + 1) * l];
+                let mut chunks = row.chunks_exact(8);
+                for ch in &mut chunks {
+                    for (a, &v) in acc.iter_mut().zip(ch) {
+                        *a += v;
+                    }
+                }
+                for (a, &v) in acc.iter_mut().zip(chunks.remainder()) {
+                    *a += v;
                 }
             }
-            S::from_math(acc)
+            S::from_math(acc.iter().fold(zero, |s, &v| s + v))
         })
         .collect();
     Tensor::build::<S>(&[o], |out| out.copy_from_slice(&sums))
@@ -178,7 +194,9 @@ where
     out.to_dtype(S::DTYPE)
 }
 
-fn weight_grad<S: FloatElement>(grad_out: &Tensor, x: &Tensor, g: &Geom) -> Tensor
+/// The weight gradient by long dot products over `N·OH·OW` (`dot`, for
+/// few taps) or by per-sample GEMMs.
+pub(super) fn weight_grad<S: FloatElement>(grad_out: &Tensor, x: &Tensor, g: &Geom, dot: bool) -> Tensor
 where
     S::Math: GemmScalar + FloatElement<Math = S::Math>,
 {
@@ -187,6 +205,12 @@ where
     let x = x.contiguous();
     let xs = x.as_slice::<S>().expect("contiguous and dtype-checked");
     let (kk, l) = (g.kk(), g.l());
+    if dot {
+        let dw = super::dot::weight_grad::<S>(&go, xs, g);
+        return Tensor::from_vec(dw, &[g.o, g.cg, g.kh, g.kw])
+            .expect("o·kk elements")
+            .to_dtype(S::DTYPE);
+    }
     let size = g.o * kk;
     let tasks = g.n.div_ceil(SAMPLES_PER_TASK);
     let par_inner = tasks == 1;

@@ -12,6 +12,12 @@ use crate::{FloatElement, FloatMath};
 /// Unfolds `x` (one sample's `cg` channels, `[cg, h, w]` row-major) into
 /// `cols` (`[cg·kh·kw, oh·ow]`), converting to the math type.
 pub fn im2col<S: FloatElement>(x: &[S], g: &Geom, cols: &mut [S::Math]) {
+    im2col_strided(x, g, cols, g.oh * g.ow);
+}
+
+/// [`im2col`] into rows `ld ≥ oh·ow` elements apart (the elements between
+/// rows are left as they are).
+pub fn im2col_strided<S: FloatElement>(x: &[S], g: &Geom, cols: &mut [S::Math], ld: usize) {
     let l = g.oh * g.ow;
     let mut row = 0;
     for c in 0..g.cg {
@@ -20,8 +26,30 @@ pub fn im2col<S: FloatElement>(x: &[S], g: &Geom, cols: &mut [S::Math]) {
             let ys = valid(g.oh, g.stride[0], ki * g.dilation[0], g.padding[0], g.h);
             for kj in 0..g.kw {
                 let xs = valid(g.ow, g.stride[1], kj * g.dilation[1], g.padding[1], g.w);
-                let dst = &mut cols[row * l..(row + 1) * l];
-                dst.fill(<S::Math as FloatMath>::ZERO);
+                let dst = &mut cols[row * ld..row * ld + l];
+                let zero = <S::Math as FloatMath>::ZERO;
+                if g.stride == [1, 1] && g.ow == g.w && !ys.is_empty() && !xs.is_empty() {
+                    // "Same" width at stride 1: output row oy is input row
+                    // oy + shift, so the whole tap row is one shifted copy
+                    // of the plane (instead of one short copy per output
+                    // row); the columns it wraps into are zeroed after.
+                    let (e0, e1) = (ys.start * g.ow + xs.start, (ys.end - 1) * g.ow + xs.end);
+                    let iy0 = ys.start + ki * g.dilation[0] - g.padding[0];
+                    let s0 = iy0 * g.w + xs.start + kj * g.dilation[1] - g.padding[1];
+                    for (o, &v) in dst[e0..e1].iter_mut().zip(&plane[s0..s0 + (e1 - e0)]) {
+                        *o = v.to_math();
+                    }
+                    dst[..ys.start * g.ow].fill(zero);
+                    dst[ys.end * g.ow..].fill(zero);
+                    for oy in ys.clone() {
+                        let out = &mut dst[oy * g.ow..(oy + 1) * g.ow];
+                        out[..xs.start].fill(zero);
+                        out[xs.end..].fill(zero);
+                    }
+                    row += 1;
+                    continue;
+                }
+                dst.fill(zero);
                 for oy in ys.clone() {
                     let iy = oy * g.stride[0] + ki * g.dilation[0] - g.padding[0];
                     let src = &plane[iy * g.w..(iy + 1) * g.w];

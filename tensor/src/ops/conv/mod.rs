@@ -1,13 +1,15 @@
 //! 2-D convolution (NCHW) with stride, padding, dilation and groups, and its
-//! backward primitives, all as im2col + the packed GEMM.
+//! backward primitives, as im2col + the packed GEMM.
 //!
 //! Per sample and group, the forward is `out[og, oh·ow] = W[og, cg·kh·kw] ·
 //! cols[cg·kh·kw, oh·ow] + bias` (bias in the GEMM epilogue); grad-input is
-//! `col2im(Wᵀ · grad_out)`; grad-weight is `Σₙ grad_out[n] · cols[n]ᵀ`.
+//! `col2im(Wᵀ · grad_out)`; grad-weight is `Σₙ grad_out[n] · cols[n]ᵀ`, by
+//! GEMMs, or with few taps by long dot products over `N·OH·OW` (`dot`).
 //! f16/bf16 compute in f32 and round once. Every output element is summed in
 //! an order fixed by the shapes, so results do not depend on the thread count.
 
 mod backward;
+mod dot;
 mod im2col;
 #[cfg(test)]
 mod tests;

@@ -193,6 +193,13 @@ proptest! {
         assert_close(&values_f64(&gx), &dx, tol, "grad input")?;
         let gw = conv2d_backward_weight(&go, &x, &ws, &case.p).unwrap();
         assert_close(&values_f64(&gw), &dw, tol, "grad weight")?;
+        // Both weight-gradient paths, whichever the dispatch picks here.
+        let geom = super::Geom::new("t", &xs, &ws, &case.p).unwrap();
+        for dot in [false, true] {
+            let gw = crate::with_float_dtype!(dtype, S => super::backward::weight_grad::<S>(&go, &x, &geom, dot),
+                else unreachable!());
+            assert_close(&values_f64(&gw), &dw, tol, if dot { "grad weight (dot)" } else { "grad weight (gemm)" })?;
+        }
         let gb = conv2d_backward_bias(&go).unwrap();
         let want_b: Vec<f64> = (0..case.o).map(|o| {
             (0..case.n).map(|n| gv[(n * case.o + o) * os[2] * os[3]..][..os[2] * os[3]].iter().sum::<f64>()).sum()
@@ -333,6 +340,52 @@ fn depthwise_half_and_thread_determinism() {
     assert_eq!(values_f64(&yb), values_f64(&y32.to_dtype(DType::BF16)));
 }
 
+/// The long-dot-product weight gradient (few taps) at sizes the proptest
+/// does not reach: several sample tasks, rows that are not whole vectors,
+/// tap counts that split into several register blocks; against the naive
+/// gradient and bitwise across thread counts. All with "same" padding, as
+/// the forward (checked too) unfolds fastest.
+#[test]
+fn few_tap_weight_grad_matches_naive_on_any_thread_count() {
+    let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+    for (c, k, h, w, pad) in [
+        (1, 3, 28, 28, 1),
+        (3, 3, 13, 11, 1),
+        (1, 5, 9, 17, 2),
+        (1, 1, 5, 7, 0),
+    ] {
+        let case = Case {
+            n: 11,
+            c,
+            h,
+            w,
+            o: 5,
+            k: [k, k],
+            p: Conv2dParams::default().padding(pad),
+        };
+        let (xs, ws, os) = case.shapes();
+        let (xv, wv, gv) = (
+            rand_f64(1, xs.iter().product()),
+            rand_f64(2, ws.iter().product()),
+            rand_f64(3, os.iter().product()),
+        );
+        let (_, dw) = case.backward(&xv, &wv, &gv);
+        let (x, go) = (tensor_of::<f32>(&xv, &xs), tensor_of::<f32>(&gv, &os));
+        // "Same" padding at stride 1: the forward's unfolding takes its
+        // shifted-plane copy here.
+        let y = x.conv2d(&tensor_of::<f32>(&wv, &ws), None, &case.p).unwrap();
+        let zeros = vec![0.0; case.o];
+        assert_close(&values_f64(&y), &case.forward(&xv, &wv, &zeros), 1e-5, "forward").unwrap();
+        let run = || conv2d_backward_weight(&go, &x, &ws, &case.p).unwrap();
+        let (many, single) = (run(), one.install(run));
+        assert_close(&values_f64(&many), &dw, 1e-4, "grad weight").unwrap();
+        assert_eq!(values_f64(&many), values_f64(&single), "{case:?}");
+        let x64 = tensor_of::<f64>(&xv, &xs);
+        let g64 = conv2d_backward_weight(&tensor_of::<f64>(&gv, &os), &x64, &ws, &case.p).unwrap();
+        assert_close(&values_f64(&g64), &dw, 1e-12, "grad weight f64").unwrap();
+    }
+}
+
 #[test]
 fn invalid_arguments_are_errors() {
     let x = tensor_of::<f32>(&rand_f64(1, 2 * 4 * 5 * 5), &[2, 4, 5, 5]);
@@ -359,4 +412,34 @@ fn invalid_arguments_are_errors() {
     assert!(conv2d_backward_input(&go, &w, &[2, 4, 6, 6], &ok).is_err());
     assert!(conv2d_backward_weight(&go, &x, &[6, 2, 2, 2], &ok).is_err());
     assert!(conv2d_backward_bias(&tensor_of::<f32>(&[1.0], &[1])).is_err());
+}
+
+/// The few-tap dot kernel gives the same bits on every instruction-set
+/// level (one multiply-then-add order), for every tap count and row
+/// lengths with and without a partial last vector.
+#[test]
+fn dot_kernel_is_bitwise_equal_on_every_isa() {
+    use super::dot::{row_dot, LANES};
+    for taps in 1..=9 {
+        for len in [1usize, 15, 16, 17, 49, 784] {
+            let lp = len.div_ceil(LANES) * LANES;
+            let row: Vec<f32> = rand_f64(taps as u64, len).iter().map(|&v| v as f32).collect();
+            let mut cols = vec![0.0f32; taps * lp];
+            for t in 0..taps {
+                for (i, v) in rand_f64(100 + t as u64, len).into_iter().enumerate() {
+                    cols[t * lp + i] = v as f32;
+                }
+            }
+            let start: Vec<[f32; LANES]> = (0..taps).map(|t| [t as f32 * 0.5 - 1.0; LANES]).collect();
+            let runs: Vec<Vec<u32>> = crate::ops::matmul::kernel::Isa::available()
+                .into_iter()
+                .map(|isa| {
+                    let mut acc = start.clone();
+                    row_dot(isa, &row, &cols, lp, &mut acc);
+                    acc.iter().flatten().map(|v| v.to_bits()).collect()
+                })
+                .collect();
+            assert!(runs.iter().all(|r| r == &runs[0]), "{taps} taps, length {len}");
+        }
+    }
 }

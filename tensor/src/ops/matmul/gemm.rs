@@ -1,12 +1,15 @@
 //! The GEMM driver: `C = alpha·A·B + beta·C` with an optional fused epilogue,
 //! BLIS-style.
 //!
-//! Loop order: columns of B in `nc` blocks → depth in `kc` blocks (pack the
-//! `kc×nc` panel of B and the `m×kc` panel of A) → a grid of macro-tiles
-//! (`mc` rows × a column chunk) run by rayon → micro-tiles of `mr×nr` by the
-//! [`Kernel`]. Every output element is summed in the same order — `kc` blocks
-//! in sequence, each one in the kernel's `p` order — whatever the grid or the
-//! thread count, so results are bitwise identical on any number of threads.
+//! Loop order: columns of B in `nc` blocks → depth in `kc` blocks → a grid
+//! of macro-tiles (`mc` rows × a column chunk) run by rayon in one parallel
+//! region, whose tasks pack the blocks of A and B they need on first use →
+//! micro-tiles of `mr×nr` by the [`Kernel`]. Every output element is summed
+//! in the same order — `kc` blocks in sequence, each one in the kernel's `p`
+//! order — whatever the grid, the thread count or which task packed a block,
+//! so results are bitwise identical on any number of threads.
+
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use rayon::prelude::*;
 
@@ -148,24 +151,37 @@ pub fn gemm<S: FloatElement>(
     let mut pb = AlignedBuf::<S::Math>::new(nc_max.div_ceil(kern.nr) * kern.nr * kc);
     for jc in (0..n).step_by(kern.nc) {
         let ncb = kern.nc.min(n - jc);
+        let grid = Grid::new(&kern, m, ncb);
         for pc in (0..k).step_by(kc) {
             let kcb = kc.min(k - pc);
-            pack_b(pb.as_mut_slice(), &b, pc, kcb, jc, ncb, kern.nr, par);
-            pack_a(pa.as_mut_slice(), &a, m, pc, kcb, kern.mr, par);
             let accum = if pc == 0 { first } else { Accum::Add };
             let epi = (pc + kcb == k).then_some(&epi);
-            let (pa, pb) = (pa.as_slice(), pb.as_slice());
-            let grid = Grid::new(&kern, m, ncb);
             let direct = alpha == <S::Math as FloatMath>::ONE
                 && !matches!(accum, Accum::Scale(_))
                 && out.cs == 1
                 && out.rs >= kern.nr as isize;
+            // One parallel region per depth block: each task packs the row
+            // block of A and the column block of B it needs unless another
+            // task already has (or is), so packing runs on every thread
+            // without a fork-join of its own.
+            let shared_a = Shared::new(pa.as_mut_slice(), grid.row_blocks());
+            let shared_b = Shared::new(pb.as_mut_slice(), grid.col_blocks());
             let task = |t: usize| {
                 let mut acc = [<S::Math as FloatMath>::ZERO; MAX_TILE];
                 let (r, cc) = grid.task(t);
-                for_each_tile(&kern, r, cc, |i0, j0, rows, cols| {
-                    let ap = &pa[i0 * kcb..(i0 + kern.mr) * kcb];
-                    let bp = &pb[j0 * kcb..(j0 + kern.nr) * kcb];
+                let (ti, tj) = grid.block(t);
+                let a_len = r.len().div_ceil(kern.mr) * kern.mr * kcb;
+                let pa = shared_a.get(ti, r.start * kcb..r.start * kcb + a_len, |dst| {
+                    pack_a(dst, &a, r.clone(), pc, kcb, kern.mr)
+                });
+                let b_len = cc.len().div_ceil(kern.nr) * kern.nr * kcb;
+                let pb = shared_b.get(tj, cc.start * kcb..cc.start * kcb + b_len, |dst| {
+                    pack_b(dst, &b, pc, kcb, jc + cc.start..jc + cc.end, kern.nr)
+                });
+                for_each_tile(&kern, r.clone(), cc.clone(), |i0, j0, rows, cols| {
+                    let (ia, jb) = ((i0 - r.start) * kcb, (j0 - cc.start) * kcb);
+                    let ap = &pa[ia..ia + kern.mr * kcb];
+                    let bp = &pb[jb..jb + kern.nr * kcb];
                     if direct && rows == kern.mr && cols == kern.nr {
                         // A whole tile of a row-contiguous output: the
                         // kernel combines it with C in place; the epilogue
@@ -202,6 +218,81 @@ pub fn gemm<S: FloatElement>(
                 (0..grid.tasks()).for_each(task);
             }
         }
+    }
+}
+
+/// A packed-operand buffer shared by the tasks of one parallel region,
+/// split into blocks (fixed, disjoint element ranges): the first task that
+/// needs a block packs it, and a task needing a block that another is
+/// packing waits for it (a short wait: packing a block never blocks).
+struct Shared<'a, T> {
+    ptr: *mut T,
+    len: usize,
+    state: Vec<AtomicU8>,
+    _buf: std::marker::PhantomData<&'a mut [T]>,
+}
+
+const EMPTY: u8 = 0;
+const BUSY: u8 = 1;
+const READY: u8 = 2;
+const FAILED: u8 = 3;
+
+// SAFETY: a block is written by the one task that moved its state from
+// EMPTY to BUSY, and read only after its state is READY (release/acquire).
+unsafe impl<T: Send + Sync> Sync for Shared<'_, T> {}
+
+impl<'a, T> Shared<'a, T> {
+    fn new(buf: &'a mut [T], blocks: usize) -> Self {
+        Shared {
+            ptr: buf.as_mut_ptr(),
+            len: buf.len(),
+            state: (0..blocks).map(|_| AtomicU8::new(EMPTY)).collect(),
+            _buf: std::marker::PhantomData,
+        }
+    }
+
+    /// Block `b`, the elements `range` of the buffer (the same range at
+    /// every call for `b`), filled by `fill` unless another task did.
+    fn get(&self, b: usize, range: std::ops::Range<usize>, fill: impl FnOnce(&mut [T])) -> &[T] {
+        assert!(
+            range.start <= range.end && range.end <= self.len,
+            "gemm: packed block outside its buffer"
+        );
+        let state = &self.state[b];
+        if state
+            .compare_exchange(EMPTY, BUSY, Ordering::Acquire, Ordering::Acquire)
+            .is_ok()
+        {
+            // If `fill` panics, the waiters must not spin forever.
+            struct Poison<'s>(&'s AtomicU8);
+            impl Drop for Poison<'_> {
+                fn drop(&mut self) {
+                    self.0.store(FAILED, Ordering::Release);
+                }
+            }
+            let poison = Poison(state);
+            // SAFETY: in bounds (asserted); this task owns the block while
+            // BUSY and nobody reads it before READY.
+            fill(unsafe { std::slice::from_raw_parts_mut(self.ptr.add(range.start), range.len()) });
+            std::mem::forget(poison);
+            state.store(READY, Ordering::Release);
+        } else {
+            let mut spins = 0u32;
+            loop {
+                match state.load(Ordering::Acquire) {
+                    READY => break,
+                    FAILED => panic!("gemm: packing a shared block panicked on another thread"),
+                    _ if spins < 256 => {
+                        spins += 1;
+                        std::hint::spin_loop();
+                    }
+                    // The packer may have been preempted on a busy machine.
+                    _ => std::thread::yield_now(),
+                }
+            }
+        }
+        // SAFETY: in bounds, and READY: written once, never again in this region.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(range.start), range.len()) }
     }
 }
 
@@ -263,14 +354,26 @@ impl Grid {
         Grid { m, n, rows, cols }
     }
 
+    fn row_blocks(&self) -> usize {
+        self.m.div_ceil(self.rows)
+    }
+
+    fn col_blocks(&self) -> usize {
+        self.n.div_ceil(self.cols)
+    }
+
     fn tasks(&self) -> usize {
-        self.m.div_ceil(self.rows) * self.n.div_ceil(self.cols)
+        self.row_blocks() * self.col_blocks()
+    }
+
+    /// The row block and column block of task `t`.
+    fn block(&self, t: usize) -> (usize, usize) {
+        (t / self.col_blocks(), t % self.col_blocks())
     }
 
     /// Row range and column range of task `t`.
     fn task(&self, t: usize) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
-        let per_row = self.n.div_ceil(self.cols);
-        let (ti, tj) = (t / per_row, t % per_row);
+        let (ti, tj) = self.block(t);
         let r0 = ti * self.rows;
         let c0 = tj * self.cols;
         (r0..(r0 + self.rows).min(self.m), c0..(c0 + self.cols).min(self.n))

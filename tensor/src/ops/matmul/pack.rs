@@ -4,7 +4,7 @@
 //! strides, an offset view) straight from its storage and convert to the
 //! math type on the way (f16/bf16 → f32), so no operand is copied first.
 
-use rayon::prelude::*;
+use std::ops::Range;
 
 use super::kernel::GemmScalar;
 use crate::FloatElement;
@@ -72,11 +72,6 @@ impl<T: GemmScalar> AlignedBuf<T> {
         }
     }
 
-    /// The elements.
-    pub fn as_slice(&self) -> &[T] {
-        &bytemuck::cast_slice(&self.raw)[..self.len]
-    }
-
     /// The elements, mutably.
     pub fn as_mut_slice(&mut self) -> &mut [T] {
         &mut bytemuck::cast_slice_mut(&mut self.raw)[..self.len]
@@ -102,22 +97,24 @@ impl<T> Drop for AlignedBuf<T> {
     }
 }
 
-/// Packs rows `0 .. m`, depth `p0 .. p0 + kc` of `a` into `dst` as
-/// `ceil(m/mr)` micro-panels of `mr×kc` (element `(p, i)` of panel `r` at
-/// `r*mr*kc + p*mr + i`), zero-padding the last panel's missing rows.
+/// Packs rows `rows` (starting at a multiple of `mr`), depth `p0 .. p0 +
+/// kc` of `a` into `dst` as `ceil(rows.len()/mr)` micro-panels of `mr×kc`
+/// (element `(p, i)` of panel `r` at `r*mr*kc + p*mr + i`), zero-padding the
+/// last panel's missing rows.
 pub fn pack_a<S: FloatElement>(
     dst: &mut [S::Math],
     a: &MatRef<S>,
-    m: usize,
+    rows: Range<usize>,
     p0: usize,
     kc: usize,
     mr: usize,
-    par: bool,
 ) where
     S::Math: GemmScalar,
 {
-    let panel = |(r, out): (usize, &mut [S::Math])| {
-        let i0 = r * mr;
+    let m = rows.end;
+    let dst = &mut dst[..rows.len().div_ceil(mr) * mr * kc];
+    for (r, out) in dst.chunks_mut(mr * kc).enumerate() {
+        let i0 = rows.start + r * mr;
         let rows = mr.min(m - i0);
         if a.rs == 1 {
             // Columns are contiguous (a transposed operand): a run of
@@ -150,34 +147,27 @@ pub fn pack_a<S: FloatElement>(
                 dst[rows..].fill(<S::Math as crate::FloatMath>::ZERO);
             }
         }
-    };
-    let dst = &mut dst[..m.div_ceil(mr) * mr * kc];
-    if par {
-        dst.par_chunks_mut(mr * kc).enumerate().for_each(panel);
-    } else {
-        dst.chunks_mut(mr * kc).enumerate().for_each(panel);
     }
 }
 
-/// Packs depth `p0 .. p0 + kc`, columns `j0 .. j0 + n` of `b` into `dst` as
-/// `ceil(n/nr)` micro-panels of `kc×nr` (element `(p, j)` of panel `q` at
-/// `q*nr*kc + p*nr + j`), zero-padding the last panel's missing columns.
-#[allow(clippy::too_many_arguments)]
+/// Packs depth `p0 .. p0 + kc`, columns `cols` of `b` into `dst` as
+/// `ceil(cols.len()/nr)` micro-panels of `kc×nr` (element `(p, j)` of panel
+/// `q` at `q*nr*kc + p*nr + j`), zero-padding the last panel's missing columns.
 pub fn pack_b<S: FloatElement>(
     dst: &mut [S::Math],
     b: &MatRef<S>,
     p0: usize,
     kc: usize,
-    j0: usize,
-    n: usize,
+    cols: Range<usize>,
     nr: usize,
-    par: bool,
 ) where
     S::Math: GemmScalar,
 {
-    let panel = |(q, out): (usize, &mut [S::Math])| {
-        let jq = j0 + q * nr;
-        let cols = nr.min(j0 + n - jq);
+    let n = cols.end;
+    let dst = &mut dst[..cols.len().div_ceil(nr) * nr * kc];
+    for (q, out) in dst.chunks_mut(nr * kc).enumerate() {
+        let jq = cols.start + q * nr;
+        let cols = nr.min(n - jq);
         if b.rs == 1 && b.cs != 1 {
             // Columns are contiguous (a transposed operand): read each once.
             for j in 0..cols {
@@ -205,11 +195,5 @@ pub fn pack_b<S: FloatElement>(
                 dst[cols..].fill(<S::Math as crate::FloatMath>::ZERO);
             }
         }
-    };
-    let dst = &mut dst[..n.div_ceil(nr) * nr * kc];
-    if par {
-        dst.par_chunks_mut(nr * kc).enumerate().for_each(panel);
-    } else {
-        dst.chunks_mut(nr * kc).enumerate().for_each(panel);
     }
 }

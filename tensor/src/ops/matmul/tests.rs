@@ -364,6 +364,43 @@ fn results_do_not_depend_on_thread_count() {
     assert_eq!(bits(&d_many), bits(&d_one));
 }
 
+/// Products whose tasks share packed blocks of A and B (each packed by
+/// whichever task needs it first): small squares, skinny and wide shapes,
+/// several depth and column blocks, transposed operands; on pools of 1, 2
+/// and 5 threads (more threads than cores, so tasks race for blocks),
+/// bitwise equal to each other and close to the naive product.
+#[test]
+fn shared_packing_is_thread_count_independent() {
+    let pools: Vec<rayon::ThreadPool> = [1, 2, 5]
+        .iter()
+        .map(|&t| rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap())
+        .collect();
+    for (m, k, n, sel) in [
+        (256, 256, 256, 0),
+        (130, 300, 70, 3),
+        (9, 784, 32, 4),
+        (40, 513, 2100, 0),
+        (300, 40, 33, 1),
+    ] {
+        let a = pick::<f32>(&rand_f64(21, m * k), &[m, k], sel);
+        let b = pick::<f32>(&rand_f64(22, k * n), &[k, n], sel + 1);
+        let want = naive(&values_f64(&a), &values_f64(&b), 1, m, k, n);
+        let runs: Vec<Vec<u32>> = pools
+            .iter()
+            .map(|p| {
+                let c = p.install(|| a.matmul(&b).unwrap());
+                c.to_vec::<f32>().unwrap().iter().map(|v| v.to_bits()).collect()
+            })
+            .collect();
+        let got: Vec<f64> = runs[0].iter().map(|&v| f32::from_bits(v) as f64).collect();
+        close(&got, &want, k, DType::F32).unwrap();
+        assert!(
+            runs.iter().all(|r| r == &runs[0]),
+            "{m}x{k}x{n}: thread counts disagree"
+        );
+    }
+}
+
 #[test]
 fn half_operands_round_once() {
     // An exact product in f32 that f16 holds: the result must be exact.

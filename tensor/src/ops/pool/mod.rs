@@ -155,21 +155,37 @@ pub fn max_pool2d_backward(grad_out: &Tensor, indices: &Tensor, input_shape: &[u
             ),
         ));
     }
-    let idx = indices.to_vec::<i64>()?;
-    if let Some(&bad) = idx.iter().find(|&&i| i < 0 || i as usize >= h * w) {
+    let indices = indices.contiguous();
+    let idx = indices.as_slice::<i64>().expect("contiguous and dtype-checked");
+    let l = oh * ow;
+    // Indices are checked where they are used (one pass over them), the
+    // first bad one reported after.
+    let bad = std::sync::atomic::AtomicBool::new(false);
+    let out = crate::with_float_dtype!(grad_out.dtype(), S => {
+        let grad_out = grad_out.contiguous();
+        let go = crate::ops::matmul::math_cow::<S>(&grad_out);
+        scatter_planes::<S>(input_shape, h * w, l, |pl, gi| {
+            for (&i, &v) in idx[pl * l..(pl + 1) * l].iter().zip(&go[pl * l..]) {
+                // A negative index wraps far past the plane: `None` too.
+                match gi.get_mut(i as usize) {
+                    Some(g) => *g += v,
+                    None => bad.store(true, std::sync::atomic::Ordering::Relaxed),
+                }
+            }
+        })
+    }, else unreachable!("checked float"));
+    if bad.into_inner() {
+        let bad = idx
+            .iter()
+            .find(|&&i| i < 0 || i as usize >= h * w)
+            .copied()
+            .unwrap_or(-1);
         return Err(Error::index(
             OP,
             format!("index {bad} is outside a plane of {h}x{w} elements"),
         ));
     }
-    Ok(crate::with_float_dtype!(grad_out.dtype(), S => {
-        let go = crate::ops::matmul::math_vec::<S>(grad_out);
-        scatter_planes::<S>(input_shape, h * w, oh * ow, |pl, gi| {
-            for (&i, &v) in idx[pl * oh * ow..(pl + 1) * oh * ow].iter().zip(&go[pl * oh * ow..]) {
-                gi[i as usize] += v;
-            }
-        })
-    }, else unreachable!("checked float")))
+    Ok(out)
 }
 
 /// The gradient of [`Tensor::avg_pool2d`] with respect to its input of
@@ -371,23 +387,34 @@ fn check_float(op: &'static str, t: &Tensor) -> Result<()> {
 }
 
 /// A fresh tensor of `shape` (in `S`) whose planes of `plane` elements are
-/// accumulated in the math type by `f(plane_index, plane)`, in parallel.
+/// accumulated in the math type from zero by `f(plane_index, plane)`, in
+/// parallel when `work` (elements read per plane) makes it worth it.
 fn scatter_planes<S: FloatElement>(
     shape: &[usize],
     plane: usize,
     work: usize,
     f: impl Fn(usize, &mut [S::Math]) + Sync,
-) -> Tensor {
-    let mut gi = vec![<<S as FloatElement>::Math as FloatMath>::ZERO; shape.iter().product()];
-    if plane > 0 {
-        if gi.len() * work.max(1) > crate::strided::PAR_THRESHOLD {
-            gi.par_chunks_mut(plane).enumerate().for_each(|(pl, g)| f(pl, g));
-        } else {
-            gi.chunks_mut(plane).enumerate().for_each(|(pl, g)| f(pl, g));
+) -> Tensor
+where
+    S::Math: crate::Element,
+{
+    let zero = <<S as FloatElement>::Math as FloatMath>::ZERO;
+    // Each plane is zeroed right before its scatter, while it is in cache.
+    let each = |(pl, g): (usize, &mut [S::Math])| {
+        g.fill(zero);
+        f(pl, g)
+    };
+    let out = Tensor::build_overwrite::<S::Math>(shape, |gi| {
+        if plane == 0 {
+            return;
         }
-    }
-    let out: Vec<S> = gi.into_iter().map(S::from_math).collect();
-    Tensor::from_vec(out, shape).expect("shape matches by construction")
+        if gi.len() * work.max(1) > crate::strided::PAR_THRESHOLD {
+            gi.par_chunks_mut(plane).enumerate().for_each(each);
+        } else {
+            gi.chunks_mut(plane).enumerate().for_each(each);
+        }
+    });
+    out.to_dtype(S::DTYPE)
 }
 
 /// Fills a fresh `S` tensor of `shape`, plane by plane, from `f(plane_index,
@@ -431,7 +458,11 @@ fn max_planes<S: FloatElement>(xs: &[S], g: &Window, out: &mut [S], indices: &mu
         let plane = |(pl, (o, idx)): (usize, (&mut [S], &mut [i64]))| {
             let src = &xs[pl * hw..(pl + 1) * hw];
             if g.p.padding == [0, 0] && g.p.dilation == [1, 1] {
-                max_plane_dense::<S>(src, g, o, idx);
+                if g.p.kernel == [2, 2] && g.p.stride == [2, 2] && 2 * g.oh <= g.h && 2 * g.ow <= g.w {
+                    max_plane_2x2::<S>(src, g, o, idx);
+                } else {
+                    max_plane_dense::<S>(src, g, o, idx);
+                }
                 return;
             }
             for oy in 0..g.oh {
@@ -495,6 +526,39 @@ fn max_plane_dense<S: FloatElement>(src: &[S], g: &Window, o: &mut [S], idx: &mu
             }
             o[oy * g.ow + ox] = S::from_math(best);
             idx[oy * g.ow + ox] = best_i as i64;
+        }
+    }
+}
+
+/// [`max_plane_dense`] for 2×2 windows at stride 2 that lie inside the
+/// plane (the pooling of most CNNs): a streaming pass that takes the maximum
+/// of each pair of columns in both rows, then of the two rows. The same
+/// result as the scan in window order (ties keep the earlier element, the
+/// last NaN wins): a pairwise scan of `a, b` and of `c, d` then of the two
+/// winners gives the scan of `a, b, c, d`.
+fn max_plane_2x2<S: FloatElement>(src: &[S], g: &Window, o: &mut [S], idx: &mut [i64]) {
+    let (w, ow) = (g.w, g.ow);
+    for oy in 0..g.oh {
+        let r0 = &src[2 * oy * w..2 * oy * w + 2 * ow];
+        let r1 = &src[(2 * oy + 1) * w..(2 * oy + 1) * w + 2 * ow];
+        let out = &mut o[oy * ow..(oy + 1) * ow];
+        let ids = &mut idx[oy * ow..(oy + 1) * ow];
+        let base = (2 * oy * w) as i64;
+        for ((((o, id), p0), p1), x) in out
+            .iter_mut()
+            .zip(ids.iter_mut())
+            .zip(r0.chunks_exact(2))
+            .zip(r1.chunks_exact(2))
+            .zip((0i64..).step_by(2))
+        {
+            let (a, b, c, d) = (p0[0].to_math(), p0[1].to_math(), p1[0].to_math(), p1[1].to_math());
+            let t0 = b > a || b.is_nan();
+            let (m0, i0) = if t0 { (b, 1) } else { (a, 0) };
+            let t1 = d > c || d.is_nan();
+            let (m1, i1) = if t1 { (d, w as i64 + 1) } else { (c, w as i64) };
+            let t = m1 > m0 || m1.is_nan();
+            *o = S::from_math(if t { m1 } else { m0 });
+            *id = base + x + if t { i1 } else { i0 };
         }
     }
 }

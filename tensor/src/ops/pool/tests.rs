@@ -325,3 +325,54 @@ fn invalid_arguments_are_errors() {
         .adaptive_avg_pool2d([2, 2])
         .is_err());
 }
+
+/// The 2×2 stride-2 fast path on values full of ties, infinities and NaNs,
+/// odd and even sizes, against a scan of each window in order (ties keep
+/// the earlier element, a NaN beats everything, the last NaN wins); and its
+/// backward.
+#[test]
+fn max_pool_2x2_matches_window_scan() {
+    let pick = [f64::NEG_INFINITY, -1.0, 0.0, 1.0, f64::INFINITY, f64::NAN];
+    for (h, w, seed) in [(4, 4, 1), (7, 9, 2), (28, 28, 3), (2, 3, 4), (5, 2, 5)] {
+        let r = rand_f64(seed, 3 * h * w);
+        let xv: Vec<f64> = r
+            .iter()
+            .map(|&v| pick[((v + 1.0) * 3.0) as usize % pick.len()])
+            .collect();
+        for dtype in [DType::F32, DType::F64] {
+            let x =
+                crate::with_float_dtype!(dtype, T => tensor_of::<T>(&xv, &[3, h, w]), else unreachable!());
+            let (y, idx) = x.max_pool2d(&Pool2dParams::new(2)).unwrap();
+            let (oh, ow) = (h / 2, w / 2);
+            assert_eq!(y.shape(), &[3, oh, ow]);
+            let (got, got_i) = (values_f64(&y), idx.to_vec::<i64>().unwrap());
+            for pl in 0..3 {
+                for oy in 0..oh {
+                    for ox in 0..ow {
+                        let (mut best, mut bi) = (f64::NEG_INFINITY, 2 * oy * w + 2 * ox);
+                        for i in [0, 1, w, w + 1].map(|d| 2 * oy * w + 2 * ox + d) {
+                            let v = xv[pl * h * w + i];
+                            if v > best || v.is_nan() {
+                                (best, bi) = (v, i);
+                            }
+                        }
+                        let k = (pl * oh + oy) * ow + ox;
+                        assert_eq!(got_i[k], bi as i64, "{dtype} {h}x{w} plane {pl} ({oy}, {ox})");
+                        assert!(
+                            got[k] == best || got[k].is_nan() && best.is_nan(),
+                            "{} vs {best}",
+                            got[k]
+                        );
+                    }
+                }
+            }
+            let go = tensor_of::<f64>(&rand_f64(seed + 9, 3 * oh * ow), &[3, oh, ow]);
+            let gi = values_f64(&max_pool2d_backward(&go, &idx, &[3, h, w]).unwrap());
+            let mut want = vec![0.0; 3 * h * w];
+            for (k, (&g, &i)) in values_f64(&go).iter().zip(&got_i).enumerate() {
+                want[k / (oh * ow) * h * w + i as usize] += g;
+            }
+            assert_eq!(gi, want);
+        }
+    }
+}
