@@ -366,9 +366,14 @@ impl Grid {
         self.row_blocks() * self.col_blocks()
     }
 
-    /// The row block and column block of task `t`.
+    /// The row block and column block of task `t`, in serpentine order:
+    /// odd row blocks walk the column blocks backwards, so two threads that
+    /// start on neighbouring row blocks pack different blocks of B instead of
+    /// one waiting while the other packs the block both need.
     fn block(&self, t: usize) -> (usize, usize) {
-        (t / self.col_blocks(), t % self.col_blocks())
+        let (ti, j) = (t / self.col_blocks(), t % self.col_blocks());
+        let tj = if ti % 2 == 1 { self.col_blocks() - 1 - j } else { j };
+        (ti, tj)
     }
 
     /// Row range and column range of task `t`.
