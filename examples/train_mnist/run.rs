@@ -32,7 +32,9 @@ struct Split {
 pub struct EpochRecord {
     pub epoch: usize,
     pub train_loss: f64,
+    /// Training accuracy of the epoch, in percent.
     pub train_acc: f64,
+    /// Test accuracy after the epoch, in percent.
     pub test_acc: f64,
 }
 
@@ -137,6 +139,7 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
         let train_secs = epoch_start.elapsed().as_secs_f64();
         model.eval();
         let test_acc = 100.0 * evaluate(&model, &test, 1000)?;
+        let train_acc = 100.0 * correct as f64 / seen as f64;
         let elapsed = elapsed_before + clock.elapsed().as_secs_f64();
         if reached.is_none() && test_acc >= target {
             reached = Some((epoch + 1, elapsed));
@@ -145,15 +148,15 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
             "epoch {:>2}: train loss {:.4} acc {:.2}% | test acc {test_acc:.2}% | {:.0} samples/s | {elapsed:.1}s",
             epoch + 1,
             loss_sum / seen as f64,
-            100.0 * correct as f64 / seen as f64,
+            train_acc,
             seen as f64 / train_secs
         );
         writeln!(
             log,
-            "{{\"epoch\":{},\"train_loss\":{:.6},\"train_acc\":{:.6},\"test_acc\":{:.4},\"lr\":{:e},\"samples_per_s\":{:.1},\"elapsed_s\":{:.3}}}",
+            "{{\"epoch\":{},\"train_loss\":{:.6},\"train_acc\":{:.4},\"test_acc\":{:.4},\"lr\":{:e},\"samples_per_s\":{:.1},\"elapsed_s\":{:.3}}}",
             epoch + 1,
             loss_sum / seen as f64,
-            correct as f64 / seen as f64,
+            train_acc,
             test_acc,
             sched.get_lr()[0],
             seen as f64 / train_secs,
@@ -163,7 +166,7 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
         records.push(EpochRecord {
             epoch: epoch + 1,
             train_loss: loss_sum / seen as f64,
-            train_acc: correct as f64 / seen as f64,
+            train_acc,
             test_acc,
         });
     }
