@@ -34,7 +34,7 @@ const SAMPLES_PER_TASK: usize = 4;
 /// The weight gradient `[O, cg·kh·kw]` (row-major) of a convolution with
 /// geometry `g` from `go` (`grad_out`, `[N, O, OH·OW]` in the math type)
 /// and the input `xs` (`[N, C, H, W]`).
-pub fn weight_grad<S: FloatElement>(go: &[S::Math], xs: &[S], g: &Geom) -> Vec<S::Math>
+pub(super) fn weight_grad<S: FloatElement>(go: &[S::Math], xs: &[S], g: &Geom) -> Vec<S::Math>
 where
     S::Math: GemmScalar,
 {
