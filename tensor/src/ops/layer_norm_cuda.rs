@@ -7,6 +7,7 @@ use crate::cuda::{
     common_device, contiguous, contiguous_ptr, kernel_err, launch, no_kernel, same_device, with_kernel_float,
     Output,
 };
+use crate::ops::norm_common::check_grad;
 use crate::{DType, Error, Result, Tensor};
 
 /// (y, mean, rstd) of the GPU tensor `x` normalized over its trailing dims
@@ -65,18 +66,7 @@ pub(crate) fn layer_norm_backward(
     let (rows, cols, _) = split(OP, x, normalized_shape)?;
     same_device(OP, &[&x, &dy, &mean, &rstd, &weight])?;
     let state = common_device(OP, &[x, dy, mean, rstd])?;
-    if dy.shape() != x.shape() || dy.dtype() != x.dtype() {
-        return Err(Error::shape(
-            OP,
-            format!(
-                "grad of shape {:?} ({}) does not match input of shape {:?} ({})",
-                dy.shape(),
-                dy.dtype(),
-                x.shape(),
-                x.dtype()
-            ),
-        ));
-    }
+    check_grad(OP, dy, x)?;
     let w = param(OP, "weight", weight, x, cols)?;
     let stat = |what: &str, t: &Tensor| -> Result<Tensor> {
         if t.numel() != rows {

@@ -190,7 +190,10 @@ pub(crate) fn check_float(op: &'static str, x: &Tensor) -> Result<()> {
     } else {
         Err(Error::dtype(
             op,
-            format!("expects a float tensor, got {}", x.dtype()),
+            format!(
+                "expects a float tensor, got {}; cast with to_dtype first",
+                x.dtype()
+            ),
         ))
     }
 }

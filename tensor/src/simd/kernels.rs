@@ -184,7 +184,7 @@ fn fold_lanes<V: Vf32>(x: &[f32], pad: f32, init: f32, step: impl Fn(V, V) -> V)
 
 /// The sum of the partials by a fixed halving tree.
 #[inline(always)]
-fn tree_sum(mut p: [f32; ACC_LANES]) -> f32 {
+pub(super) fn tree_sum(mut p: [f32; ACC_LANES]) -> f32 {
     let mut h = ACC_LANES / 2;
     while h > 0 {
         for i in 0..h {

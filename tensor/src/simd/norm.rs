@@ -1,6 +1,7 @@
 //! f32 row kernels of the fused layer-norm and cross-entropy passes, at
 //! every SIMD level (see [`super::kernels`] for the conventions).
 
+use super::kernels::tree_sum;
 use super::vector::Vf32;
 use super::{math, simd_fn, ACC_LANES};
 
@@ -105,7 +106,7 @@ fn layer_norm_backward_row_g<V: Vf32>(
         pgx[o - full] = g1(o).mul_add(xh1(o), pgx[o - full]);
     }
     let inv_n = 1.0 / n as f32;
-    let (a, b) = (tree(pg) * inv_n, tree(pgx) * inv_n);
+    let (a, b) = (tree_sum(pg) * inv_n, tree_sum(pgx) * inv_n);
     // Pass 2: dx = rstd·(g − a − x̂·b), dw += dy·x̂, db += dy.
     let (av, bv) = (V::splat(a), V::splat(b));
     let full = n - n % V::N;
@@ -131,17 +132,6 @@ fn layer_norm_backward_row_g<V: Vf32>(
         dw[o] = dy[o].mul_add(xh, dw[o]);
         db[o] += dy[o];
     }
-}
-
-fn tree(mut p: [f32; ACC_LANES]) -> f32 {
-    let mut h = ACC_LANES / 2;
-    while h > 0 {
-        for i in 0..h {
-            p[i] += p[i + h];
-        }
-        h /= 2;
-    }
-    p[0]
 }
 
 simd_fn!(

@@ -54,9 +54,9 @@ pub fn im2col_strided<S: FloatElement>(x: &[S], g: &Geom, cols: &mut [S::Math], 
                     let iy = oy * g.stride[0] + ki * g.dilation[0] - g.padding[0];
                     let src = &plane[iy * g.w..(iy + 1) * g.w];
                     let out = &mut dst[oy * g.ow..(oy + 1) * g.ow];
-                    if xs.is_empty() {
-                        // Every output of this tap reads padding.
-                    } else if g.stride[1] == 1 {
+                    // An empty run (every output reads padding) has no
+                    // first input to offset from: the loop below skips it.
+                    if g.stride[1] == 1 && !xs.is_empty() {
                         // A run of consecutive inputs: a copy the compiler vectorises.
                         let x0 = xs.start + kj * g.dilation[1] - g.padding[1];
                         for (o, &v) in out[xs.clone()].iter_mut().zip(&src[x0..x0 + xs.len()]) {
@@ -90,8 +90,7 @@ pub fn col2im<T: FloatMath>(cols: &[T], g: &Geom, dx: &mut [T]) {
                     let iy = oy * g.stride[0] + ki * g.dilation[0] - g.padding[0];
                     let dst = &mut plane[iy * g.w..(iy + 1) * g.w];
                     let s = &src[oy * g.ow..(oy + 1) * g.ow];
-                    if xs.is_empty() {
-                    } else if g.stride[1] == 1 {
+                    if g.stride[1] == 1 && !xs.is_empty() {
                         let x0 = xs.start + kj * g.dilation[1] - g.padding[1];
                         for (d, &v) in dst[x0..x0 + xs.len()].iter_mut().zip(&s[xs.clone()]) {
                             *d += v;

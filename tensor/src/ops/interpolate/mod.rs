@@ -13,6 +13,7 @@ mod tests;
 use rayon::prelude::*;
 
 use crate::ops::matmul::math_vec;
+use crate::ops::norm_common::check_float;
 use crate::{Error, FloatElement, FloatMath, Result, Tensor};
 
 impl Tensor {
@@ -75,7 +76,7 @@ impl Tensor {
     ) -> Result<Tensor> {
         cpu_only!("upsample_bilinear2d", self);
         const OP: &str = "upsample_bilinear2d";
-        check(OP, self)?;
+        check_float(OP, self)?;
         let (h, w) = spatial(OP, self.shape())?;
         check_out(OP, out)?;
         let x = self.contiguous();
@@ -113,7 +114,7 @@ pub fn upsample_bilinear2d_backward(
 ) -> Result<Tensor> {
     cpu_only!("upsample_bilinear2d_backward", grad_out);
     const OP: &str = "upsample_bilinear2d_backward";
-    check(OP, grad_out)?;
+    check_float(OP, grad_out)?;
     let (h, w) = spatial(OP, input_shape)?;
     spatial(OP, grad_out.shape())?;
     if grad_out.shape()[..2] != input_shape[..2] {
@@ -205,22 +206,6 @@ fn taps<T: FloatMath>(input: usize, output: usize, align_corners: bool, scale: O
             }
         })
         .collect()
-}
-
-fn check(op: &'static str, t: &Tensor) -> Result<()> {
-    if !t.device().is_cpu() {
-        return Err(Error::device(op, format!("no kernel for device {}", t.device())));
-    }
-    if !t.dtype().is_float() {
-        return Err(Error::dtype(
-            op,
-            format!(
-                "expects a float tensor, got {}; cast with to_dtype first",
-                t.dtype()
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// `(H, W)` of a 4-D shape with non-empty spatial dimensions.

@@ -14,6 +14,7 @@ pub use adaptive::adaptive_avg_pool2d_backward;
 
 use rayon::prelude::*;
 
+use crate::ops::norm_common::check_float;
 use crate::{Error, FloatElement, FloatMath, Result, Tensor};
 
 /// Window parameters of [`Tensor::max_pool2d`] and [`Tensor::avg_pool2d`],
@@ -368,22 +369,6 @@ fn plane_dims(op: &'static str, shape: &[usize]) -> Result<(usize, usize, usize)
             format!("expects a 3-D [C, H, W] or 4-D [N, C, H, W] shape, got {shape:?}"),
         )),
     }
-}
-
-fn check_float(op: &'static str, t: &Tensor) -> Result<()> {
-    if !t.device().is_cpu() {
-        return Err(Error::device(op, format!("no kernel for device {}", t.device())));
-    }
-    if !t.dtype().is_float() {
-        return Err(Error::dtype(
-            op,
-            format!(
-                "expects a float tensor, got {}; cast with to_dtype first",
-                t.dtype()
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// A fresh tensor of `shape` (in `S`) whose planes of `plane` elements are
