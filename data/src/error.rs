@@ -68,6 +68,15 @@ pub enum Error {
     /// A loader worker thread stopped without delivering its batch.
     #[error("loader worker failed: {0}")]
     Worker(String),
+    /// No worker delivered batch `batch` within the loader's timeout (a
+    /// worker stuck in a dataset read, PyTorch's `DataLoader timed out`).
+    #[error("loader timed out after {secs} s waiting for batch {batch}")]
+    Timeout {
+        /// The position of the batch in the epoch.
+        batch: usize,
+        /// The timeout, in seconds.
+        secs: f64,
+    },
 }
 
 /// `Result` with the data [`Error`].

@@ -56,7 +56,7 @@ pub use dataset::{Chain, Dataset, Map, MapRandom, SampleCtx, Subset, TensorDatas
 pub use error::{Error, Result};
 pub use iter_loader::{IterableLoader, IterableLoaderBuilder};
 pub use iterable::{IterChain, IterFilter, IterMap, IterableDataset, SampleIter, Stream, WorkerInfo};
-pub use loader::{DataLoader, DataLoaderBuilder, EpochIter};
+pub use loader::{DataLoader, DataLoaderBuilder, EpochIter, DROP_GRACE};
 pub use rng::{mix64, Rng};
 pub use sample::{Array, Image};
 pub use sampler::{epoch_permutation, DistributedSampler, RandomSampler, Sampler, SequentialSampler};

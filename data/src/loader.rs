@@ -1,14 +1,16 @@
 //! [`DataLoader`]: batches from a map-style [`Dataset`] with PyTorch's
 //! semantics — batch size, shuffle, drop_last, samplers, collate, worker
-//! threads, bounded prefetch, persistent workers, in-order delivery, and
-//! worker failures (errors and panics) surfacing as `Err`.
+//! threads, bounded prefetch, persistent workers, in-order delivery, a
+//! timeout, and worker failures (errors, panics, stuck reads) surfacing as
+//! `Err`.
 
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crate::{Collate, Dataset, Error, RandomSampler, Result, Sampler, SequentialSampler};
 
@@ -28,7 +30,13 @@ type BatchOf<D> = <<D as Dataset>::Item as Collate>::Batch;
 /// queue, load and collate them; at most `prefetch_factor · num_workers`
 /// batches are in flight, and batches are yielded in sampler order whatever
 /// the worker timing. An error or a panic while loading a batch is yielded as
-/// `Err` in that batch's position, after which the epoch ends.
+/// `Err` in that batch's position, after which the epoch ends; so is a batch
+/// that no worker delivers within the [`DataLoaderBuilder::timeout`].
+///
+/// Dropping an epoch or the loader never waits on a stuck worker for long:
+/// workers get the timeout (or [`DROP_GRACE`] without one) to finish the
+/// batch they are loading, and are then detached — they exit as soon as the
+/// dataset call they are stuck in returns.
 pub struct DataLoader<D: Dataset>
 where
     D::Item: Collate,
@@ -40,9 +48,14 @@ where
     num_workers: usize,
     prefetch_factor: usize,
     persistent_workers: bool,
+    timeout: Option<Duration>,
     epoch: u64,
     pool: Option<Pool<BatchOf<D>>>,
 }
+
+/// How long dropping a loader or an epoch waits for busy workers to finish
+/// their batch when the loader has no timeout; they are detached after it.
+pub const DROP_GRACE: Duration = Duration::from_secs(1);
 
 /// Options of a [`DataLoader`]; defaults follow PyTorch (batch size 1, no
 /// shuffle, no workers, prefetch factor 2 with workers).
@@ -56,6 +69,7 @@ pub struct DataLoaderBuilder<D> {
     num_workers: usize,
     prefetch_factor: Option<usize>,
     persistent_workers: bool,
+    timeout: Option<Duration>,
 }
 
 impl<D> DataLoaderBuilder<D>
@@ -103,6 +117,15 @@ where
         self.persistent_workers = on;
         self
     }
+    /// How long to wait for the next batch from the workers before the
+    /// epoch yields [`Error::Timeout`] (PyTorch's `timeout`; default, and
+    /// `Duration::ZERO`: wait forever). Without workers it is unused, as in
+    /// PyTorch: the calling thread cannot be interrupted. A timed-out
+    /// persistent pool is replaced by fresh workers at the next epoch.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = (!timeout.is_zero()).then_some(timeout);
+        self
+    }
 
     /// The loader. Errors, as PyTorch does, when the batch size is 0, a
     /// sampler is combined with `shuffle`, or `prefetch_factor` /
@@ -136,6 +159,7 @@ where
             num_workers: self.num_workers,
             prefetch_factor: self.prefetch_factor.unwrap_or(2),
             persistent_workers: self.persistent_workers,
+            timeout: self.timeout,
             epoch: 0,
             pool: None,
         })
@@ -164,6 +188,7 @@ where
             num_workers: 0,
             prefetch_factor: None,
             persistent_workers: false,
+            timeout: None,
         }
     }
 
@@ -215,15 +240,16 @@ where
         self.epoch += 1;
         let batches = self.batch_indices(epoch);
         let limit = self.prefetch_factor * self.num_workers;
+        let grace = self.timeout.unwrap_or(DROP_GRACE);
         let pool = if self.num_workers == 0 {
             PoolSlot::None
         } else if self.persistent_workers {
             if self.pool.is_none() {
-                self.pool = Some(Pool::spawn(self.dataset.clone(), self.num_workers));
+                self.pool = Some(Pool::spawn(self.dataset.clone(), self.num_workers, grace));
             }
             PoolSlot::Persistent
         } else {
-            PoolSlot::Owned(Pool::spawn(self.dataset.clone(), self.num_workers))
+            PoolSlot::Owned(Pool::spawn(self.dataset.clone(), self.num_workers, grace))
         };
         let generation = match &pool {
             PoolSlot::Owned(p) => p.begin(),
@@ -326,12 +352,26 @@ where
                 if let Some(r) = self.pending.remove(&self.next_yield) {
                     break r;
                 }
-                let received = self.pool().map(|p| p.results.recv());
+                let timeout = self.loader.timeout;
+                let received = self.pool().map(|p| match timeout {
+                    Some(t) => p.results.recv_timeout(t),
+                    None => p.results.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                });
                 match received {
                     Some(Ok((g, batch, r))) if g == self.generation => {
                         self.pending.insert(batch, r);
                     }
                     Some(Ok(_)) => continue, // a stale batch of an abandoned epoch
+                    Some(Err(RecvTimeoutError::Timeout)) => {
+                        if let PoolSlot::Persistent = self.pool {
+                            // A stuck worker would hold up every later epoch.
+                            self.loader.pool = None;
+                        }
+                        break Err(Error::Timeout {
+                            batch: self.next_yield,
+                            secs: timeout.map_or(0.0, |t| t.as_secs_f64()),
+                        });
+                    }
                     _ => break Err(Error::Worker("every worker thread has exited".into())),
                 }
             }
@@ -414,10 +454,12 @@ struct Pool<B> {
     /// The generation whose tasks are still wanted; workers skip the others.
     live: Arc<AtomicU64>,
     handles: Vec<JoinHandle<()>>,
+    /// How long dropping the pool waits for busy workers.
+    grace: Duration,
 }
 
 impl<B: Send + 'static> Pool<B> {
-    fn spawn<D>(dataset: Arc<D>, workers: usize) -> Self
+    fn spawn<D>(dataset: Arc<D>, workers: usize, grace: Duration) -> Self
     where
         D: Dataset<Item: Collate<Batch = B>> + 'static,
     {
@@ -448,6 +490,7 @@ impl<B: Send + 'static> Pool<B> {
             results: res_rx,
             live,
             handles,
+            grace,
         }
     }
 
@@ -474,7 +517,21 @@ impl<B> Drop for Pool<B> {
     fn drop(&mut self) {
         self.live.fetch_add(1, Ordering::AcqRel);
         self.tasks = None;
-        for h in self.handles.drain(..) {
+        join_within(std::mem::take(&mut self.handles), self.grace);
+    }
+}
+
+/// Joins the worker threads `handles`, waiting at most `grace` in all.
+/// Threads still running then are stuck in user code; they are detached
+/// and exit when that call returns and they find their channels closed.
+pub(crate) fn join_within(handles: Vec<JoinHandle<()>>, grace: Duration) {
+    // No deadline when `grace` reaches past the end of time.
+    let deadline = Instant::now().checked_add(grace);
+    for h in handles {
+        while !h.is_finished() && deadline.is_none_or(|d| Instant::now() < d) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if h.is_finished() {
             let _ = h.join();
         }
     }

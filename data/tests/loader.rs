@@ -3,9 +3,9 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tessera_data::{DataLoader, Dataset, Error, Result, Rng, VecDataset};
 
@@ -240,4 +240,103 @@ fn invalid_options_are_errors() {
         .sampler(tessera_data::SequentialSampler::new(4))
         .build()
         .is_err());
+}
+
+/// Sample `stuck` blocks in `get` until the gate opens (a worker stuck on a
+/// dead network mount); the others load at once.
+struct Stuck {
+    n: usize,
+    stuck: usize,
+    gate: Arc<(Mutex<bool>, Condvar)>,
+}
+
+impl Dataset for Stuck {
+    type Item = i64;
+    fn len(&self) -> usize {
+        self.n
+    }
+    fn get(&self, i: usize) -> Result<i64> {
+        if i == self.stuck {
+            let (open, cv) = &*self.gate;
+            let mut open = open.lock().unwrap();
+            while !*open {
+                open = cv.wait(open).unwrap();
+            }
+        }
+        Ok(i as i64)
+    }
+}
+
+/// Opens the gate when dropped, so a failing test leaves no thread stuck.
+struct Gate(Arc<(Mutex<bool>, Condvar)>);
+
+impl Gate {
+    fn new() -> Self {
+        Gate(Arc::new((Mutex::new(false), Condvar::new())))
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        *self.0 .0.lock().unwrap() = true;
+        self.0 .1.notify_all();
+    }
+}
+
+/// Runs `f` on its own thread and returns how long it took; fails when it
+/// has not returned after `limit` (it is then left running).
+fn finishes_within(limit: Duration, f: impl FnOnce() + Send + 'static) -> Duration {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let t = Instant::now();
+        f();
+        let _ = tx.send(t.elapsed());
+    });
+    rx.recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("still running after {limit:?}"))
+}
+
+#[test]
+fn dropping_an_epoch_does_not_wait_forever_on_a_stuck_worker() {
+    let gate = Gate::new();
+    let g = gate.0.clone();
+    let took = finishes_within(Duration::from_secs(10), move || {
+        let ds = Stuck { n: 16, stuck: 5, gate: g };
+        let mut l = DataLoader::builder(ds).batch_size(2).num_workers(2).build().unwrap();
+        let mut epoch = l.iter();
+        assert_eq!(epoch.next().unwrap().unwrap().to_vec::<i64>().unwrap(), vec![0, 1]);
+        // Batch 2 (samples 4, 5) never finishes loading; abandon the epoch.
+        drop(epoch);
+    });
+    assert!(took < Duration::from_secs(5), "drop took {took:?}");
+}
+
+#[test]
+fn timeout_turns_a_stuck_batch_into_an_error() {
+    for persistent in [false, true] {
+        let gate = Gate::new();
+        let g = gate.0.clone();
+        let took = finishes_within(Duration::from_secs(10), move || {
+            let ds = Stuck { n: 16, stuck: 5, gate: g };
+            let mut l = DataLoader::builder(ds)
+                .batch_size(2)
+                .num_workers(2)
+                .persistent_workers(persistent)
+                .timeout(Duration::from_millis(200))
+                .build()
+                .unwrap();
+            let got: Vec<_> = l.iter().collect();
+            assert_eq!(got.len(), 3, "two batches, then the error");
+            let e = got[2].as_ref().unwrap_err().to_string();
+            assert!(e.contains("batch 2") && e.contains("0.2"), "{e}");
+            drop(l);
+        });
+        assert!(took < Duration::from_secs(3), "persistent {persistent}: took {took:?}");
+    }
+    // As in PyTorch, the timeout applies to workers; without them it is unused.
+    let mut l = DataLoader::builder(VecDataset::new(vec![0i64]))
+        .timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    assert_eq!(l.iter().count(), 1);
 }

@@ -97,3 +97,21 @@ fn missing_shard_is_an_error_naming_it() {
         .to_string();
     assert!(e.contains("shard-9.tar"), "{e}");
 }
+
+#[test]
+fn shard_cut_at_a_sample_boundary_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let urls = write_shards(dir.path(), 1, 4);
+    let full = std::fs::read(&urls[0]).unwrap();
+    // Each sample is two files of one data block: 2048 bytes per sample.
+    for samples in 0..4 {
+        std::fs::write(&urls[0], &full[..samples * 2048]).unwrap();
+        let got: Vec<_> = TarShards::new(urls.clone()).iter(0, WorkerInfo::SINGLE).collect();
+        let e = got
+            .last()
+            .and_then(|r| r.as_ref().err())
+            .unwrap_or_else(|| panic!("cut after {samples} samples: read as a whole shard"))
+            .to_string();
+        assert!(e.contains("shard-000.tar") && e.contains("truncated"), "{e}");
+    }
+}

@@ -212,11 +212,29 @@ impl CpuComm {
             Some(reg) if kind != OpKind::AllReduceShm => reg.announce(&op),
             _ => Ok(()),
         };
-        let res = agreed.and_then(|_| body(&op));
+        let res = agreed.and_then(|_| body(&op)).map_err(|e| self.root_cause(e));
         if let Err(e) = &res {
             self.fail(e);
         }
         res
+    }
+
+    /// A peer that closed its connection after another rank aborted the
+    /// group left because of that abort: report the abort, which says what
+    /// went wrong, rather than the closed connection.
+    fn root_cause(&self, e: CommError) -> CommError {
+        let CommError::PeerClosed { op, rank, .. } = e else {
+            return e;
+        };
+        match self.transport.mailbox().aborted(self.group) {
+            Some((g, msg)) => CommError::Aborted {
+                op,
+                rank,
+                peer: self.members.iter().position(|&m| m == g).unwrap_or(rank),
+                msg,
+            },
+            None => e,
+        }
     }
 
     /// Marks the group failed and tells every other member, so that their
@@ -232,9 +250,12 @@ impl CpuComm {
         }
         *failure = Some((peer, msg.clone()));
         drop(failure);
+        // The notice names the rank whose failure started the abort (global
+        // rank in `aux`), so a relayed notice still points at its origin.
+        let origin = self.members.get(peer).copied().unwrap_or(self.members[self.rank]);
         for (k, &g) in self.members.iter().enumerate() {
             if k != self.rank {
-                let hdr = self.header(Kind::Abort, 0, 0, 0, 0, 0, 0, 0);
+                let hdr = self.header(Kind::Abort, 0, 0, 0, 0, 0, 0, origin as u64);
                 // Best effort: a peer that is gone needs no notice.
                 let _ = self
                     .transport

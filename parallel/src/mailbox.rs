@@ -60,12 +60,14 @@ impl Mailbox {
         let mut st = self.lock();
         match frame.hdr.kind {
             Kind::Abort => {
-                let group = frame.hdr.group;
+                // `aux` names the rank whose failure started the abort; `src`
+                // may only be relaying it.
+                let (group, origin) = (frame.hdr.group, frame.hdr.aux as usize);
                 let reason = frame
                     .into_owned()
                     .map(|b| String::from_utf8_lossy(b.as_bytes()).into_owned())
                     .unwrap_or_default();
-                st.aborted.entry(group).or_insert((src, reason));
+                st.aborted.entry(group).or_insert((origin, reason));
             }
             Kind::Coll => {
                 st.queues

@@ -63,7 +63,8 @@ impl Cifar {
 
     /// Decodes one binary file's bytes (`cifar100` selects 2 label bytes,
     /// coarse then fine); `path` names the source in errors. Errors when the
-    /// length is not a whole number of records or a label is out of range.
+    /// file is empty, the length is not a whole number of records, or a
+    /// label is out of range.
     pub fn parse(bytes: &[u8], path: &Path, cifar100: bool) -> Result<Self> {
         let mut out = Cifar {
             pixels: Vec::new(),
@@ -77,6 +78,9 @@ impl Cifar {
     fn append(&mut self, bytes: &[u8], path: &Path, cifar100: bool) -> Result<()> {
         let head = if cifar100 { 2 } else { 1 };
         let rec = head + PIXELS;
+        if bytes.is_empty() {
+            return Err(Error::format(path, "the file is empty: no records"));
+        }
         if bytes.len() % rec != 0 {
             return Err(Error::format(
                 path,
@@ -182,5 +186,19 @@ mod tests {
             .to_string();
         assert!(e.contains("t.bin: record 1"), "{e}");
         assert!(Cifar::parse(&bytes[..100], Path::new("t.bin"), true).is_err());
+    }
+
+    #[test]
+    fn empty_cifar_files_are_errors() {
+        for cifar100 in [false, true] {
+            let e = Cifar::parse(&[], Path::new("empty.bin"), cifar100)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("empty.bin") && e.contains("empty"), "{e}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("test_batch.bin"), []).unwrap();
+        let e = Cifar::cifar10(dir.path(), false).unwrap_err().to_string();
+        assert!(e.contains("test_batch.bin"), "{e}");
     }
 }

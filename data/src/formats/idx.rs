@@ -225,7 +225,12 @@ impl Mnist {
         Self::from_files(&images, &labels)
     }
 
-    /// Reads an images file (u8, 3-d) and a labels file (u8, 1-d) of equal count.
+    /// The number of classes of MNIST and Fashion-MNIST: labels lie in `0 .. 10`.
+    pub const NUM_CLASSES: u8 = 10;
+
+    /// Reads an images file (u8, 3-d) and a labels file (u8, 1-d) of equal
+    /// count. Errors, naming the file, when either is invalid, the counts
+    /// differ, or a label is not below [`Mnist::NUM_CLASSES`].
     pub fn from_files(images: &Path, labels: &Path) -> Result<Self> {
         let im = read_idx(images)?;
         let lb = read_idx(labels)?;
@@ -239,6 +244,13 @@ impl Mnist {
             return Err(Error::format(
                 labels,
                 format!("{m} labels for {n} images in {}", images.display()),
+            ));
+        }
+        if let Some((k, &bad)) = lab.iter().enumerate().find(|(_, &l)| l >= Self::NUM_CLASSES) {
+            return Err(Error::corrupt(
+                labels,
+                k as u64,
+                format!("label {bad} is outside 0..{}", Self::NUM_CLASSES),
             ));
         }
         Ok(Mnist {
@@ -357,5 +369,30 @@ mod tests {
         assert!(e.contains("/d/imgs.idx") && e.contains("need 20 bytes"), "{e}");
         assert!(parse_idx(&[0, 0, 0x42, 1, 0, 0, 0, 0], Path::new("x")).is_err());
         assert!(parse_idx(&[1, 2], Path::new("x")).is_err());
+    }
+
+    #[test]
+    fn mnist_labels_outside_the_ten_classes_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let images = dir.path().join("train-images-idx3-ubyte");
+        let labels = dir.path().join("train-labels-idx1-ubyte");
+        let im = IdxArray {
+            dims: vec![3, 2, 2],
+            data: IdxData::U8(vec![0; 12]),
+        };
+        write_idx(&images, &im, false).unwrap();
+        for (bad, at) in [(200u8, 1), (10, 2)] {
+            let mut v = vec![3u8, 9, 0];
+            v[at] = bad;
+            write_idx(&labels, &IdxArray { dims: vec![3], data: IdxData::U8(v) }, true).unwrap();
+            let e = Mnist::open(dir.path(), true).unwrap_err().to_string();
+            assert!(
+                e.contains("train-labels-idx1-ubyte") && e.contains(&format!("label {bad}")) && e.contains(&format!("{at}")),
+                "{e}"
+            );
+        }
+        let ok = IdxArray { dims: vec![3], data: IdxData::U8(vec![3, 9, 0]) };
+        write_idx(&labels, &ok, false).unwrap();
+        assert_eq!(Mnist::open(dir.path(), true).unwrap().labels(), &[3, 9, 0]);
     }
 }

@@ -20,7 +20,10 @@ pub struct TarEntry {
 }
 
 /// Streams the regular files of a tar archive in archive order; directories,
-/// links and other entry types are skipped, pax global headers ignored.
+/// links and other entry types are skipped, pax global headers ignored. The
+/// archive must end with its two zero blocks: a file cut short, even at an
+/// entry boundary, ends the stream with an error rather than passing for a
+/// shorter archive.
 pub struct TarReader {
     path: PathBuf,
     input: Box<dyn Read + Send>,
@@ -65,8 +68,13 @@ impl TarReader {
     }
 
     fn read_data(&mut self, size: u64) -> Result<Vec<u8>> {
-        let padded = size.div_ceil(BLOCK as u64) * BLOCK as u64;
-        let mut data = Vec::with_capacity(size.min(1 << 30) as usize);
+        let padded = size
+            .div_ceil(BLOCK as u64)
+            .checked_mul(BLOCK as u64)
+            .filter(|_| usize::try_from(size).is_ok())
+            .ok_or_else(|| self.bad(format!("entry size {size} is larger than any archive")))?;
+        // Grow with the data actually read: a corrupt size must not reserve memory.
+        let mut data = Vec::with_capacity(size.min(1 << 20) as usize);
         (&mut self.input)
             .take(padded)
             .read_to_end(&mut data)
@@ -90,10 +98,18 @@ impl TarReader {
         let mut pax: HashMap<String, String> = HashMap::new();
         loop {
             let Some(h) = self.read_block("header")? else {
-                return Ok(None);
+                return Err(self.bad(
+                    "truncated archive: it ends without the two zero blocks that mark its end".into(),
+                ));
             };
             if h.iter().all(|&b| b == 0) {
-                return Ok(None);
+                return match self.read_block("end-of-archive marker")? {
+                    Some(b) if b.iter().all(|&x| x == 0) => Ok(None),
+                    Some(_) => Err(self.bad("a lone zero block inside the archive".into())),
+                    None => Err(self.bad(
+                        "truncated archive: the end-of-archive marker has one of its two zero blocks".into(),
+                    )),
+                };
             }
             let stored = parse_octal(&h[148..156]).ok_or_else(|| self.bad("bad checksum field".into()))?;
             let sum: u64 = h
@@ -336,5 +352,61 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("truncated"), "{e}");
+    }
+
+    /// A four-sample archive (1, 700, 0 and 513 bytes of data).
+    fn four_samples() -> Vec<u8> {
+        let mut w = TarWriter::new(Vec::new(), 0);
+        w.append("s0.cls", b"1").unwrap();
+        w.append("s1.bin", &[7u8; 700]).unwrap();
+        w.append("s2.txt", b"").unwrap();
+        w.append("s3.bin", &[9u8; 513]).unwrap();
+        w.finish().unwrap()
+    }
+
+    #[test]
+    fn archives_cut_at_any_block_boundary_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("cut.tar");
+        let good = four_samples();
+        std::fs::write(&p, &good).unwrap();
+        assert_eq!(TarReader::open(&p).unwrap().map(|e| e.unwrap()).count(), 4);
+        // Trailing zero padding after the end marker (tar's 10 KiB records) is fine.
+        let mut padded = good.clone();
+        padded.resize(10240, 0);
+        std::fs::write(&p, &padded).unwrap();
+        assert_eq!(TarReader::open(&p).unwrap().map(|e| e.unwrap()).count(), 4);
+        // Every cut before the second zero block, header boundaries
+        // (0, 1536, 2560, 4096, ...) included, must be an error.
+        for cut in (0..good.len()).step_by(BLOCK) {
+            std::fs::write(&p, &good[..cut]).unwrap();
+            let got: Vec<_> = TarReader::open(&p).unwrap().collect();
+            let last = got.last().unwrap_or_else(|| panic!("cut at {cut}: no error"));
+            let e = last.as_ref().map(|e| e.name.clone()).unwrap_err().to_string();
+            assert!(e.contains("cut.tar") && e.contains("truncated"), "cut at {cut}: {e}");
+        }
+    }
+
+    #[test]
+    fn pax_size_near_u64_max_is_an_error() {
+        for size in [u64::MAX, u64::MAX - 100, u64::MAX / 2] {
+            let mut w = TarWriter::new(Vec::new(), 0);
+            // A pax record counts its own length: "<len> size=<size>\n".
+            let body = format!(" size={size}\n");
+            let mut len = body.len();
+            while format!("{len}{body}").len() != len {
+                len = format!("{len}{body}").len();
+            }
+            let rec = format!("{len}{body}");
+            w.entry("././@PaxHeader", b'x', rec.as_bytes()).unwrap();
+            w.entry("big.bin", b'0', b"abc").unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let p = dir.path().join("pax.tar");
+            std::fs::write(&p, w.finish().unwrap()).unwrap();
+            let got: Vec<_> = TarReader::open(&p).unwrap().collect();
+            assert_eq!(got.len(), 1, "size {size}: {got:?}");
+            let e = got[0].as_ref().unwrap_err().to_string();
+            assert!(e.contains("pax.tar") && e.contains(&size.to_string()), "size {size}: {e}");
+        }
     }
 }
