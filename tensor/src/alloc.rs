@@ -60,32 +60,39 @@ fn lock() -> std::sync::MutexGuard<'static, Cache> {
 /// The capacity actually reserved for a request of `bytes`: requests of
 /// [`MIN_CACHED`] and above round up to one of four classes per power of two
 /// (at most 25% slack), so blocks of nearby sizes are interchangeable.
+/// Sizes whose class would overflow saturate to `usize::MAX`, which no
+/// allocation satisfies.
 pub fn size_class(bytes: usize) -> usize {
     if bytes < MIN_CACHED {
         return bytes.max(1).next_multiple_of(ALIGN);
     }
     let pow = usize::BITS - 1 - bytes.leading_zeros();
     let step = 1usize << (pow - 2);
-    bytes.next_multiple_of(step)
+    bytes.checked_next_multiple_of(step).unwrap_or(usize::MAX)
 }
 
 /// A block of `size_class(bytes)` bytes aligned to [`ALIGN`], and whether
 /// it is known to be zeroed (fresh from the system) rather than reused.
-pub(crate) fn allocate(bytes: usize) -> (NonNull<u8>, bool) {
+/// `None` when the system cannot provide it (or the size exceeds
+/// `isize::MAX`): callers turn that into an error instead of aborting.
+pub(crate) fn allocate(bytes: usize) -> Option<(NonNull<u8>, bool)> {
     let cap = size_class(bytes);
     if cap >= MIN_CACHED {
         if let Some(p) = lock().free.get_mut(&cap).and_then(Vec::pop) {
             CACHED_BYTES.fetch_sub(cap, Ordering::Relaxed);
-            return (p.0, false);
+            return Some((p.0, false));
         }
     }
-    let layout = Layout::from_size_align(cap, ALIGN).expect("block size fits isize");
+    let layout = Layout::from_size_align(cap, ALIGN).ok()?;
     // SAFETY: cap > 0 and the layout is valid.
     let p = unsafe { alloc_zeroed(layout) };
-    (
-        NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout)),
-        true,
-    )
+    if p.is_null() && cached_bytes() > 0 {
+        // Cached blocks of other sizes may be what stands in the way.
+        release_cached();
+        // SAFETY: as above.
+        return NonNull::new(unsafe { alloc_zeroed(layout) }).map(|p| (p, true));
+    }
+    NonNull::new(p).map(|p| (p, true))
 }
 
 /// Returns a block obtained from [`allocate`] for `bytes`.
@@ -171,13 +178,21 @@ mod tests {
     }
 
     #[test]
+    fn impossible_sizes_are_refused_not_aborted() {
+        assert_eq!(size_class(usize::MAX), usize::MAX);
+        for bytes in [usize::MAX, isize::MAX as usize, 1 << 60] {
+            assert!(allocate(bytes).is_none(), "{bytes}");
+        }
+    }
+
+    #[test]
     fn freed_blocks_are_reused() {
         let bytes = 3 << 20;
-        let (p, fresh) = allocate(bytes);
+        let (p, fresh) = allocate(bytes).unwrap();
         assert!(fresh || !CACHING.load(Ordering::Relaxed) || cached_bytes() > 0);
         // SAFETY: from allocate(bytes), not used again.
         unsafe { free(p, bytes) };
-        let (q, fresh) = allocate(bytes);
+        let (q, fresh) = allocate(bytes).unwrap();
         // Another test thread may have taken the block in between; then it is fresh.
         assert!(q == p || fresh);
         // SAFETY: as above.

@@ -45,6 +45,15 @@ pub enum Error {
         /// The argument and why it is invalid.
         msg: String,
     },
+    /// Memory for the result could not be allocated (an absurd size, or
+    /// the machine is out of memory); the process carries on.
+    #[error("{op}: out of memory: {msg}")]
+    OutOfMemory {
+        /// The operation that failed.
+        op: &'static str,
+        /// The shape, dtype and bytes that could not be allocated.
+        msg: String,
+    },
     /// Reading or writing a file failed, or its contents are corrupt.
     #[error("{op}: io error: {msg}")]
     Io {
@@ -79,6 +88,10 @@ impl Error {
     pub fn arg(op: &'static str, msg: impl Into<String>) -> Self {
         Error::Arg { op, msg: msg.into() }
     }
+    /// A [`Error::OutOfMemory`] for `op`.
+    pub fn out_of_memory(op: &'static str, msg: impl Into<String>) -> Self {
+        Error::OutOfMemory { op, msg: msg.into() }
+    }
     /// A [`Error::Io`] for `op`.
     pub fn io(op: &'static str, msg: impl Into<String>) -> Self {
         Error::Io { op, msg: msg.into() }
@@ -91,6 +104,7 @@ impl Error {
             | Error::Device { op, .. }
             | Error::Index { op, .. }
             | Error::Arg { op, .. }
+            | Error::OutOfMemory { op, .. }
             | Error::Io { op, .. } => op,
         }
     }

@@ -35,8 +35,9 @@ impl Layout {
     }
 
     /// A layout from its parts. Errors when `shape` and `strides` differ in
-    /// length or the reachable offsets overflow; whether they fit a storage
-    /// is checked by [`crate::Tensor::from_storage`].
+    /// length, the element count overflows or the reachable offsets do;
+    /// whether they fit a storage is checked by
+    /// [`crate::Tensor::from_storage`].
     pub fn try_new(shape: Vec<usize>, strides: Vec<isize>, offset: usize) -> Result<Self> {
         if shape.len() != strides.len() {
             return Err(Error::shape(
@@ -54,9 +55,10 @@ impl Layout {
     }
 
     /// Like [`Layout::storage_range`], with overflow checks: an error when
-    /// some reachable offset is negative or does not fit in `isize`.
+    /// the element count exceeds `isize::MAX` or some reachable offset is
+    /// negative or does not fit in `isize`.
     pub fn checked_range(&self) -> Result<Option<(usize, usize)>> {
-        if self.numel() == 0 {
+        if checked_numel("layout", &self.shape)? == 0 {
             return Ok(None);
         }
         let overflow = || {
@@ -108,8 +110,10 @@ impl Layout {
     }
 
     /// The number of elements (1 for a 0-d tensor, 0 if any size is 0).
+    /// Saturates at `usize::MAX` for a shape no checked constructor accepts
+    /// (a [`Layout::contiguous`] of an absurd shape), so it never wraps.
     pub fn numel(&self) -> usize {
-        self.shape.iter().product()
+        numel_saturating(&self.shape)
     }
 
     /// True when the elements are laid out row-major without gaps, so the
@@ -223,7 +227,11 @@ impl Layout {
             l.offset = offset_add(l.offset, start as isize * l.strides[d]);
         }
         l.shape[d] = len;
-        l.strides[d] *= step as isize;
+        // With two or more elements the stepped stride is a reachable span,
+        // so it fits; with fewer it is never used and may stay as it is.
+        if len > 1 {
+            l.strides[d] *= step as isize;
+        }
         Ok(l)
     }
 
@@ -245,8 +253,10 @@ impl Layout {
     }
 
     /// Broadcasts to `shape` with NumPy rules: leading dimensions are added,
-    /// size-1 dimensions are stretched (stride 0).
+    /// size-1 dimensions are stretched (stride 0). Errors when the shapes do
+    /// not broadcast or `shape` has more than `isize::MAX` elements.
     pub fn broadcast_to(&self, shape: &[usize]) -> Result<Layout> {
+        checked_numel("broadcast_to", shape)?;
         let err = || {
             Error::shape(
                 "broadcast_to",
@@ -390,15 +400,44 @@ impl Layout {
     }
 }
 
-/// Row-major strides of `shape`.
+/// Row-major strides of `shape`. They saturate at `isize::MAX` rather than
+/// wrap for a shape whose element count overflows (a checked constructor
+/// rejects it) or that is empty (its strides are never followed).
 pub fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
     let mut strides = vec![0isize; shape.len()];
     let mut s = 1isize;
     for (st, &n) in strides.iter_mut().zip(shape).rev() {
         *st = s;
-        s *= n.max(1) as isize;
+        s = s.saturating_mul(isize::try_from(n.max(1)).unwrap_or(isize::MAX));
     }
     strides
+}
+
+/// The element count of `shape`, or an error naming `op` when it exceeds
+/// `isize::MAX` (the most any allocation or view can address). A shape
+/// with a zero size has 0 elements whatever its other sizes.
+pub fn checked_numel(op: &'static str, shape: &[usize]) -> Result<usize> {
+    if shape.contains(&0) {
+        return Ok(0);
+    }
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &n| acc.checked_mul(n))
+        .filter(|&n| n <= isize::MAX as usize)
+        .ok_or_else(|| {
+            Error::arg(
+                op,
+                format!("shape {shape:?} has more elements than memory can hold (over isize::MAX)"),
+            )
+        })
+}
+
+/// The element count of `shape`, saturating at `usize::MAX`.
+fn numel_saturating(shape: &[usize]) -> usize {
+    if shape.contains(&0) {
+        return 0;
+    }
+    shape.iter().try_fold(1usize, |acc, &n| acc.checked_mul(n)).unwrap_or(usize::MAX)
 }
 
 /// Resolves a possibly negative dimension index against `ndim` dimensions
@@ -525,6 +564,26 @@ mod tests {
         assert!(broadcast_shapes("t", &[3], &[4]).is_err());
         let b = Layout::contiguous(&[3, 1]).broadcast_to(&[2, 3, 4]).unwrap();
         assert_eq!(b.strides(), &[0, 1, 0]);
+    }
+
+    #[test]
+    fn overflowing_shapes_are_errors() {
+        let l = Layout::contiguous(&[1, 4]);
+        for shape in [[1 << 62, 4], [usize::MAX, 2], [1 << 32, 1 << 31]] {
+            let e = l.broadcast_to(&shape).unwrap_err().to_string();
+            assert!(e.contains("broadcast_to") && e.contains(&format!("{shape:?}")), "{e}");
+            let strides = contiguous_strides(&shape);
+            assert!(Layout::try_new(shape.to_vec(), strides, 0).is_err(), "{shape:?}");
+            assert!(Layout::try_new(shape.to_vec(), vec![0, 0], 0).is_err(), "{shape:?}");
+            assert_eq!(Layout::contiguous(&shape).numel(), usize::MAX);
+        }
+        // A zero size makes any other size harmless.
+        let empty = Layout::try_new(vec![usize::MAX, 0, usize::MAX], vec![1, 1, 1], 0).unwrap();
+        assert_eq!(empty.numel(), 0);
+        assert_eq!(Layout::contiguous(&[1 << 40, 1 << 40, 0]).numel(), 0);
+        // A step past isize::MAX over one element is no overflow.
+        let s = Layout::contiguous(&[5, 3]).slice(0, 1, 5, usize::MAX).unwrap();
+        assert_eq!((s.shape(), s.offset()), (&[1, 3][..], 3));
     }
 
     #[test]

@@ -12,11 +12,21 @@ impl Tensor {
     /// [`crate::with_dtype!`] first.
     ///
     /// # Panics
-    /// When `T` is not the dtype, or the tensor is on a GPU (a closure
-    /// cannot run there: move it with `.to_device(Device::Cpu)` first).
+    /// When `T` is not the dtype, the tensor is on a GPU (a closure cannot
+    /// run there: move it with `.to_device(Device::Cpu)` first), or memory
+    /// for the result is out ([`Tensor::try_map`] returns that as an error).
     pub fn map<T: Element, U: Element>(&self, f: impl Fn(T) -> U + Sync) -> Tensor {
+        self.try_map("map", f).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// As [`Tensor::map`], but memory for the result being out is an
+    /// [`crate::Error::OutOfMemory`] naming `op`.
+    ///
+    /// # Panics
+    /// When `T` is not the dtype or the tensor is on a GPU.
+    pub fn try_map<T: Element, U: Element>(&self, op: &'static str, f: impl Fn(T) -> U + Sync) -> Result<Tensor> {
         let src = self.storage().as_slice::<T>();
-        Tensor::build_overwrite::<U>(self.shape(), |out| {
+        Tensor::build_overwrite::<U>(op, self.shape(), |out| {
             fill_rows(out, [self.layout()], |o, [off], [st]| {
                 if st == 1 {
                     let n = o.len();
@@ -50,7 +60,7 @@ impl Tensor {
         let la = self.layout().broadcast_to(&shape)?;
         let lb = other.layout().broadcast_to(&shape)?;
         let (sa, sb) = (self.storage().as_slice::<A>(), other.storage().as_slice::<B>());
-        Ok(Tensor::build_overwrite::<U>(&shape, |out| {
+        Tensor::build_overwrite::<U>(op, &shape, |out| {
             fill_rows(out, [&la, &lb], |o, [oa, ob], [ta, tb]| {
                 if ta == 1 && tb == 1 {
                     let n = o.len();
@@ -79,7 +89,7 @@ impl Tensor {
                     }
                 }
             })
-        }))
+        })
     }
 
     /// `f(a, b, c)` elementwise over the broadcast shape of three tensors
@@ -107,7 +117,7 @@ impl Tensor {
             b.storage().as_slice::<B>(),
             c.storage().as_slice::<C>(),
         );
-        Ok(Tensor::build_overwrite::<U>(&shape, |out| {
+        Tensor::build_overwrite::<U>(op, &shape, |out| {
             fill_rows(out, [&la, &lb, &lc], |o, [oa, ob, oc], [ta, tb, tc]| {
                 let (mut pa, mut pb, mut pc) = (oa as isize, ob as isize, oc as isize);
                 for y in o.iter_mut() {
@@ -117,7 +127,7 @@ impl Tensor {
                     pc += tc;
                 }
             })
-        }))
+        })
     }
 
     /// In-place `self[i] = f(self[i], other[i])`, with `other` broadcast to
@@ -187,7 +197,7 @@ impl Tensor {
         let whole =
             self.is_contiguous() && self.layout().offset() == 0 && self.numel() == self.storage().len();
         if !whole || self.storage_mut().is_none() {
-            *self = Tensor::build_overwrite::<T>(self.shape(), |out| self.copy_into(out));
+            *self = Tensor::build_overwrite::<T>("make_mut", self.shape(), |out| self.copy_into(out))?;
         }
         let storage = self.storage_mut().expect("a fresh copy has one owner");
         Ok(storage.as_mut_slice::<T>())
@@ -216,10 +226,8 @@ impl Tensor {
         if self.is_cuda() {
             return crate::cuda::cast(self, dtype);
         }
-        Ok(
-            crate::with_dtype!(self.dtype(), S => crate::with_dtype!(dtype, T =>
-            self.map::<S, T>(convert_scalar::<S, T>))),
-        )
+        crate::with_dtype!(self.dtype(), S => crate::with_dtype!(dtype, T =>
+            self.try_map::<S, T>("to_dtype", convert_scalar::<S, T>)))
     }
 }
 

@@ -16,12 +16,13 @@ use crate::{Layout, Result, Tensor};
 /// Elements gathered per batch when a row is strided.
 const GATHER: usize = 256;
 
-/// `op` applied to every element of the f32 tensor `t`.
-pub(crate) fn unary_f32(t: &Tensor, op: UnaryOp) -> Tensor {
+/// `op` applied to every element of the f32 tensor `t`; errors when memory
+/// is out.
+pub(crate) fn unary_f32(t: &Tensor, op: UnaryOp) -> Result<Tensor> {
     let level = Level::best();
     let src = t.storage().as_slice::<f32>();
     in_memory_order(t.shape(), &[t.layout().clone()], |shape, ls| {
-        Tensor::build_overwrite::<f32>(shape, |out| {
+        Tensor::build_overwrite::<f32>("elementwise", shape, |out| {
             fill_rows(out, [&ls[0]], |o, [off], [st]| {
                 if st == 1 {
                     kernels::unary(level, op, &src[off..off + o.len()], o);
@@ -49,8 +50,8 @@ pub(crate) fn binary_f32(a: &Tensor, b: &Tensor, name: &'static str, op: BinaryO
     let layouts = [a.layout().broadcast_to(&shape)?, b.layout().broadcast_to(&shape)?];
     let level = Level::best();
     let (sa, sb) = (a.storage().as_slice::<f32>(), b.storage().as_slice::<f32>());
-    Ok(in_memory_order(&shape, &layouts, |shape, ls| {
-        Tensor::build_overwrite::<f32>(shape, |out| {
+    in_memory_order(&shape, &layouts, |shape, ls| {
+        Tensor::build_overwrite::<f32>(name, shape, |out| {
             fill_rows(out, [&ls[0], &ls[1]], |o, [oa, ob], [ta, tb]| {
                 let n = o.len();
                 match (ta, tb) {
@@ -69,15 +70,16 @@ pub(crate) fn binary_f32(a: &Tensor, b: &Tensor, name: &'static str, op: BinaryO
                 }
             })
         })
-    }))
+    })
 }
 
 /// `t op s` (or `s op t` with `scalar_first`) for an f32 tensor and scalar.
-pub(crate) fn scalar_f32(t: &Tensor, s: f32, op: BinaryOp, scalar_first: bool) -> Tensor {
+/// Errors when memory is out.
+pub(crate) fn scalar_f32(t: &Tensor, s: f32, op: BinaryOp, scalar_first: bool) -> Result<Tensor> {
     let level = Level::best();
     let src = t.storage().as_slice::<f32>();
     in_memory_order(t.shape(), &[t.layout().clone()], |shape, ls| {
-        Tensor::build_overwrite::<f32>(shape, |out| {
+        Tensor::build_overwrite::<f32>("elementwise", shape, |out| {
             fill_rows(out, [&ls[0]], |o, [off], [st]| {
                 if st == 1 {
                     kernels::binary_scalar(level, op, &src[off..off + o.len()], s, scalar_first, o);
@@ -104,8 +106,8 @@ pub(crate) fn scalar_f32(t: &Tensor, s: f32, op: BinaryOp, scalar_first: bool) -
 fn in_memory_order<const N: usize>(
     shape: &[usize],
     layouts: &[Layout; N],
-    build: impl FnOnce(&[usize], &[Layout; N]) -> Tensor,
-) -> Tensor {
+    build: impl FnOnce(&[usize], &[Layout; N]) -> Result<Tensor>,
+) -> Result<Tensor> {
     let Some(perm) = memory_order(shape, layouts) else {
         return build(shape, layouts);
     };
@@ -117,9 +119,9 @@ fn in_memory_order<const N: usize>(
     for (k, &d) in perm.iter().enumerate() {
         inverse[d] = k as isize;
     }
-    build(&pshape, &permuted)
+    Ok(build(&pshape, &permuted)?
         .permute(&inverse)
-        .expect("the inverse permutation")
+        .expect("the inverse permutation"))
 }
 
 /// The dims of `shape` ordered by decreasing stride of the first operand

@@ -73,7 +73,7 @@ pub fn load_with_metadata(
         let start = data_start + begin;
         let storage = match Storage::mapped(map.clone(), start, dtype, len) {
             Some(s) => s,
-            None => copy_storage(&map[start..data_start + end], dtype)
+            None => copy_storage(&map[start..data_start + end], dtype)?
                 .ok_or_else(|| err(format!("bool tensor {name:?} holds a byte other than 0 or 1")))?,
         };
         tensors.insert(name, Tensor::from_parts(storage, Layout::contiguous(&info.shape)));
@@ -183,29 +183,33 @@ fn from_st_dtype(d: StDtype) -> Option<DType> {
 }
 
 /// An owned copy of little-endian `bytes` of `dtype` (for data not aligned
-/// for in-place use). `None` when a bool byte is neither 0 nor 1.
-fn copy_storage(bytes: &[u8], dtype: DType) -> Option<Storage> {
-    fn pod<T: Element + bytemuck::Pod>(bytes: &[u8]) -> Storage {
-        let mut s = Storage::zeros::<T>(bytes.len() / std::mem::size_of::<T>());
+/// for in-place use). `None` when a bool byte is neither 0 nor 1; an error
+/// when the copy cannot be allocated.
+fn copy_storage(bytes: &[u8], dtype: DType) -> Result<Option<Storage>> {
+    fn pod<T: Element + bytemuck::Pod>(bytes: &[u8]) -> Result<Storage> {
+        let mut s = Storage::for_overwrite::<T>("load", bytes.len() / std::mem::size_of::<T>())?;
         bytemuck::cast_slice_mut::<T, u8>(s.as_mut_slice::<T>()).copy_from_slice(bytes);
-        s
+        Ok(s)
     }
-    Some(match dtype {
-        DType::F32 => pod::<f32>(bytes),
-        DType::F64 => pod::<f64>(bytes),
-        DType::F16 => pod::<half::f16>(bytes),
-        DType::BF16 => pod::<half::bf16>(bytes),
-        DType::I64 => pod::<i64>(bytes),
-        DType::U32 => pod::<u32>(bytes),
-        DType::U8 => pod::<u8>(bytes),
+    Ok(Some(match dtype {
+        DType::F32 => pod::<f32>(bytes)?,
+        DType::F64 => pod::<f64>(bytes)?,
+        DType::F16 => pod::<half::f16>(bytes)?,
+        DType::BF16 => pod::<half::bf16>(bytes)?,
+        DType::I64 => pod::<i64>(bytes)?,
+        DType::U32 => pod::<u32>(bytes)?,
+        DType::U8 => pod::<u8>(bytes)?,
         DType::Bool => {
             if bytes.iter().any(|&b| b > 1) {
-                return None;
+                return Ok(None);
             }
-            let v: Vec<bool> = bytes.iter().map(|&b| b == 1).collect();
-            Storage::from_slice(&v)
+            let mut s = Storage::for_overwrite::<bool>("load", bytes.len())?;
+            for (o, &b) in s.as_mut_slice::<bool>().iter_mut().zip(bytes) {
+                *o = b == 1;
+            }
+            s
         }
-    })
+    }))
 }
 
 #[cfg(test)]

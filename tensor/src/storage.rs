@@ -48,31 +48,38 @@ unsafe impl Send for Storage {}
 unsafe impl Sync for Storage {}
 
 impl Storage {
-    /// `len` zero-valued elements of type `T` on the CPU.
-    pub fn zeros<T: Element>(len: usize) -> Self {
-        let (mut s, zeroed) = Self::allocate::<T>(len);
+    /// `len` zero-valued elements of type `T` on the CPU. Errors with
+    /// [`Error::OutOfMemory`] naming `op` and the bytes when the memory
+    /// cannot be allocated (the process does not abort).
+    pub fn zeros<T: Element>(op: &'static str, len: usize) -> Result<Self> {
+        let (mut s, zeroed) = Self::allocate::<T>(op, len)?;
         if !zeroed {
             s.raw_bytes_mut().fill(0);
         }
-        s
+        Ok(s)
     }
 
     /// `len` elements of type `T` on the CPU whose values are unspecified
     /// (zeros or values of an earlier tensor, never uninitialised memory):
-    /// for kernels that overwrite every element.
-    pub fn for_overwrite<T: Element>(len: usize) -> Self {
-        Self::allocate::<T>(len).0
+    /// for kernels that overwrite every element. Errors as [`Storage::zeros`].
+    pub fn for_overwrite<T: Element>(op: &'static str, len: usize) -> Result<Self> {
+        Ok(Self::allocate::<T>(op, len)?.0)
     }
 
-    fn allocate<T: Element>(len: usize) -> (Self, bool) {
-        let bytes = len
-            .checked_mul(T::DTYPE.size_in_bytes())
-            .expect("element count fits memory");
+    fn allocate<T: Element>(op: &'static str, len: usize) -> Result<(Self, bool)> {
+        let oom = |bytes: Option<usize>| {
+            let bytes = bytes.map_or_else(|| "more than usize::MAX".into(), |b| b.to_string());
+            Error::out_of_memory(
+                op,
+                format!("cannot allocate {bytes} bytes for {len} elements of {}", T::DTYPE),
+            )
+        };
+        let bytes = len.checked_mul(T::DTYPE.size_in_bytes()).ok_or_else(|| oom(None))?;
         let (ptr, zeroed) = if bytes == 0 {
             // A dangling but aligned pointer: never dereferenced for 0 bytes.
             (NonNull::new(ALIGN as *mut u8).expect("ALIGN is non-zero"), true)
         } else {
-            alloc::allocate(bytes)
+            alloc::allocate(bytes).ok_or_else(|| oom(Some(bytes)))?
         };
         LIVE_BYTES.fetch_add(bytes, Ordering::Relaxed);
         let s = Storage {
@@ -81,14 +88,15 @@ impl Storage {
             len,
             device: Device::Cpu,
         };
-        (s, zeroed)
+        Ok((s, zeroed))
     }
 
-    /// A copy of `data` in a fresh aligned buffer.
-    pub fn from_slice<T: Element>(data: &[T]) -> Self {
-        let mut s = Self::for_overwrite::<T>(data.len());
+    /// A copy of `data` in a fresh aligned buffer. Errors as
+    /// [`Storage::zeros`].
+    pub fn from_slice<T: Element>(op: &'static str, data: &[T]) -> Result<Self> {
+        let mut s = Self::for_overwrite::<T>(op, data.len())?;
         s.as_mut_slice::<T>().copy_from_slice(data);
-        s
+        Ok(s)
     }
 
     /// `len` elements of `dtype` read in place from `map[start ..]`. Returns
@@ -141,7 +149,8 @@ impl Storage {
     #[cfg(feature = "cuda")]
     pub(crate) fn from_raw_bytes(dtype: DType, bytes: &[u8]) -> Self {
         crate::with_dtype!(dtype, T => {
-            let mut s = Storage::for_overwrite::<T>(bytes.len() / dtype.size_in_bytes());
+            let mut s = Storage::for_overwrite::<T>("to_device", bytes.len() / dtype.size_in_bytes())
+                .unwrap_or_else(|e| panic!("{e}"));
             s.raw_bytes_mut().copy_from_slice(bytes);
             s
         })
@@ -235,7 +244,9 @@ impl Storage {
         assert!(self.device.is_cpu(), "{}", on_device("as_mut_slice", self.device));
         assert_eq!(T::DTYPE, self.dtype, "kernel dispatched on the wrong dtype");
         if let Buffer::Mapped { .. } = self.buf {
-            let mut owned = Storage::for_overwrite::<T>(self.len);
+            // Copy-on-write of a memory-mapped tensor: the kernel writing
+            // it has nowhere to return an error to.
+            let mut owned = Storage::for_overwrite::<T>("copy-on-write", self.len).unwrap_or_else(|e| panic!("{e}"));
             owned.raw_bytes_mut().copy_from_slice(self.as_bytes());
             *self = owned;
         }
@@ -272,8 +283,8 @@ impl Clone for Storage {
     /// A copy on the same device.
     ///
     /// # Panics
-    /// When a GPU copy fails (the driver reports an error or memory is out),
-    /// as a failed host allocation aborts.
+    /// When the copy cannot be allocated (host or GPU memory is out) or
+    /// the driver reports an error.
     fn clone(&self) -> Self {
         #[cfg(feature = "cuda")]
         if let Buffer::Cuda(b) = &self.buf {
@@ -284,7 +295,8 @@ impl Clone for Storage {
         if let Buffer::FakeCuda = self.buf {
             return Storage::fake_cuda(self.dtype, self.len);
         }
-        crate::with_dtype!(self.dtype, T => Storage::from_slice::<T>(self.as_slice::<T>()))
+        crate::with_dtype!(self.dtype, T => Storage::from_slice::<T>("clone", self.as_slice::<T>()))
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 }
 

@@ -20,13 +20,13 @@ pub struct Tensor {
 
 impl Tensor {
     /// A tensor of `shape` holding `data` in row-major order. Errors when the
-    /// element count does not match the shape.
+    /// element count does not match the shape, or memory is out.
     pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
         Self::from_slice(&data, shape)
     }
 
     /// A tensor of `shape` holding a copy of `data` in row-major order. Errors
-    /// when the element count does not match the shape.
+    /// when the element count does not match the shape, or memory is out.
     pub fn from_slice<T: Element>(data: &[T], shape: &[usize]) -> Result<Tensor> {
         let numel = checked_numel("from_slice", shape)?;
         if numel != data.len() {
@@ -39,14 +39,18 @@ impl Tensor {
             ));
         }
         Ok(Self::from_parts(
-            Storage::from_slice(data),
+            Storage::from_slice("from_slice", data)?,
             Layout::contiguous(shape),
         ))
     }
 
     /// A 0-dimensional tensor holding `v`.
+    ///
+    /// # Panics
+    /// When not even one element can be allocated (as `Box::new` would).
     pub fn scalar<T: Element>(v: T) -> Tensor {
-        Self::from_parts(Storage::from_slice(&[v]), Layout::contiguous(&[]))
+        let storage = Storage::from_slice("scalar", &[v]).unwrap_or_else(|e| panic!("{e}"));
+        Self::from_parts(storage, Layout::contiguous(&[]))
     }
 
     /// A tensor over `storage` seen through `layout`. Errors when the
@@ -87,21 +91,47 @@ impl Tensor {
 
     /// A new contiguous tensor of `shape` whose elements `fill` writes. The
     /// buffer is passed zeroed; `fill` receives it in row-major order.
-    pub fn build<T: Element>(shape: &[usize], fill: impl FnOnce(&mut [T])) -> Tensor {
-        let numel = shape.iter().product();
-        let mut storage = Storage::zeros::<T>(numel);
+    /// Errors, naming `op` (the operation whose result this is), when the
+    /// element count overflows ([`Error::Arg`]) or the memory cannot be
+    /// allocated ([`Error::OutOfMemory`], with the shape and the bytes).
+    pub fn build<T: Element>(op: &'static str, shape: &[usize], fill: impl FnOnce(&mut [T])) -> Result<Tensor> {
+        let mut storage = Self::allocate::<T>(op, shape, true)?;
         fill(storage.as_mut_slice::<T>());
-        Self::from_parts(storage, Layout::contiguous(shape))
+        Ok(Self::from_parts(storage, Layout::contiguous(shape)))
     }
 
     /// Like [`Tensor::build`], but the buffer passed to `fill` holds
     /// unspecified values (a reused cached block): for kernels that write
-    /// every element, so no time goes into zeroing first.
-    pub fn build_overwrite<T: Element>(shape: &[usize], fill: impl FnOnce(&mut [T])) -> Tensor {
-        let numel = shape.iter().product();
-        let mut storage = Storage::for_overwrite::<T>(numel);
+    /// every element, so no time goes into zeroing first. Errors as
+    /// [`Tensor::build`].
+    pub fn build_overwrite<T: Element>(
+        op: &'static str,
+        shape: &[usize],
+        fill: impl FnOnce(&mut [T]),
+    ) -> Result<Tensor> {
+        let mut storage = Self::allocate::<T>(op, shape, false)?;
         fill(storage.as_mut_slice::<T>());
-        Self::from_parts(storage, Layout::contiguous(shape))
+        Ok(Self::from_parts(storage, Layout::contiguous(shape)))
+    }
+
+    /// The storage for a contiguous `shape`, zeroed when `zeroed`.
+    fn allocate<T: Element>(op: &'static str, shape: &[usize], zeroed: bool) -> Result<Storage> {
+        let numel = checked_numel(op, shape)?;
+        let storage = if zeroed {
+            Storage::zeros::<T>(op, numel)
+        } else {
+            Storage::for_overwrite::<T>(op, numel)
+        };
+        storage.map_err(|_| {
+            Error::out_of_memory(
+                op,
+                format!(
+                    "cannot allocate {} bytes for shape {shape:?} of {}",
+                    numel as u128 * T::DTYPE.size_in_bytes() as u128,
+                    T::DTYPE
+                ),
+            )
+        })
     }
 
     /// The sizes of the dimensions.
@@ -209,11 +239,14 @@ impl Tensor {
                 format!("tensor is {} but Vec<{}> was requested", self.dtype(), T::DTYPE),
             ));
         }
-        if let Ok(s) = self.as_slice::<T>() {
-            return Ok(s.to_vec());
+        let mut out = try_vec("to_vec", self.shape())?;
+        match self.as_slice::<T>() {
+            Ok(s) => out.extend_from_slice(s),
+            Err(_) => {
+                out.resize(self.numel(), T::ZERO);
+                self.copy_into(&mut out);
+            }
         }
-        let mut out = vec![T::ZERO; self.numel()];
-        self.copy_into(&mut out);
         Ok(out)
     }
 
@@ -260,9 +293,7 @@ impl Tensor {
         if self.is_cuda() {
             return crate::cuda::contiguous(self);
         }
-        Ok(
-            crate::with_dtype!(self.dtype(), T => Tensor::build_overwrite::<T>(self.shape(), |out| self.copy_into(out))),
-        )
+        crate::with_dtype!(self.dtype(), T => Tensor::build_overwrite::<T>("contiguous", self.shape(), |out| self.copy_into(out)))
     }
 
     /// Writes the elements in row-major order into `out` (`out.len() ==
@@ -415,17 +446,23 @@ impl Tensor {
     }
 }
 
-/// The product of `shape`, or an error naming `op` when it overflows.
-pub(crate) fn checked_numel(op: &'static str, shape: &[usize]) -> Result<usize> {
-    shape
-        .iter()
-        .try_fold(1usize, |acc, &n| acc.checked_mul(n))
-        .ok_or_else(|| {
-            Error::arg(
-                op,
-                format!("shape {shape:?} has more elements than memory can hold"),
-            )
-        })
+pub(crate) use crate::layout::checked_numel;
+
+/// An empty `Vec` with room for the elements of `shape`, or an
+/// [`Error::OutOfMemory`] naming `op`, the shape and the bytes.
+pub(crate) fn try_vec<T>(op: &'static str, shape: &[usize]) -> Result<Vec<T>> {
+    let n = checked_numel(op, shape)?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| {
+        Error::out_of_memory(
+            op,
+            format!(
+                "cannot allocate {} bytes for shape {shape:?}",
+                n as u128 * std::mem::size_of::<T>() as u128
+            ),
+        )
+    })?;
+    Ok(v)
 }
 
 /// Converts between element types the way [`crate::Tensor::to_dtype`] does:

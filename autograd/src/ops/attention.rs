@@ -62,11 +62,11 @@ pub fn scaled_dot_product_attention(q: &Var, k: &Var, v: &Var, opts: &AttnOption
         }
         (None, true) => {
             let (l, s) = (q.shape()[q.ndim() - 2], k.shape()[k.ndim() - 2]);
-            let above = Tensor::build::<bool>(&[l, s], |out| {
+            let above = Tensor::build::<bool>(OP, &[l, s], |out| {
                 for (i, row) in out.chunks_mut(s.max(1)).enumerate() {
                     row.iter_mut().enumerate().for_each(|(j, m)| *m = j > i);
                 }
-            });
+            })?;
             scores = scores.masked_fill(&above, f64::NEG_INFINITY)?;
         }
         (Some(AttnMask::Keep(keep)), false) => {

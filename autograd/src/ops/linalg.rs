@@ -99,7 +99,7 @@ fn column_sums<T: Element>(g: &Tensor) -> Result<Tensor> {
     };
     let g = g.contiguous();
     let src = g.as_slice::<T>()?;
-    Ok(Tensor::build::<T>(&[n], |out| {
+    Tensor::build::<T>("linear_backward", &[n], |out| {
         out.par_chunks_mut(SUM_COLS).enumerate().for_each(|(blk, o)| {
             let c0 = blk * SUM_COLS;
             let mut acc = [0.0f64; SUM_COLS];
@@ -113,7 +113,7 @@ fn column_sums<T: Element>(g: &Tensor) -> Result<Tensor> {
                 *o = T::from_f64(a);
             }
         })
-    }))
+    })
 }
 
 /// The shape as the `&[isize]` that `reshape` takes.

@@ -137,7 +137,7 @@ pub(crate) fn embed(grad: &Tensor, base: &[usize], view: &Layout) -> Result<Tens
     let g = grad.contiguous();
     with_dtype!(grad.dtype(), T => {
         let src = g.as_slice::<T>()?;
-        Ok(Tensor::build::<T>(base, |out| {
+        Tensor::build::<T>("view_backward", base, |out| {
             let c = Coalesced::new([view]);
             c.for_each_row(0..c.numel(), |dst, [off], [stride], len| {
                 let mut p = off as isize;
@@ -146,7 +146,7 @@ pub(crate) fn embed(grad: &Tensor, base: &[usize], view: &Layout) -> Result<Tens
                     p += stride;
                 }
             });
-        }))
+        })
     })
 }
 

@@ -257,7 +257,7 @@ fn product_of_others(x: &Tensor, dims: &[isize]) -> Result<Tensor> {
     let others = with_float_dtype!(x.dtype(), T => {
         type M = <T as FloatElement>::Math;
         let src = moved.as_slice::<T>()?;
-        Tensor::build::<T>(moved.shape(), |out| {
+        Tensor::build::<T>("prod_backward", moved.shape(), |out| {
             for (row, o) in src.chunks(k.max(1)).zip(out.chunks_mut(k.max(1))) {
                 let mut acc = <M as FloatMath>::ONE;
                 for (i, &v) in row.iter().enumerate() {
@@ -270,7 +270,7 @@ fn product_of_others(x: &Tensor, dims: &[isize]) -> Result<Tensor> {
                     acc *= v.to_math();
                 }
             }
-        })
+        })?
     }, else return Err(Error::dtype("prod", format!("gradients need a float tensor, got {}", x.dtype()))));
     let mut inverse = vec![0isize; nd];
     for (k, &d) in perm.iter().enumerate() {

@@ -66,7 +66,10 @@ impl<I: Iterator<Item = Result<TarEntry>>> Iterator for GroupByKey<I> {
                     break;
                 }
                 Some(Err(e)) => {
+                    // The sample being gathered may be missing files: the
+                    // error ends the stream, nothing follows it.
                     self.done = true;
+                    self.current = None;
                     return Some(Err(e));
                 }
                 Some(Ok(e)) => e,

@@ -38,7 +38,7 @@ pub(crate) fn transfer(t: &Tensor, to: Device) -> Result<Tensor> {
 /// `t`'s layout (shifted), then made contiguous there.
 fn download(op: &'static str, t: &Tensor) -> Result<Tensor> {
     let Some((lo, hi)) = t.layout().storage_range() else {
-        return Ok(crate::with_dtype!(t.dtype(), T => Tensor::build::<T>(t.shape(), |_| {})));
+        return crate::with_dtype!(t.dtype(), T => Tensor::build::<T>(op, t.shape(), |_| {}));
     };
     let size = t.dtype().size_in_bytes();
     let bytes = device_buffer(op, t)?.download(op, lo * size..hi * size)?;

@@ -36,8 +36,8 @@ impl Tensor {
         let (mean, var) = stats(self, "batch_norm_stats")?;
         let c = [self.shape()[1]];
         Ok((
-            stats_tensor(&mean, &c, self.dtype()),
-            stats_tensor(&var, &c, self.dtype()),
+            stats_tensor(&mean, &c, self.dtype())?,
+            stats_tensor(&var, &c, self.dtype())?,
         ))
     }
 
@@ -110,7 +110,7 @@ impl Tensor {
                 .collect();
             let xs = x.as_slice::<T>()?;
             let y: Vec<T> = crate::ops::norm_common::rows_forward(xs, s.max(1), &vec![<M as FloatMath>::ZERO; n * c], &vec![<M as FloatMath>::ONE; n * c], |r, _| coef[r % c]);
-            tensor_from(&y, self.shape())
+            tensor_from(&y, self.shape())?
         }, else return Err(Error::dtype(OP, format!("expects a float tensor, got {}", self.dtype()))));
         let running = |v: Option<Vec<f64>>, like: Option<&Tensor>| {
             v.zip(like)
@@ -118,8 +118,8 @@ impl Tensor {
         };
         Ok(BatchNormOutput {
             y,
-            mean: stats_tensor(&mean, &[c], self.dtype()),
-            invstd: stats_tensor(&invstd, &[c], self.dtype()),
+            mean: stats_tensor(&mean, &[c], self.dtype())?,
+            invstd: stats_tensor(&invstd, &[c], self.dtype())?,
             running_mean: running(new_rm, running_mean).transpose()?,
             running_var: running(new_rv, running_var).transpose()?,
         })
@@ -175,7 +175,7 @@ impl Tensor {
                 })
                 .collect();
             let to_t = |v: Vec<f64>| -> Vec<T> { v.into_iter().map(<T as Element>::from_f64).collect() };
-            Ok((tensor_from(&dx, x.shape()), tensor_from(&to_t(dw), &[c]), tensor_from(&to_t(db), &[c])))
+            Ok((tensor_from(&dx, x.shape())?, tensor_from(&to_t(dw), &[c])?, tensor_from(&to_t(db), &[c])?))
         }, else Err(Error::dtype(OP, format!("expects a float tensor, got {}", x.dtype()))))
     }
 }

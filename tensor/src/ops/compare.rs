@@ -30,10 +30,10 @@ macro_rules! comparison {
         /// docs for the precision), returning a bool tensor.
         pub fn $scalar(&self, s: f64) -> Result<Tensor> {
             cpu_only!(stringify!($scalar), self);
-            Ok(crate::with_float_dtype!(self.dtype(), T => {
+            crate::with_float_dtype!(self.dtype(), T => {
                 let s = T::from_f64(s);
-                self.map::<T, bool>(|x| x $op s)
-            }, else crate::with_dtype!(self.dtype(), T => self.map::<T, bool>(|x| x.to_f64() $op s))))
+                self.try_map::<T, bool>(stringify!($scalar), |x| x $op s)
+            }, else crate::with_dtype!(self.dtype(), T => self.try_map::<T, bool>(stringify!($scalar), |x| x.to_f64() $op s)))
         }
     };
 }
@@ -82,7 +82,7 @@ impl Tensor {
     /// Elementwise logical not: true where the element is zero; a bool tensor.
     pub fn logical_not(&self) -> Result<Tensor> {
         cpu_only!("logical_not", self);
-        Ok(truth(self).map::<bool, bool>(|x| !x))
+        truth(self).try_map::<bool, bool>("logical_not", |x| !x)
     }
 
     /// `a` where `cond` is true, else `b`, broadcasting all three

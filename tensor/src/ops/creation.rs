@@ -77,7 +77,7 @@ impl Tensor {
         let opts = opts.into();
         on_cuda!(!opts.device.is_cpu() => crate::cuda::host_then_upload(opts, |o| Self::zeros(shape, o)));
         opts.check("zeros", shape)?;
-        Ok(with_dtype!(opts.dtype, T => Tensor::build::<T>(shape, |_| {})))
+        with_dtype!(opts.dtype, T => Tensor::build::<T>("zeros", shape, |_| {}))
     }
 
     /// A tensor of `shape` filled with ones. Errors as [`Tensor::zeros`].
@@ -135,11 +135,11 @@ impl Tensor {
         }
         let n = len as usize;
         opts.check(op, &[n])?;
-        Ok(with_dtype!(opts.dtype, T => Tensor::build::<T>(&[n], |out| {
+        with_dtype!(opts.dtype, T => Tensor::build::<T>(op, &[n], |out| {
             for (i, y) in out.iter_mut().enumerate() {
                 *y = T::from_f64(start + i as f64 * step);
             }
-        })))
+        }))
     }
 
     /// `start, start + step, ...` up to but excluding `end` in exact integer
@@ -170,11 +170,11 @@ impl Tensor {
         }
         let n = usize::try_from(n).map_err(|_| Error::arg(op, format!("{n} elements are too many")))?;
         opts.check(op, &[n])?;
-        Ok(with_dtype!(opts.dtype, T => Tensor::build::<T>(&[n], |out| {
+        with_dtype!(opts.dtype, T => Tensor::build::<T>(op, &[n], |out| {
             for (i, y) in out.iter_mut().enumerate() {
                 *y = T::from_i64((s + i as i128 * st) as i64);
             }
-        })))
+        }))
     }
 
     /// `steps` evenly spaced values from `start` to `end` inclusive, like
@@ -197,7 +197,7 @@ impl Tensor {
         };
         // Both end points exact: the first half counts from start, the rest from end.
         let half = (steps / 2).max(1);
-        Ok(with_dtype!(opts.dtype, T => Tensor::build::<T>(&[steps], |out| {
+        with_dtype!(opts.dtype, T => Tensor::build::<T>("linspace", &[steps], |out| {
             for (i, y) in out.iter_mut().enumerate() {
                 let v = if i < half {
                     start + step * i as f64
@@ -206,7 +206,7 @@ impl Tensor {
                 };
                 *y = T::from_f64(v);
             }
-        })))
+        }))
     }
 
     /// The `n × m` matrix with ones on the diagonal and zeros elsewhere
@@ -215,11 +215,11 @@ impl Tensor {
         let opts = opts.into();
         let m = m.unwrap_or(n);
         opts.check("eye", &[n, m])?;
-        Ok(with_dtype!(opts.dtype, T => Tensor::build::<T>(&[n, m], |out| {
+        with_dtype!(opts.dtype, T => Tensor::build::<T>("eye", &[n, m], |out| {
             for i in 0..n.min(m) {
                 out[i * m + i] = T::ONE;
             }
-        })))
+        }))
     }
 
     /// Options with this tensor's device and `dtype` (this tensor's by default).
@@ -235,7 +235,7 @@ impl Tensor {
         opts.check(op, shape)?;
         Ok(with_dtype!(opts.dtype, T => {
             let v = T::from_f64(value);
-            Tensor::build::<T>(shape, |out| out.fill(v))
+            Tensor::build::<T>(op, shape, |out| out.fill(v))?
         }))
     }
 }

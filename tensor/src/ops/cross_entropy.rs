@@ -144,7 +144,7 @@ impl Tensor {
         let eps = opts.label_smoothing;
         let dx = crate::with_float_dtype!(rows.dtype(), T => {
             let xs = rows.as_slice::<T>()?;
-            Tensor::build_overwrite::<T>(rows.shape(), |dx| {
+            Tensor::build_overwrite::<T>(OP, rows.shape(), |dx| {
                 if c == 0 {
                     return;
                 }
@@ -156,7 +156,7 @@ impl Tensor {
                         let s = if t == opts.ignore_index { 0.0 } else { scale(r) };
                         row_grad::<T>(&xs[r * c..(r + 1) * c], t, lse[r], s, eps, out);
                     })
-            })
+            })?
         }, else unreachable!("checked to be float"));
         restore(dx, logits.shape())
     }

@@ -26,23 +26,23 @@ impl Tensor {
         }
         let d = dim_index(op, dim, self.ndim())?;
         Ok(crate::with_float_dtype!(self.dtype(), T => {
-            map_lanes::<T, T>(self, d, |src, off, stride, out| {
+            map_lanes::<T, T>(op, self, d, |src, off, stride, out| {
                 type M = <T as FloatElement>::Math;
                 let mut acc = if prod { <M as FloatMath>::ONE } else { <M as FloatMath>::ZERO };
                 crate::strided::read_row(src, off, stride, out.len(), |i, x| {
                     acc = if prod { acc * x.to_math() } else { acc + x.to_math() };
                     out[i] = T::from_math(acc);
                 });
-            })
+            })?
         }, else crate::with_dtype!(self.dtype(), T => {
-            map_lanes::<T, i64>(self, d, |src, off, stride, out| {
+            map_lanes::<T, i64>(op, self, d, |src, off, stride, out| {
                 let mut acc = prod as i64;
                 crate::strided::read_row(src, off, stride, out.len(), |i, x: T| {
                     let v = x.to_i64();
                     acc = if prod { acc.wrapping_mul(v) } else { acc.wrapping_add(v) };
                     out[i] = acc;
                 });
-            })
+            })?
         })))
     }
 }

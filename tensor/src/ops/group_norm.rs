@@ -37,7 +37,7 @@ impl Tensor {
                 (w.as_ref().map_or(<M as FloatMath>::ONE, |w| w[c]), b.as_ref().map_or(<M as FloatMath>::ZERO, |b| b[c]))
             });
             let shape = [g.n, num_groups];
-            Ok((tensor_from(&y, self.shape()), stats_tensor(&mean, &shape, self.dtype()), stats_tensor(&rstd, &shape, self.dtype())))
+            Ok((tensor_from(&y, self.shape())?, stats_tensor(&mean, &shape, self.dtype())?, stats_tensor(&rstd, &shape, self.dtype())?))
         }, else Err(Error::dtype(OP, format!("expects a float tensor, got {}", self.dtype()))))
     }
 
@@ -74,7 +74,7 @@ impl Tensor {
                 (d * (xs[at].to_f64() - mean[r].f64()) * rstd[r].f64(), d)
             });
             let to_t = |v: Vec<f64>| -> Vec<T> { v.into_iter().map(<T as Element>::from_f64).collect() };
-            Ok((tensor_from(&dx, x.shape()), tensor_from(&to_t(dw), &[g.c]), tensor_from(&to_t(db), &[g.c])))
+            Ok((tensor_from(&dx, x.shape())?, tensor_from(&to_t(dw), &[g.c])?, tensor_from(&to_t(db), &[g.c])?))
         }, else Err(Error::dtype(OP, format!("expects a float tensor, got {}", x.dtype()))))
     }
 }

@@ -36,11 +36,11 @@ impl Tensor {
             let w = param::<f32>(OP, "weight", weight, self, k)?.unwrap_or_default();
             let b = param::<f32>(OP, "bias", bias, self, k)?.unwrap_or_default();
             let (y, mean, rstd) =
-                layer_norm_f32::forward(x.as_slice::<f32>()?, k, eps as f32, &w, &b, self.shape());
+                layer_norm_f32::forward(x.as_slice::<f32>()?, k, eps as f32, &w, &b, self.shape())?;
             return Ok((
                 y,
-                stats_tensor(&mean, &stat_shape, DType::F32),
-                stats_tensor(&rstd, &stat_shape, DType::F32),
+                stats_tensor(&mean, &stat_shape, DType::F32)?,
+                stats_tensor(&rstd, &stat_shape, DType::F32)?,
             ));
         }
         crate::with_float_dtype!(self.dtype(), T => {
@@ -54,9 +54,9 @@ impl Tensor {
             });
             debug_assert_eq!(mean.len(), rows);
             Ok((
-                tensor_from(&y, self.shape()),
-                stats_tensor(&mean, &stat_shape, self.dtype()),
-                stats_tensor(&rstd, &stat_shape, self.dtype()),
+                tensor_from(&y, self.shape())?,
+                stats_tensor(&mean, &stat_shape, self.dtype())?,
+                stats_tensor(&rstd, &stat_shape, self.dtype())?,
             ))
         }, else Err(Error::dtype(OP, format!("expects a float tensor, got {}", x.dtype()))))
     }
@@ -92,11 +92,11 @@ impl Tensor {
                 &rstd,
                 &w,
                 x.shape(),
-            );
+            )?;
             return Ok((
                 dx,
-                tensor_from(&dw, normalized_shape),
-                tensor_from(&db, normalized_shape),
+                tensor_from(&dw, normalized_shape)?,
+                tensor_from(&db, normalized_shape)?,
             ));
         }
         crate::with_float_dtype!(x.dtype(), T => {
@@ -112,9 +112,9 @@ impl Tensor {
             });
             let to_t = |v: Vec<f64>| -> Vec<T> { v.into_iter().map(<T as Element>::from_f64).collect() };
             Ok((
-                tensor_from(&dx, x.shape()),
-                tensor_from(&to_t(dw), normalized_shape),
-                tensor_from(&to_t(db), normalized_shape),
+                tensor_from(&dx, x.shape())?,
+                tensor_from(&to_t(dw), normalized_shape)?,
+                tensor_from(&to_t(db), normalized_shape)?,
             ))
         }, else Err(Error::dtype(OP, format!("expects a float tensor, got {}", x.dtype()))))
     }

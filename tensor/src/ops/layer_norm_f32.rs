@@ -7,7 +7,7 @@ use rayon::prelude::*;
 
 use crate::simd::{kernels, norm, Level};
 use crate::strided::PAR_THRESHOLD;
-use crate::Tensor;
+use crate::{Result, Tensor};
 
 /// Rows per block of the backward's parameter-gradient partial sums.
 const PART_ROWS: usize = 32;
@@ -21,11 +21,11 @@ pub(crate) fn forward(
     w: &[f32],
     b: &[f32],
     shape: &[usize],
-) -> (Tensor, Vec<f32>, Vec<f32>) {
+) -> Result<(Tensor, Vec<f32>, Vec<f32>)> {
     let rows = x.len() / k;
     let (mut mean, mut rstd) = (vec![0.0f32; rows], vec![0.0f32; rows]);
     let level = Level::best();
-    let y = Tensor::build_overwrite::<f32>(shape, |y| {
+    let y = Tensor::build_overwrite::<f32>("layer_norm", shape, |y| {
         y.par_chunks_mut(k)
             .zip(mean.par_iter_mut().zip(rstd.par_iter_mut()))
             .enumerate()
@@ -38,8 +38,8 @@ pub(crate) fn forward(
                 norm::layer_norm_row(level, xr, mu, rs, w, b, yr);
                 (*m, *s) = (mu, rs);
             })
-    });
-    (y, mean, rstd)
+    })?;
+    Ok((y, mean, rstd))
 }
 
 /// dx (shaped `shape`), dweight and dbias of layer norm over rows of `k > 0`
@@ -52,12 +52,12 @@ pub(crate) fn backward(
     rstd: &[f32],
     w: &[f32],
     shape: &[usize],
-) -> (Tensor, Vec<f32>, Vec<f32>) {
+) -> Result<(Tensor, Vec<f32>, Vec<f32>)> {
     let rows = x.len() / k;
     let parts = rows.div_ceil(PART_ROWS);
     let mut partial = vec![0.0f32; parts * 2 * k];
     let level = Level::best();
-    let dx = Tensor::build_overwrite::<f32>(shape, |dx| {
+    let dx = Tensor::build_overwrite::<f32>("layer_norm_backward", shape, |dx| {
         dx.par_chunks_mut(PART_ROWS * k)
             .zip(partial.par_chunks_mut(2 * k))
             .enumerate()
@@ -79,7 +79,7 @@ pub(crate) fn backward(
                     );
                 }
             })
-    });
+    })?;
     let (mut dw, mut db) = (vec![0.0f64; k], vec![0.0f64; k]);
     for acc in partial.chunks(2 * k) {
         for c in 0..k {
@@ -88,5 +88,5 @@ pub(crate) fn backward(
         }
     }
     let to_f32 = |v: Vec<f64>| v.into_iter().map(|x| x as f32).collect();
-    (dx, to_f32(dw), to_f32(db))
+    Ok((dx, to_f32(dw), to_f32(db)))
 }

@@ -135,20 +135,23 @@ pub(crate) fn stats_dtype(x: DType) -> DType {
     }
 }
 
-/// A tensor of `shape` in [`stats_dtype`]`(dtype)` holding `v`.
-pub(crate) fn stats_tensor<M: FloatMath>(v: &[M], shape: &[usize], dtype: DType) -> Tensor {
+/// A tensor of `shape` in [`stats_dtype`]`(dtype)` holding `v`; errors
+/// when memory is out.
+pub(crate) fn stats_tensor<M: FloatMath>(v: &[M], shape: &[usize], dtype: DType) -> Result<Tensor> {
+    const OP: &str = "normalization statistics";
     if stats_dtype(dtype) == DType::F64 {
-        Tensor::build::<f64>(shape, |o| o.iter_mut().zip(v).for_each(|(o, x)| *o = x.f64()))
+        Tensor::build::<f64>(OP, shape, |o| o.iter_mut().zip(v).for_each(|(o, x)| *o = x.f64()))
     } else {
-        Tensor::build::<f32>(shape, |o| {
+        Tensor::build::<f32>(OP, shape, |o| {
             o.iter_mut().zip(v).for_each(|(o, x)| *o = x.f64() as f32)
         })
     }
 }
 
-/// A contiguous tensor of `shape` and `T`'s dtype holding `v`.
-pub(crate) fn tensor_from<T: crate::Element>(v: &[T], shape: &[usize]) -> Tensor {
-    Tensor::build_overwrite::<T>(shape, |o| o.copy_from_slice(v))
+/// A contiguous tensor of `shape` and `T`'s dtype holding `v`; errors when
+/// memory is out.
+pub(crate) fn tensor_from<T: crate::Element>(v: &[T], shape: &[usize]) -> Result<Tensor> {
+    Tensor::build_overwrite::<T>("normalization", shape, |o| o.copy_from_slice(v))
 }
 
 /// The values of an optional parameter (weight, bias, saved statistic) as

@@ -57,14 +57,14 @@ impl Tensor {
                 .collect()
         };
         if maps.is_empty() {
-            return Ok(crate::with_dtype!(self.dtype(), T => Tensor::build::<T>(&shape, |_| {})));
+            return crate::with_dtype!(self.dtype(), T => Tensor::build::<T>(OP, &shape, |_| {}));
         }
         Ok(crate::with_dtype!(self.dtype(), T => {
             let value = match mode {
                 PadMode::Constant(v) => T::from_f64(v),
                 _ => T::ZERO,
             };
-            pad_kernel::<T>(self, &maps, pads.first().copied().unwrap_or(0), &shape, value)
+            pad_kernel::<T>(self, &maps, pads.first().copied().unwrap_or(0), &shape, value)?
         }))
     }
 }
@@ -118,7 +118,7 @@ fn pad_kernel<T: Element>(
     left: usize,
     shape: &[usize],
     value: T,
-) -> Tensor {
+) -> Result<Tensor> {
     let s = src.storage().as_slice::<T>();
     let strides = src.strides();
     let nd = shape.len();
@@ -126,7 +126,7 @@ fn pad_kernel<T: Element>(
     let st = strides[nd - 1];
     // Output positions left .. left + run of the last dim are the source row.
     let run = src.shape()[nd - 1];
-    Tensor::build::<T>(shape, |out| {
+    Tensor::build::<T>("pad", shape, |out| {
         for_each_row(out, shape[nd - 1], |r, row| {
             let mut rem = r;
             let mut base = Some(src.layout().offset() as isize);

@@ -149,14 +149,14 @@ impl Tensor {
         let (a, w) = (a, b - a);
         if opts.dtype == DType::F64 {
             let s = reserve(gen, n, 2);
-            return Ok(Tensor::build::<f64>(shape, |out| {
+            return Tensor::build::<f64>(op, shape, |out| {
                 s.fill(out, |_, blk, l| a + w * unit_f64(blk[2 * l], blk[2 * l + 1]))
-            }));
+            });
         }
         let s = reserve(gen, n, 4);
         Ok(with_float_dtype!(opts.dtype, T => {
             let digits = mantissa_digits(opts.dtype);
-            Tensor::build::<T>(shape, |out| s.fill(out, |_, blk, l| T::from_f64(a + w * unit_from_u32(blk[l], digits))))
+            Tensor::build::<T>(op, shape, |out| s.fill(out, |_, blk, l| T::from_f64(a + w * unit_from_u32(blk[l], digits))))?
         }, else unreachable!("checked float above")))
     }
 
@@ -174,9 +174,9 @@ impl Tensor {
         float_only(op, opts.dtype)?;
         check_normal(op, mean, std)?;
         let s = reserve(gen, n, 2);
-        Ok(with_dtype!(opts.dtype, T => Tensor::build::<T>(shape, |out| {
+        with_dtype!(opts.dtype, T => Tensor::build::<T>(op, shape, |out| {
             s.fill(out, |_, blk, l| T::from_f64(mean + std * box_muller(blk, l)))
-        })))
+        }))
     }
 
     fn trunc_normal_impl(
@@ -205,12 +205,12 @@ impl Tensor {
         let w = 2.0 * cdf(b) - 1.0 - lo;
         let scale = std * std::f64::consts::SQRT_2;
         let s = reserve(gen, n, 2);
-        Ok(with_dtype!(opts.dtype, T => Tensor::build::<T>(shape, |out| {
+        with_dtype!(opts.dtype, T => Tensor::build::<T>(op, shape, |out| {
             s.fill(out, |_, blk, l| {
                 let u = lo + w * unit_f64(blk[2 * l], blk[2 * l + 1]);
                 T::from_f64((mean + scale * erfinv(u)).clamp(a, b))
             })
-        })))
+        }))
     }
 
     fn randint_impl(
@@ -235,12 +235,12 @@ impl Tensor {
         }
         let range = (high as i128 - low as i128) as u128;
         let s = reserve(gen, n, 2);
-        Ok(with_dtype!(opts.dtype, T => Tensor::build::<T>(shape, |out| {
+        with_dtype!(opts.dtype, T => Tensor::build::<T>(op, shape, |out| {
             s.fill(out, |_, blk, l| {
                 let x = u64_from(blk[2 * l], blk[2 * l + 1]) as u128;
                 T::from_i64((low as i128 + ((x * range) >> 64) as i128) as i64)
             })
-        })))
+        }))
     }
 
     fn bernoulli_scalar_impl(
@@ -254,9 +254,9 @@ impl Tensor {
         let n = opts.check(op, shape)?;
         check_probability(op, p)?;
         let s = reserve(gen, n, 2);
-        Ok(with_dtype!(opts.dtype, T => Tensor::build::<T>(shape, |out| {
+        with_dtype!(opts.dtype, T => Tensor::build::<T>(op, shape, |out| {
             s.fill(out, |_, blk, l| bernoulli_draw::<T>(blk, l, p))
-        })))
+        }))
     }
 
     fn bernoulli_impl(&self, gen: Option<&mut Generator>) -> Result<Tensor> {
@@ -270,9 +270,9 @@ impl Tensor {
                 return Err(Error::arg(op, format!("probability {bad:?} is outside [0, 1]")));
             }
             let s = reserve(gen, probs.len(), 2);
-            Ok(Tensor::build::<T>(self.shape(), |out| {
+            Tensor::build::<T>(op, self.shape(), |out| {
                 s.fill(out, |i, blk, l| bernoulli_draw::<T>(blk, l, probs[i].to_f64()))
-            }))
+            })
         }, else unreachable!("checked float above"))
     }
 
@@ -299,11 +299,11 @@ impl Tensor {
         s.fill(&mut keyed, |i, blk, l| (u64_from(blk[2 * l], blk[2 * l + 1]), i));
         // (key, index) pairs are distinct, so the order is fully determined.
         keyed.par_sort_unstable();
-        Ok(with_dtype!(opts.dtype, T => Tensor::build::<T>(&[n], |out| {
+        with_dtype!(opts.dtype, T => Tensor::build::<T>(op, &[n], |out| {
             for (y, &(_, i)) in out.iter_mut().zip(&keyed) {
                 *y = T::from_i64(i as i64);
             }
-        })))
+        }))
     }
 }
 

@@ -47,12 +47,12 @@ fn lanes_backward(op: &'static str, dy: &Tensor, y: &Tensor, dim: isize, log: bo
     let min_rows = (PAR_THRESHOLD / k).max(1);
     let dx = crate::with_float_dtype!(y.dtype(), T => {
         let (ys, dys) = (yt.as_slice::<T>()?, dyt.as_slice::<T>()?);
-        Tensor::build_overwrite::<T>(yt.shape(), |dx| {
+        Tensor::build_overwrite::<T>(op, yt.shape(), |dx| {
             dx.par_chunks_mut(k).with_min_len(min_rows).enumerate().for_each(|(r, out)| {
                 let (yr, gr) = (&ys[r * k..(r + 1) * k], &dys[r * k..(r + 1) * k]);
                 row::<T>(yr, gr, out, log)
             })
-        })
+        })?
     }, else unreachable!("checked to be float"));
     Ok(dx.transpose(d, -1)?.contiguous())
 }

@@ -62,18 +62,18 @@ impl Tensor {
         shape[last as usize] = k;
         let (values, indices) = crate::with_dtype!(self.dtype(), T => {
             let src = lines.as_slice::<T>()?;
-            let indices = Tensor::build::<i64>(&shape, |out| {
+            let indices = Tensor::build::<i64>("topk", &shape, |out| {
                 for_each_row(out, k, |r, row| select_row(&src[r * n..r * n + n], row, largest))
-            });
+            })?;
             let ix = indices.as_slice::<i64>()?;
-            let values = Tensor::build::<T>(&shape, |out| {
+            let values = Tensor::build::<T>("topk", &shape, |out| {
                 for_each_row(out, k, |r, row| {
                     let line = &src[r * n..r * n + n];
                     for (y, &i) in row.iter_mut().zip(&ix[r * k..r * k + k]) {
                         *y = line[i as usize];
                     }
                 })
-            });
+            })?;
             (values, indices)
         });
         let back = |t: Tensor| -> Result<Tensor> { Ok(t.transpose(d as isize, last)?.contiguous()) };

@@ -29,8 +29,7 @@ impl Tensor {
             ));
         }
         let (rows, cols) = (self.shape()[nd - 2], self.shape()[nd - 1]);
-        Ok(
-            crate::with_dtype!(self.dtype(), T => Tensor::build::<T>(self.shape(), |out| {
+            crate::with_dtype!(self.dtype(), T => Tensor::build::<T>(op, self.shape(), |out| {
                 self.copy_into(out);
                 for_each_row(out, cols, |r, row| {
                     let i = (r % rows) as isize;
@@ -43,8 +42,7 @@ impl Tensor {
                     };
                     zero.fill(T::ZERO);
                 });
-            })),
-        )
+            }))
     }
 }
 

@@ -23,8 +23,8 @@ pub(crate) fn float_scalar<T: FloatElement>(
     a: &Tensor,
     s: T::Math,
     f: impl Fn(T::Math, T::Math) -> T::Math + Sync,
-) -> Tensor {
-    a.map::<T, T>(|x| T::from_math(f(x.to_math(), s)))
+) -> Result<Tensor> {
+    a.try_map::<T, T>("elementwise", |x| T::from_math(f(x.to_math(), s)))
 }
 
 /// Evaluates a binary op on two tensors of the same dtype: `$f` on floats
@@ -61,7 +61,7 @@ macro_rules! scalar_op {
         let s: f64 = $s;
         $crate::with_float_dtype!(t.dtype(), T => {
             type $M = <T as $crate::FloatElement>::Math;
-            Ok($crate::ops::binary::cpu::float_scalar::<T>(&t, <$M as $crate::FloatMath>::of(s), |$x: $M, $y: $M| $f))
+            $crate::ops::binary::cpu::float_scalar::<T>(&t, <$M as $crate::FloatMath>::of(s), |$x: $M, $y: $M| $f)
         }, else Err($crate::ops::unary::cpu::unsupported("scalar_op", t.dtype())))
     }};
 }

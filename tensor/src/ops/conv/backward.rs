@@ -33,10 +33,8 @@ pub fn conv2d_backward_input(
     check_operands(OP, grad_out, weight)?;
     let g = Geom::new(OP, input_shape, weight.shape(), p)?;
     check_grad_out(OP, grad_out, &g)?;
-    Ok(
-        crate::with_float_dtype!(grad_out.dtype(), S => input_grad::<S>(grad_out, weight, &g),
-        else unreachable!("check_operands admits only floats")),
-    )
+    crate::with_float_dtype!(grad_out.dtype(), S => input_grad::<S>(grad_out, weight, &g),
+        else unreachable!("check_operands admits only floats"))
 }
 
 /// The gradient of `conv2d(input, weight)` with respect to a weight of shape
@@ -55,10 +53,8 @@ pub fn conv2d_backward_weight(
     check_operands(OP, grad_out, input)?;
     let g = Geom::new(OP, input.shape(), weight_shape, p)?;
     check_grad_out(OP, grad_out, &g)?;
-    Ok(
-        crate::with_float_dtype!(grad_out.dtype(), S => weight_grad::<S>(grad_out, input, &g, g.kk() <= super::dot::MAX_TAPS),
-        else unreachable!("check_operands admits only floats")),
-    )
+    crate::with_float_dtype!(grad_out.dtype(), S => weight_grad::<S>(grad_out, input, &g, g.kk() <= super::dot::MAX_TAPS),
+        else unreachable!("check_operands admits only floats"))
 }
 
 /// The gradient with respect to the bias: `grad_out` `[N, O, ...]` summed
@@ -77,14 +73,12 @@ pub fn conv2d_backward_bias(grad_out: &Tensor) -> Result<Tensor> {
     }
     let (n, o) = (grad_out.shape()[0], grad_out.shape()[1]);
     let l: usize = grad_out.shape()[2..].iter().product();
-    Ok(
-        crate::with_float_dtype!(grad_out.dtype(), S => bias_grad::<S>(grad_out, n, o, l),
-        else unreachable!("check_operands admits only floats")),
-    )
+    crate::with_float_dtype!(grad_out.dtype(), S => bias_grad::<S>(grad_out, n, o, l),
+        else unreachable!("check_operands admits only floats"))
 }
 
 /// Sums `[n, o, l]` over `n` and `l`, per channel in a fixed order.
-fn bias_grad<S: FloatElement>(grad_out: &Tensor, n: usize, o: usize, l: usize) -> Tensor
+fn bias_grad<S: FloatElement>(grad_out: &Tensor, n: usize, o: usize, l: usize) -> Result<Tensor>
 where
     S::Math: crate::Element,
 {
@@ -114,7 +108,7 @@ where
             S::from_math(acc.iter().fold(zero, |s, &v| s + v))
         })
         .collect();
-    Tensor::build::<S>(&[o], |out| out.copy_from_slice(&sums))
+    Tensor::build::<S>("conv2d_backward_bias", &[o], |out| out.copy_from_slice(&sums))
 }
 
 fn check_grad_out(op: &'static str, grad_out: &Tensor, g: &Geom) -> Result<()> {
@@ -131,7 +125,7 @@ fn check_grad_out(op: &'static str, grad_out: &Tensor, g: &Geom) -> Result<()> {
     Ok(())
 }
 
-fn input_grad<S: FloatElement>(grad_out: &Tensor, w: &Tensor, g: &Geom) -> Tensor
+fn input_grad<S: FloatElement>(grad_out: &Tensor, w: &Tensor, g: &Geom) -> Result<Tensor>
 where
     S::Math: GemmScalar + FloatElement<Math = S::Math>,
 {
@@ -176,7 +170,7 @@ where
             col2im(dcols, g, &mut dx[grp * plane..(grp + 1) * plane]);
         }
     };
-    let out = Tensor::build::<S::Math>(&[g.n, g.c, g.h, g.w], |dx| {
+    let out = Tensor::build::<S::Math>("conv2d_backward_input", &[g.n, g.c, g.h, g.w], |dx| {
         if dx.is_empty() {
             return;
         }
@@ -190,13 +184,13 @@ where
                 .enumerate()
                 .for_each_init(new_cols, sample);
         }
-    });
-    out.to_dtype(S::DTYPE)
+    })?;
+    out.try_to_dtype(S::DTYPE)
 }
 
 /// The weight gradient by long dot products over `N·OH·OW` (`dot`, for
 /// few taps) or by per-sample GEMMs.
-pub(super) fn weight_grad<S: FloatElement>(grad_out: &Tensor, x: &Tensor, g: &Geom, dot: bool) -> Tensor
+pub(super) fn weight_grad<S: FloatElement>(grad_out: &Tensor, x: &Tensor, g: &Geom, dot: bool) -> Result<Tensor>
 where
     S::Math: GemmScalar + FloatElement<Math = S::Math>,
 {
@@ -207,9 +201,7 @@ where
     let (kk, l) = (g.kk(), g.l());
     if dot {
         let dw = super::dot::weight_grad::<S>(&go, xs, g);
-        return Tensor::from_vec(dw, &[g.o, g.cg, g.kh, g.kw])
-            .expect("o·kk elements")
-            .to_dtype(S::DTYPE);
+        return Tensor::from_vec(dw, &[g.o, g.cg, g.kh, g.kw])?.try_to_dtype(S::DTYPE);
     }
     let size = g.o * kk;
     let tasks = g.n.div_ceil(SAMPLES_PER_TASK);
@@ -263,12 +255,12 @@ where
     } else {
         (0..tasks).into_par_iter().map(task).collect()
     };
-    let out = Tensor::build::<S::Math>(&[g.o, g.cg, g.kh, g.kw], |dw| {
+    let out = Tensor::build::<S::Math>("conv2d_backward_weight", &[g.o, g.cg, g.kh, g.kw], |dw| {
         for part in &parts {
             for (d, &v) in dw.iter_mut().zip(part) {
                 *d += v;
             }
         }
-    });
-    out.to_dtype(S::DTYPE)
+    })?;
+    out.try_to_dtype(S::DTYPE)
 }

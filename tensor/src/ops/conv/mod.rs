@@ -103,10 +103,8 @@ impl Tensor {
                 ));
             }
         }
-        Ok(
-            crate::with_float_dtype!(self.dtype(), S => forward::<S>(self, weight, bias, &g),
-            else unreachable!("check_operands admits only floats")),
-        )
+        crate::with_float_dtype!(self.dtype(), S => forward::<S>(self, weight, bias, &g),
+            else unreachable!("check_operands admits only floats"))
     }
 }
 
@@ -234,7 +232,7 @@ fn weight_ref<'a, T>(wm: &'a [T], g: &Geom, grp: usize, t: bool) -> MatRef<'a, T
     }
 }
 
-fn forward<S: FloatElement>(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, g: &Geom) -> Tensor
+fn forward<S: FloatElement>(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, g: &Geom) -> Result<Tensor>
 where
     S::Math: GemmScalar + FloatElement<Math = S::Math>,
 {
@@ -288,7 +286,7 @@ where
         }
     };
     // beta = 0: the GEMMs write every output element.
-    let out = Tensor::build_overwrite::<S::Math>(&g.out_shape(), |out| {
+    let out = Tensor::build_overwrite::<S::Math>("conv2d", &g.out_shape(), |out| {
         if out.is_empty() {
             return;
         }
@@ -302,6 +300,6 @@ where
                 .enumerate()
                 .for_each_init(new_cols, sample);
         }
-    });
-    out.to_dtype(S::DTYPE)
+    })?;
+    out.try_to_dtype(S::DTYPE)
 }

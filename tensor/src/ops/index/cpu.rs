@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 
 use crate::strided::{fill_rows, PAR_THRESHOLD};
-use crate::{bf16, f16, Element, Layout, Tensor};
+use crate::{bf16, f16, Element, Layout, Result, Tensor};
 
 /// Element addition as `scatter_add` defines it: floats in their own
 /// precision (f16/bf16 through f32), integers wrapping, bools OR-ed.
@@ -61,16 +61,17 @@ impl AddElement for bool {
 /// already be checked. Where the index is constant along a row and the source
 /// row is contiguous, the row is copied whole.
 pub(super) fn gather_rows<T: Element>(
+    op: &'static str,
     src: &Tensor,
     src_layout: &Layout,
     dim_stride: isize,
     index: &Tensor,
     idx_layout: &Layout,
     shape: &[usize],
-) -> Tensor {
+) -> Result<Tensor> {
     let s = src.storage().as_slice::<T>();
     let ix = index.storage().as_slice::<i64>();
-    Tensor::build::<T>(shape, |out| {
+    Tensor::build::<T>(op, shape, |out| {
         fill_rows(out, [src_layout, idx_layout], |o, [so, io], [ss, is]| {
             let n = o.len();
             if is == 0 {

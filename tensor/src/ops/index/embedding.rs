@@ -35,7 +35,7 @@ impl Tensor {
         let idx_layout = Layout::new(shape.clone(), idx_strides, indices.layout().offset());
         let dim_stride = self.strides()[0];
         Ok(crate::with_dtype!(self.dtype(), T =>
-            cpu::gather_rows::<T>(self, &src, dim_stride, indices, &idx_layout, &shape)))
+            cpu::gather_rows::<T>(OP, self, &src, dim_stride, indices, &idx_layout, &shape)?))
     }
 }
 
@@ -78,9 +78,9 @@ pub fn embedding_backward(
     let grad = grad.contiguous();
     crate::with_float_dtype!(grad.dtype(), T => {
         let g = grad.as_slice::<T>()?;
-        Ok(Tensor::build::<T>(&[num_weights, d], |out| {
+        Tensor::build::<T>(OP, &[num_weights, d], |out| {
             accumulate_rows(out, g, &idx, d, padding_idx)
-        }))
+        })
     }, else Err(Error::dtype(OP, format!("grad must be a float dtype, got {}", grad.dtype()))))
 }
 

@@ -47,7 +47,7 @@ impl Tensor {
         let idx_layout = Layout::new(shape.clone(), idx_strides, index.layout().offset());
         let dim_stride = self.strides()[d];
         Ok(crate::with_dtype!(self.dtype(), T =>
-            cpu::gather_rows::<T>(self, &src, dim_stride, index, &idx_layout, &shape)))
+            cpu::gather_rows::<T>(OP, self, &src, dim_stride, index, &idx_layout, &shape)?))
     }
 
     /// `out[i][j][k] = self[index[i][j][k]][j][k]` for `dim == 0`, and so on
@@ -68,7 +68,7 @@ impl Tensor {
         let src = Layout::new(index.shape().to_vec(), src_strides, self.layout().offset());
         let dim_stride = self.strides()[d];
         Ok(crate::with_dtype!(self.dtype(), T =>
-            cpu::gather_rows::<T>(self, &src, dim_stride, index, index.layout(), index.shape())))
+            cpu::gather_rows::<T>(OP, self, &src, dim_stride, index, index.layout(), index.shape())?))
     }
 
     /// A copy of `self` with `out[index[i][j]][j] = src[i][j]` for `dim == 0`,
@@ -96,10 +96,10 @@ impl Tensor {
         let plan = cpu::ScatterPlan::new(d, index.shape(), self.shape());
         Ok(crate::with_dtype!(self.dtype(), T => {
             let v = T::from_f64(value);
-            Tensor::build::<T>(self.shape(), |out| {
+            Tensor::build::<T>(OP, self.shape(), |out| {
                 self.copy_into(out);
                 plan.run(out, &idx, |_| v, |o, x| *o = x);
-            })
+            })?
         }))
     }
 
@@ -158,11 +158,11 @@ impl Tensor {
         let mut shape = self.shape().to_vec();
         shape.push(classes);
         crate::tensor::checked_numel(OP, &shape)?;
-        Ok(Tensor::build::<i64>(&shape, |out| {
+        Tensor::build::<i64>(OP, &shape, |out| {
             for (row, &i) in idx.iter().enumerate() {
                 out[row * classes + i as usize] = 1;
             }
-        }))
+        })
     }
 
     fn scatter_with(
@@ -203,14 +203,14 @@ impl Tensor {
         let plan = cpu::ScatterPlan::new(d, index.shape(), self.shape());
         Ok(crate::with_dtype!(self.dtype(), T => {
             let v = vals.as_slice::<T>()?;
-            Tensor::build::<T>(self.shape(), |out| {
+            Tensor::build::<T>(op, self.shape(), |out| {
                 self.copy_into(out);
                 if add {
                     plan.run(out, &idx, |r| v[r], |o, x| *o = o.add(x));
                 } else {
                     plan.run(out, &idx, |r| v[r], |o, x| *o = x);
                 }
-            })
+            })?
         }))
     }
 }

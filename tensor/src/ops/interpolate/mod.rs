@@ -95,7 +95,7 @@ impl Tensor {
                         o[oy * out[1] + ox] = S::from_math(ty.l0 * top + ty.l1 * bottom);
                     }
                 }
-            })
+            })?
         }, else unreachable!("checked float")))
     }
 }

@@ -58,7 +58,7 @@ impl Tensor {
             .iter()
             .map(|t| t.borrow().to_dtype(dtype).contiguous())
             .collect();
-        Ok(crate::with_dtype!(dtype, E => cat_kernel::<E>(&parts, d, &shape)))
+        crate::with_dtype!(dtype, E => cat_kernel::<E>(&parts, d, &shape))
     }
 
     /// The tensors, which must all have the same shape, joined along a new
@@ -148,7 +148,7 @@ impl Tensor {
 /// Joins contiguous `parts` (all of dtype `E`) along `d` into `shape`. The
 /// output is a sequence of rows, one per coordinate of the dims before `d`,
 /// each the concatenation of the parts' matching rows; rows are copied whole.
-fn cat_kernel<E: Element>(parts: &[Tensor], d: usize, shape: &[usize]) -> Tensor {
+fn cat_kernel<E: Element>(parts: &[Tensor], d: usize, shape: &[usize]) -> Result<Tensor> {
     let pre: usize = shape[..d].iter().product();
     let row: usize = shape[d..].iter().product();
     let srcs: Vec<(&[E], usize)> = parts
@@ -158,7 +158,7 @@ fn cat_kernel<E: Element>(parts: &[Tensor], d: usize, shape: &[usize]) -> Tensor
             (s, s.len() / pre.max(1))
         })
         .collect();
-    Tensor::build::<E>(shape, |out| {
+    Tensor::build::<E>("cat", shape, |out| {
         if out.is_empty() {
             return;
         }

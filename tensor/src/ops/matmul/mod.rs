@@ -95,7 +95,7 @@ impl Tensor {
         };
         let la = a.layout().broadcast_to(&full(m, k))?;
         let lb = b.layout().broadcast_to(&full(k, n))?;
-        let out = batched(self.dtype(), &a, &la, &b, &lb, &batch, (m, n, k));
+        let out = batched(self.dtype(), &a, &la, &b, &lb, &batch, (m, n, k))?;
         let mut shape = batch;
         if na > 1 {
             shape.push(m);
@@ -156,7 +156,7 @@ impl Tensor {
                 relu: act == Activation::Relu,
             };
             let shp = GemmShape { m: rows, n: out_f, k: in_f, alpha: ONE::<S>(), beta: ZERO::<S>() };
-            gemm_fresh::<S>(shp, &x, &wt, epi, &shape)
+            gemm_fresh::<S>(shp, &x, &wt, epi, &shape)?
         }, else unreachable!("check_operands admits only floats")))
     }
 
@@ -287,12 +287,12 @@ fn gemm_fresh<S: FloatElement>(
     w: &Tensor,
     epi: Epilogue<S::Math>,
     shape: &[usize],
-) -> Tensor
+) -> Result<Tensor>
 where
     S::Math: GemmScalar,
 {
     // beta = 0: the GEMM writes every element, so skip zero-filling.
-    let out = Tensor::build_overwrite::<S::Math>(shape, |c| {
+    let out = Tensor::build_overwrite::<S::Math>("matmul", shape, |c| {
         let cm = MatMut {
             data: c,
             off: 0,
@@ -308,8 +308,8 @@ where
             Isa::best(),
             true,
         );
-    });
-    out.to_dtype(S::DTYPE)
+    })?;
+    out.try_to_dtype(S::DTYPE)
 }
 
 /// The batched product of `a` seen through `la` (`[batch.., m, k]`) and `b`
@@ -324,7 +324,7 @@ fn batched(
     lb: &Layout,
     batch: &[usize],
     mnk: (usize, usize, usize),
-) -> Tensor {
+) -> Result<Tensor> {
     crate::with_float_dtype!(dtype, S => batched_typed::<S>(a, la, b, lb, batch, mnk),
         else unreachable!("check_operands admits only floats"))
 }
@@ -336,7 +336,7 @@ fn batched_typed<S: FloatElement>(
     lb: &Layout,
     batch: &[usize],
     (m, n, k): (usize, usize, usize),
-) -> Tensor
+) -> Result<Tensor>
 where
     S::Math: GemmScalar,
 {
@@ -388,7 +388,7 @@ where
         gemm::gemm::<S>(shp, ra, rb, cm, Epilogue::none(), Isa::best(), par);
     };
     // beta = 0: each GEMM writes every element of its chunk.
-    let out = Tensor::build_overwrite::<S::Math>(&shape, |c| {
+    let out = Tensor::build_overwrite::<S::Math>("matmul", &shape, |c| {
         if m * n == 0 {
             return;
         }
@@ -402,6 +402,6 @@ where
                 .enumerate()
                 .for_each(|(i, ci)| one(i, ci, true));
         }
-    });
-    out.to_dtype(S::DTYPE)
+    })?;
+    out.try_to_dtype(S::DTYPE)
 }

@@ -40,7 +40,7 @@ impl Tensor {
                         o[oy * out[1] + ox] = S::from_math(sum / count);
                     }
                 }
-            })
+            })?
         }, else unreachable!("checked float")))
     }
 }
@@ -82,7 +82,7 @@ pub fn adaptive_avg_pool2d_backward(grad_out: &Tensor, input_shape: &[usize]) ->
                     }
                 }
             }
-        })
+        })?
     }, else unreachable!("checked float")))
 }
 

@@ -102,10 +102,8 @@ impl Tensor {
                 ),
             ));
         }
-        Ok(
-            crate::with_float_dtype!(self.dtype(), S => max_forward::<S>(self, &g),
-            else unreachable!("Window::new admits only floats")),
-        )
+        crate::with_float_dtype!(self.dtype(), S => max_forward::<S>(self, &g),
+            else unreachable!("Window::new admits only floats"))
     }
 
     /// Average pooling over the last two dimensions of a 3-D or 4-D tensor
@@ -117,10 +115,8 @@ impl Tensor {
         const OP: &str = "avg_pool2d";
         let g = Window::new(OP, self, p)?;
         g.check_avg(OP)?;
-        Ok(
-            crate::with_float_dtype!(self.dtype(), S => avg_forward::<S>(self, &g),
-            else unreachable!("Window::new admits only floats")),
-        )
+        crate::with_float_dtype!(self.dtype(), S => avg_forward::<S>(self, &g),
+            else unreachable!("Window::new admits only floats"))
     }
 }
 
@@ -173,7 +169,7 @@ pub fn max_pool2d_backward(grad_out: &Tensor, indices: &Tensor, input_shape: &[u
                     None => bad.store(true, std::sync::atomic::Ordering::Relaxed),
                 }
             }
-        })
+        })?
     }, else unreachable!("checked float"));
     if bad.into_inner() {
         let bad = idx
@@ -216,7 +212,7 @@ pub fn avg_pool2d_backward(grad_out: &Tensor, input_shape: &[usize], p: &Pool2dP
                     }
                 }
             }
-        })
+        })?
     }, else unreachable!("checked float")))
 }
 
@@ -379,7 +375,7 @@ fn scatter_planes<S: FloatElement>(
     plane: usize,
     work: usize,
     f: impl Fn(usize, &mut [S::Math]) + Sync,
-) -> Tensor
+) -> Result<Tensor>
 where
     S::Math: crate::Element,
 {
@@ -389,7 +385,7 @@ where
         g.fill(zero);
         f(pl, g)
     };
-    let out = Tensor::build_overwrite::<S::Math>(shape, |gi| {
+    let out = Tensor::build_overwrite::<S::Math>("pool_backward", shape, |gi| {
         if plane == 0 {
             return;
         }
@@ -398,8 +394,8 @@ where
         } else {
             gi.chunks_mut(plane).enumerate().for_each(each);
         }
-    });
-    out.to_dtype(S::DTYPE)
+    })?;
+    out.try_to_dtype(S::DTYPE)
 }
 
 /// Fills a fresh `S` tensor of `shape`, plane by plane, from `f(plane_index,
@@ -408,8 +404,8 @@ pub(super) fn fill_planes<S: FloatElement>(
     shape: &[usize],
     plane: usize,
     f: impl Fn(usize, &mut [S]) + Sync,
-) -> Tensor {
-    Tensor::build::<S>(shape, |out| {
+) -> Result<Tensor> {
+    Tensor::build::<S>("pool", shape, |out| {
         if plane == 0 {
             return;
         }
@@ -421,19 +417,19 @@ pub(super) fn fill_planes<S: FloatElement>(
     })
 }
 
-fn max_forward<S: FloatElement>(x: &Tensor, g: &Window) -> (Tensor, Tensor) {
+fn max_forward<S: FloatElement>(x: &Tensor, g: &Window) -> Result<(Tensor, Tensor)> {
     let x = x.contiguous();
     let xs = x.as_slice::<S>().expect("contiguous and dtype-checked");
     // Both outputs are written in full, so they come from the caching
     // allocator unfilled: a fresh zeroed index vector page-faulted on every
     // call and cost more than the pooling.
     let mut values = None;
-    let idx = Tensor::build_overwrite::<i64>(&g.out_shape(), |indices| {
-        values = Some(Tensor::build_overwrite::<S>(&g.out_shape(), |out| {
+    let idx = Tensor::build_overwrite::<i64>("max_pool2d", &g.out_shape(), |indices| {
+        values = Some(Tensor::build_overwrite::<S>("max_pool2d", &g.out_shape(), |out| {
             max_planes::<S>(xs, g, out, indices)
         }));
-    });
-    (values.expect("build_overwrite runs its closure"), idx)
+    })?;
+    Ok((values.expect("build_overwrite runs its closure")?, idx))
 }
 
 /// Fills the maxima `out` and their plane indices `indices` of every plane.
@@ -548,7 +544,7 @@ fn max_plane_2x2<S: FloatElement>(src: &[S], g: &Window, o: &mut [S], idx: &mut 
     }
 }
 
-fn avg_forward<S: FloatElement>(x: &Tensor, g: &Window) -> Tensor {
+fn avg_forward<S: FloatElement>(x: &Tensor, g: &Window) -> Result<Tensor> {
     let x = x.contiguous();
     let xs = x.as_slice::<S>().expect("contiguous and dtype-checked");
     let hw = g.h * g.w;

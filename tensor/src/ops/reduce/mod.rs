@@ -27,11 +27,11 @@ impl Tensor {
         on_cuda!(self.is_cuda() => cuda::sum(self, dims, keepdim));
         let plan = Plan::new("sum", self.layout(), dims, keepdim)?;
         if self.dtype() == DType::F32 {
-            return Ok(self.sum_f32(&plan, 1.0));
+            return self.sum_f32(&plan, 1.0);
         }
         Ok(crate::with_float_dtype!(self.dtype(), T => {
-            self.float_reduce::<T, _>(&plan, &FloatSum(|x| x), |s, _| s)
-        }, else self.int_reduce(&plan, false)))
+            self.float_reduce::<T, _>(&plan, &FloatSum(|x| x), |s, _| s)?
+        }, else self.int_reduce(&plan, false)?))
     }
 
     /// The mean over `dims` (NaN for an empty reduction). Errors for
@@ -40,11 +40,11 @@ impl Tensor {
         on_cuda!(self.is_cuda() => cuda::mean(self, dims, keepdim));
         let plan = Plan::new("mean", self.layout(), dims, keepdim)?;
         if self.dtype() == DType::F32 {
-            return Ok(self.sum_f32(&plan, plan.n_red as f32));
+            return self.sum_f32(&plan, plan.n_red as f32);
         }
         crate::with_float_dtype!(self.dtype(), T => {
             let n = <T as FloatElement>::Math::of(plan.n_red as f64);
-            Ok(self.float_reduce::<T, _>(&plan, &FloatSum(|x| x), |s, _| s / n))
+            self.float_reduce::<T, _>(&plan, &FloatSum(|x| x), |s, _| s / n)
         }, else Err(float_only("mean", self.dtype())))
     }
 
@@ -54,8 +54,8 @@ impl Tensor {
         on_cuda!(self.is_cuda() => cuda::unsupported(self, "prod"));
         let plan = Plan::new("prod", self.layout(), dims, keepdim)?;
         Ok(crate::with_float_dtype!(self.dtype(), T => {
-            self.float_reduce::<T, _>(&plan, &FloatProd, |p, _| p)
-        }, else self.int_reduce(&plan, true)))
+            self.float_reduce::<T, _>(&plan, &FloatProd, |p, _| p)?
+        }, else self.int_reduce(&plan, true)?))
     }
 
     /// The maximum over `dims` (PyTorch's `amax`), in the input dtype; NaN
@@ -132,7 +132,7 @@ impl Tensor {
         on_cuda!(self.is_cuda() => cuda::unsupported(self, "logsumexp"));
         let plan = Plan::new("logsumexp", self.layout(), dims, keepdim)?;
         crate::with_float_dtype!(self.dtype(), T => {
-            Ok(self.float_reduce::<T, _>(&plan, &LogSumExp, |a, _| LogSumExp::finish(a)))
+            self.float_reduce::<T, _>(&plan, &LogSumExp, |a, _| LogSumExp::finish(a))
         }, else Err(float_only("logsumexp", self.dtype())))
     }
 
@@ -153,19 +153,19 @@ impl Tensor {
                 if plan.n_red == 0 {
                     return Err(empty_error(OP, self.shape(), dims));
                 }
-                return Ok(self.float_reduce::<T, _>(&plan, &AbsExtreme { max: p > 0.0 }, |m, _| m));
+                return self.float_reduce::<T, _>(&plan, &AbsExtreme { max: p > 0.0 }, |m, _| m);
             }
             Ok(if p == 0.0 {
                 let (zero, one) = (<M as FloatMath>::ZERO, <M as FloatMath>::ONE);
                 let nz = move |x: M| if x == zero { zero } else { one };
-                self.float_reduce::<T, _>(&plan, &FloatSum(nz), |s, _| s)
+                self.float_reduce::<T, _>(&plan, &FloatSum(nz), |s, _| s)?
             } else if p == 1.0 {
-                self.float_reduce::<T, _>(&plan, &FloatSum(|x: M| x.abs()), |s, _| s)
+                self.float_reduce::<T, _>(&plan, &FloatSum(|x: M| x.abs()), |s, _| s)?
             } else if p == 2.0 {
-                self.float_reduce::<T, _>(&plan, &FloatSum(|x: M| x * x), |s, _| s.sqrt())
+                self.float_reduce::<T, _>(&plan, &FloatSum(|x: M| x * x), |s, _| s.sqrt())?
             } else {
                 let (pm, inv) = (M::of(p), M::of(1.0 / p));
-                self.float_reduce::<T, _>(&plan, &FloatSum(move |x: M| x.abs().powf(pm)), move |s, _| s.powf(inv))
+                self.float_reduce::<T, _>(&plan, &FloatSum(move |x: M| x.abs().powf(pm)), move |s, _| s.powf(inv))?
             })
         }, else Err(float_only(OP, self.dtype())))
     }
@@ -188,13 +188,13 @@ impl Tensor {
 /// Helpers shared by the public reductions above.
 impl Tensor {
     /// The f32 sum over `plan` divided by `div` (1, or n for the mean).
-    fn sum_f32(&self, plan: &Plan, div: f32) -> Tensor {
+    fn sum_f32(&self, plan: &Plan, div: f32) -> Result<Tensor> {
         let accs = reduce(
             self.storage().as_slice::<f32>(),
             plan,
             &simd::SumF32(Level::best()),
         );
-        Tensor::build_overwrite::<f32>(&plan.out_shape, |o| {
+        Tensor::build_overwrite::<f32>("sum", &plan.out_shape, |o| {
             o.iter_mut().zip(accs).for_each(|(o, a)| *o = a / div)
         })
     }
@@ -206,7 +206,7 @@ impl Tensor {
         plan: &Plan,
         r: &R,
         finish: impl Fn(R::Acc, usize) -> T::Math,
-    ) -> Tensor {
+    ) -> Result<Tensor> {
         let accs = reduce(self.storage().as_slice::<T>(), plan, r);
         let out: Vec<T> = accs
             .into_iter()
@@ -217,7 +217,7 @@ impl Tensor {
     }
 
     /// Integer/bool sum or product in i64.
-    fn int_reduce(&self, plan: &Plan, prod: bool) -> Tensor {
+    fn int_reduce(&self, plan: &Plan, prod: bool) -> Result<Tensor> {
         let out = crate::with_dtype!(self.dtype(), T => reduce(self.storage().as_slice::<T>(), plan, &IntFold { prod }));
         from_vec_shaped(out, &plan.out_shape)
     }
@@ -225,7 +225,7 @@ impl Tensor {
     fn truth(&self, op: &'static str, dims: &[isize], keepdim: bool, all: bool) -> Result<Tensor> {
         let plan = Plan::new(op, self.layout(), dims, keepdim)?;
         let out = crate::with_dtype!(self.dtype(), T => reduce(self.storage().as_slice::<T>(), &plan, &Truth { all }));
-        Ok(from_vec_shaped(out, &plan.out_shape))
+        from_vec_shaped(out, &plan.out_shape)
     }
 
     /// Values (and, with `indices`, i64 positions within the reduced index
@@ -248,7 +248,7 @@ impl Tensor {
                 max,
             };
             let vals = reduce(self.storage().as_slice::<f32>(), &plan, &r);
-            return Ok((from_vec_shaped(vals, &plan.out_shape), None));
+            return Ok((from_vec_shaped(vals, &plan.out_shape)?, None));
         }
         Ok(crate::with_dtype!(self.dtype(), T => {
             let accs = reduce(self.storage().as_slice::<T>(), &plan, &Extreme { max });
@@ -257,8 +257,8 @@ impl Tensor {
             let idx = indices.then(|| {
                 let i: Vec<i64> = accs.iter().map(|a| a.map_or(0, |(_, i)| i as i64)).collect();
                 from_vec_shaped(i, &plan.out_shape)
-            });
-            (from_vec_shaped(vals, &plan.out_shape), idx)
+            }).transpose()?;
+            (from_vec_shaped(vals, &plan.out_shape)?, idx)
         }))
     }
 
@@ -299,7 +299,7 @@ impl Tensor {
                 .iter()
                 .map(|a| T::from_f64(if a.0 == 0.0 { f64::NAN } else { a.1 }))
                 .collect();
-            Ok((from_vec_shaped(var, &plan.out_shape), from_vec_shaped(mean, &plan.out_shape)))
+            Ok((from_vec_shaped(var, &plan.out_shape)?, from_vec_shaped(mean, &plan.out_shape)?))
         }, else Err(float_only(op, self.dtype())))
     }
 }
@@ -311,9 +311,10 @@ pub(crate) fn moments(x: &Tensor, op: &'static str, dims: &[isize]) -> Result<Ve
     Ok(crate::with_dtype!(x.dtype(), T => reduce(x.storage().as_slice::<T>(), &plan, &Moments)))
 }
 
-/// A contiguous tensor of `shape` from a vector the engine sized to match.
-fn from_vec_shaped<T: Element>(v: Vec<T>, shape: &[usize]) -> Tensor {
-    Tensor::build_overwrite::<T>(shape, |out| out.copy_from_slice(&v))
+/// A contiguous tensor of `shape` from a vector the engine sized to match;
+/// errors when memory is out.
+fn from_vec_shaped<T: Element>(v: Vec<T>, shape: &[usize]) -> Result<Tensor> {
+    Tensor::build_overwrite::<T>("reduce", shape, |out| out.copy_from_slice(&v))
 }
 
 fn float_only(op: &'static str, dtype: DType) -> Error {

@@ -2,13 +2,13 @@
 //! element function inlined into it, so the f32/f64 loops carry no dtype
 //! dispatch and auto-vectorise where the function allows.
 
-use crate::{DType, Error, FloatElement, FloatMath, Tensor};
+use crate::{DType, Error, FloatElement, FloatMath, Result, Tensor};
 
 /// `f` applied to every element of the float tensor `t` (dtype `T`), computed
 /// in `T::Math` and rounded once back to `T`.
 #[inline]
-pub(crate) fn float_map<T: FloatElement>(t: &Tensor, f: impl Fn(T::Math) -> T::Math + Sync) -> Tensor {
-    t.map::<T, T>(|x| T::from_math(f(x.to_math())))
+pub(crate) fn float_map<T: FloatElement>(t: &Tensor, f: impl Fn(T::Math) -> T::Math + Sync) -> Result<Tensor> {
+    t.try_map::<T, T>("elementwise", |x| T::from_math(f(x.to_math())))
 }
 
 /// `t` itself when it has a float dtype, else `t` cast to f32: PyTorch gives
@@ -34,7 +34,7 @@ macro_rules! float_unary {
         let t = $crate::ops::unary::cpu::float_input($t);
         $crate::with_float_dtype!(t.dtype(), T => {
             type $M = <T as $crate::FloatElement>::Math;
-            Ok($crate::ops::unary::cpu::float_map::<T>(&t, |$x: $M| $body))
+            $crate::ops::unary::cpu::float_map::<T>(&t, |$x: $M| $body)
         }, else Err($crate::ops::unary::cpu::unsupported("float_unary", t.dtype())))
     }};
 }
@@ -47,13 +47,13 @@ macro_rules! keep_dtype_unary {
         let t: &$crate::Tensor = $t;
         $crate::with_float_dtype!(t.dtype(), T => {
             type $M = <T as $crate::FloatElement>::Math;
-            Ok($crate::ops::unary::cpu::float_map::<T>(t, |$x: $M| $f))
+            $crate::ops::unary::cpu::float_map::<T>(t, |$x: $M| $f)
         }, else $crate::dtype::with_int_dtype!(t.dtype(), T => {
-            Ok(t.map::<T, T>(|$y: T| $i))
+            t.try_map::<T, T>($op, |$y: T| $i)
         }, else {
             let b: Option<fn(bool) -> bool> = $b;
             match b {
-                Some(g) => Ok(t.map::<bool, bool>(g)),
+                Some(g) => t.try_map::<bool, bool>($op, g),
                 None => Err($crate::ops::unary::cpu::unsupported($op, t.dtype())),
             }
         }))

@@ -68,7 +68,7 @@ impl Tensor {
     pub fn relu(&self) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::unary(self, "relu", cuda::UnaryOp::Relu));
         if let Some(t) = simd_f32(self, UnaryOp::Relu) {
-            return Ok(t);
+            return t;
         }
         keep_dtype_unary!(self, "relu", float |x: M| if x < 0.0 { 0.0 } else { x }, int |x| x.relu_int(), bool None)
     }
@@ -137,7 +137,7 @@ impl Tensor {
     pub fn exp(&self) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::unary(self, "exp", cuda::UnaryOp::Exp));
         if let Some(t) = simd_f32(self, UnaryOp::Exp) {
-            return Ok(t);
+            return t;
         }
         float_unary!(self, |x: M| x.exp())
     }
@@ -194,7 +194,7 @@ impl Tensor {
     pub fn tanh(&self) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::unary(self, "tanh", cuda::UnaryOp::Tanh));
         if let Some(t) = simd_f32(self, UnaryOp::Tanh) {
-            return Ok(t);
+            return t;
         }
         float_unary!(self, |x: M| x.tanh())
     }
@@ -204,7 +204,7 @@ impl Tensor {
     pub fn sigmoid(&self) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::unary(self, "sigmoid", cuda::UnaryOp::Sigmoid));
         if let Some(t) = simd_f32(self, UnaryOp::Sigmoid) {
-            return Ok(t);
+            return t;
         }
         float_unary!(self, |x: M| cpu::sigmoid(x))
     }
@@ -217,7 +217,7 @@ impl Tensor {
             GeluApprox::Tanh => UnaryOp::GeluTanh,
         };
         if let Some(t) = simd_f32(self, op) {
-            return Ok(t);
+            return t;
         }
         match approx {
             GeluApprox::None => float_unary!(self, |x: M| cpu::gelu_erf(x)),
@@ -229,7 +229,7 @@ impl Tensor {
     pub fn silu(&self) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::unary(self, "silu", cuda::UnaryOp::Silu));
         if let Some(t) = simd_f32(self, UnaryOp::Silu) {
-            return Ok(t);
+            return t;
         }
         float_unary!(self, |x: M| x * cpu::sigmoid(x))
     }
@@ -242,7 +242,7 @@ impl Tensor {
 }
 
 /// `op` through the SIMD engine when `t` is f32 (None otherwise).
-fn simd_f32(t: &Tensor, op: UnaryOp) -> Option<Tensor> {
+fn simd_f32(t: &Tensor, op: UnaryOp) -> Option<Result<Tensor>> {
     (t.dtype() == DType::F32).then(|| crate::map_simd::unary_f32(t, op))
 }
 
@@ -254,6 +254,7 @@ fn rename(e: Error, op: &'static str) -> Error {
         Error::Device { msg, .. } => Error::device(op, msg),
         Error::Index { msg, .. } => Error::index(op, msg),
         Error::Arg { msg, .. } => Error::arg(op, msg),
+        Error::OutOfMemory { msg, .. } => Error::out_of_memory(op, msg),
         Error::Io { msg, .. } => Error::io(op, msg),
     }
 }
