@@ -50,11 +50,11 @@ fn stack_slices<T: Element>(shape: &[usize], per: usize, items: &[Tensor]) -> Re
     for t in items {
         slices.push(t.as_slice::<T>()?);
     }
-    Tensor::build::<T>("collate", shape, |out| {
+    Ok(Tensor::build::<T>("collate", shape, |out| {
         for (dst, src) in out.chunks_exact_mut(per.max(1)).zip(&slices) {
             dst.copy_from_slice(src);
         }
-    })
+    })?)
 }
 
 /// Images of one size → a u8 tensor `[B, H, W, C]` (NHWC; permute for NCHW).
@@ -71,14 +71,14 @@ impl Collate for Image {
             }
         }
         let per: usize = shape.iter().product();
-        Tensor::build::<u8>("collate", 
+        Ok(Tensor::build::<u8>("collate", 
             &[items.len(), shape[0], shape[1], shape[2]],
             |out| {
                 for (dst, im) in out.chunks_exact_mut(per.max(1)).zip(&items) {
                     dst.copy_from_slice(im.data());
                 }
             },
-        )
+        )?)
     }
 }
 
@@ -98,11 +98,11 @@ impl<T: Element> Collate for Array<T> {
         let per: usize = shape.iter().product();
         let mut out_shape = vec![items.len()];
         out_shape.extend_from_slice(&shape);
-        Tensor::build::<T>("collate", &out_shape, |out| {
+        Ok(Tensor::build::<T>("collate", &out_shape, |out| {
             for (dst, a) in out.chunks_exact_mut(per.max(1)).zip(&items) {
                 dst.copy_from_slice(&a.data);
             }
-        })
+        })?)
     }
 }
 

@@ -12,6 +12,10 @@ use crate::error::{CommError, Result};
 /// torchrun's default `MASTER_PORT`.
 pub const DEFAULT_MASTER_PORT: u16 = 29500;
 
+/// The largest world size accepted (2^20 ranks): far beyond any job, small
+/// enough that per-rank tables stay cheap and the size fits the wire's u32.
+pub const MAX_WORLD_SIZE: usize = 1 << 20;
+
 /// Where the settings came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EnvSource {
@@ -66,7 +70,9 @@ pub fn detect_from(vars: &HashMap<String, String>) -> Result<DistEnv> {
     let port = |default: u16| -> Result<u16> {
         get("MASTER_PORT").map_or(Ok(default), |v| {
             v.parse::<u16>()
-                .map_err(|_| bad("MASTER_PORT", v, "a port number"))
+                .ok()
+                .filter(|&p| p != 0)
+                .ok_or_else(|| bad("MASTER_PORT", v, "a port number in 1..=65535"))
         })
     };
     let env = if get("RANK").is_some() || get("WORLD_SIZE").is_some() {
@@ -126,13 +132,26 @@ pub fn detect_from(vars: &HashMap<String, String>) -> Result<DistEnv> {
             source: EnvSource::Single,
         }
     };
-    if env.world_size == 0 || env.rank >= env.world_size {
+    check_world("env", env.rank, env.world_size)?;
+    Ok(env)
+}
+
+/// Checks that `rank` is below `world_size` and the world size is between 1
+/// and [`MAX_WORLD_SIZE`]; errors name `op` and the values.
+pub(crate) fn check_world(op: &'static str, rank: usize, world_size: usize) -> Result<()> {
+    if world_size == 0 || world_size > MAX_WORLD_SIZE {
         return Err(CommError::rendezvous(
-            "env",
-            format!("rank {} is not below world size {}", env.rank, env.world_size),
+            op,
+            format!("world size {world_size} is not between 1 and {MAX_WORLD_SIZE}"),
         ));
     }
-    Ok(env)
+    if rank >= world_size {
+        return Err(CommError::rendezvous(
+            op,
+            format!("rank {rank} is not below world size {world_size}"),
+        ));
+    }
+    Ok(())
 }
 
 fn bad(var: &str, value: &str, want: &str) -> CommError {

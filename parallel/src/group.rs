@@ -57,6 +57,13 @@ pub struct CommConfig {
     pub shared_memory: bool,
 }
 
+/// The instant `timeout` from now, saturating far in the future (a century
+/// on) for timeouts such as `Duration::MAX` that no `Instant` can reach.
+pub(crate) fn deadline_after(timeout: Duration) -> Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    Instant::now() + timeout.min(CENTURY)
+}
+
 impl Default for CommConfig {
     fn default() -> Self {
         CommConfig {
@@ -123,6 +130,11 @@ struct Call {
 }
 
 /// Point-to-point flavours, as they travel in headers.
+/// How long a rank that lost a peer waits for the rest of that peer's
+/// stream (an abort notice naming the real failure) before reporting the
+/// lost connection itself.
+const ROOT_CAUSE_GRACE: Duration = Duration::from_secs(2);
+
 const P2P_BYTES: u8 = 0;
 const P2P_SLICE: u8 = 1;
 
@@ -221,12 +233,19 @@ impl CpuComm {
 
     /// A peer that closed its connection after another rank aborted the
     /// group left because of that abort: report the abort, which says what
-    /// went wrong, rather than the closed connection.
+    /// went wrong, rather than the closed connection. The abort notice may
+    /// still be in flight behind the hang-up (a failed send notices first),
+    /// so the peer's stream is read to its end, for at most
+    /// [`ROOT_CAUSE_GRACE`], before deciding.
     fn root_cause(&self, e: CommError) -> CommError {
-        let CommError::PeerClosed { op, rank, .. } = e else {
+        let CommError::PeerClosed { op, rank, peer, .. } = e else {
             return e;
         };
-        match self.transport.mailbox().aborted(self.group) {
+        let mailbox = self.transport.mailbox();
+        if let Some(&g) = self.members.get(peer) {
+            mailbox.wait_drained(g, Instant::now() + ROOT_CAUSE_GRACE);
+        }
+        match mailbox.aborted(self.group) {
             Some((g, msg)) => CommError::Aborted {
                 op,
                 rank,
@@ -332,7 +351,7 @@ impl CpuComm {
 
     fn p2p_recv(&self, op: &'static str, src: usize, tag: u64) -> Result<Frame> {
         let g = self.peer(op, src)?;
-        let deadline = Instant::now() + self.cfg.timeout;
+        let deadline = deadline_after(self.cfg.timeout);
         self.transport
             .mailbox()
             .recv(g, self.group, Channel::P2p(tag), deadline, None)

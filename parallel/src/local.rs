@@ -130,7 +130,7 @@ impl Drop for LocalTransport {
         let why = format!("rank {} exited (its communicator was dropped)", self.rank);
         for (k, b) in self.world.boxes.iter().enumerate() {
             if k != self.rank {
-                b.close_peer(self.rank, &why);
+                b.end_of_stream(self.rank, &why);
             }
         }
     }

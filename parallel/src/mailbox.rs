@@ -40,6 +40,8 @@ pub(crate) type Peek<'a> = (u64, &'a dyn Fn(usize, &Header) -> Option<String>);
 struct State {
     queues: HashMap<(usize, u64, Channel), VecDeque<Frame>>,
     closed: HashMap<usize, String>,
+    /// Sources whose every frame has been delivered (their stream ended).
+    drained: std::collections::HashSet<usize>,
     aborted: HashMap<u64, (usize, String)>,
 }
 
@@ -92,6 +94,38 @@ impl Mailbox {
             .entry(src)
             .or_insert_with(|| reason.to_string());
         self.cv.notify_all();
+    }
+
+    /// Marks global rank `src` as gone after its last frame was delivered
+    /// (its stream ended): [`Mailbox::wait_drained`] returns from then on.
+    pub fn end_of_stream(&self, src: usize, reason: &str) {
+        let mut st = self.lock();
+        st.closed.entry(src).or_insert_with(|| reason.to_string());
+        st.drained.insert(src);
+        drop(st);
+        self.cv.notify_all();
+    }
+
+    /// Waits until every frame global rank `src` sent has been delivered
+    /// (its stream ended) or `deadline` passes; true in the first case. A
+    /// send that failed because the peer hung up may race the peer's last
+    /// frames (an abort notice saying why), still unread in the socket.
+    pub fn wait_drained(&self, src: usize, deadline: Instant) -> bool {
+        let mut st = self.lock();
+        loop {
+            if st.drained.contains(&src) {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            st = self
+                .cv
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
     }
 
     /// Waits for the next frame from global rank `src` on `(group, channel)`.

@@ -106,7 +106,7 @@ impl Op<'_> {
     /// call (same collective, sequence number, dtype, operator, total
     /// length and root) that this rank expects.
     pub fn recv<T: tessera_tensor::Element>(&self, from: usize, offset: usize, len: usize) -> Result<Frame> {
-        let deadline = Instant::now() + self.cfg().timeout;
+        let deadline = crate::group::deadline_after(self.cfg().timeout);
         let what = || {
             format!(
                 "{len} {} elements at offset {offset} of {} (collective #{})",
@@ -222,7 +222,7 @@ impl Op<'_> {
 
     /// Waits until rank `to` has read the loan `h` of `len` elements.
     pub fn settle(&self, to: usize, len: usize, h: &mut LoanHandle) -> Result<()> {
-        h.wait(Instant::now() + self.cfg().timeout)
+        h.wait(crate::group::deadline_after(self.cfg().timeout))
             .map_err(|fail| match fail {
                 LoanFail::Timeout => CommError::Timeout {
                     op: self.name,

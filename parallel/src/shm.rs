@@ -273,7 +273,7 @@ impl Round {
     /// in rank order), or fails, cancelling the round, on a mismatch, a
     /// cancellation, a gone peer, an aborted group or the timeout.
     fn wait_start(&self, op: &Op<'_>) -> Result<Vec<usize>> {
-        let deadline = Instant::now() + op.cfg().timeout;
+        let deadline = crate::group::deadline_after(op.cfg().timeout);
         let mailbox = op.comm.transport.mailbox();
         // Peers usually arrive within microseconds: yield a few times
         // before sleeping (a wake-up costs more than the wait).

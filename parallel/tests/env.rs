@@ -96,3 +96,36 @@ fn slurm_node_lists() {
     assert_eq!(first_host(""), None);
     assert_eq!(first_host("bad[1-2"), None);
 }
+
+#[test]
+fn absurd_world_sizes_and_ports_are_errors() {
+    let t = std::time::Instant::now();
+    // 2^32 + 2 used to abort rank 0 (a table of that many entries) and go
+    // on the wire truncated to u32; 10^8 took 14 s before failing.
+    for world in ["4294967298", "100000000", "1048577", "0"] {
+        let e = detect_from(&vars(&[("RANK", "0"), ("WORLD_SIZE", world)]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&format!("world size {world}")) && e.contains("1048576"), "{e}");
+    }
+    assert!(t.elapsed() < std::time::Duration::from_secs(1));
+    let ok = detect_from(&vars(&[("RANK", "3"), ("WORLD_SIZE", "1048576")])).unwrap();
+    assert_eq!(ok.world_size, 1 << 20);
+    for port in ["0", "65536", "-1", "http"] {
+        let e = detect_from(&vars(&[("RANK", "0"), ("WORLD_SIZE", "2"), ("MASTER_PORT", port)]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("MASTER_PORT") && e.contains(port), "{e}");
+    }
+    // A TcpConfig built by hand is checked the same way.
+    let cfg = tessera_parallel::tcp::TcpConfig {
+        master_addr: "127.0.0.1".into(),
+        master_port: DEFAULT_MASTER_PORT,
+        rank: 0,
+        world_size: 1 << 33,
+        connect_timeout: std::time::Duration::from_secs(1),
+        comm: Default::default(),
+    };
+    let e = tessera_parallel::tcp::connect(&cfg).unwrap_err().to_string();
+    assert!(e.contains("world size 8589934592"), "{e}");
+}

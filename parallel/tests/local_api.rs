@@ -301,3 +301,23 @@ fn run_reports_bad_sizes_and_panics() {
     let e = res.expect_err("a panicking rank is an error");
     assert!(e.to_string().contains("rank 1 panicked"), "{e}");
 }
+
+#[test]
+fn a_timeout_of_duration_max_means_forever() {
+    // Deadlines used to be `Instant::now() + timeout`, which panics
+    // ("overflow when adding duration to instant") for Duration::MAX.
+    let cfg = CommConfig {
+        timeout: Duration::MAX,
+        ..CommConfig::default()
+    };
+    let res = LocalGroup::run_with(3, cfg, |c| {
+        let mut x = [c.rank() as f64; 5];
+        c.all_reduce_slice(&mut x, ReduceOp::Sum)?;
+        c.barrier()?;
+        Ok(x[0])
+    })
+    .unwrap();
+    for r in res {
+        assert_eq!(r.unwrap(), 3.0);
+    }
+}

@@ -437,7 +437,10 @@ fn numel_saturating(shape: &[usize]) -> usize {
     if shape.contains(&0) {
         return 0;
     }
-    shape.iter().try_fold(1usize, |acc, &n| acc.checked_mul(n)).unwrap_or(usize::MAX)
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &n| acc.checked_mul(n))
+        .unwrap_or(usize::MAX)
 }
 
 /// Resolves a possibly negative dimension index against `ndim` dimensions
@@ -571,10 +574,16 @@ mod tests {
         let l = Layout::contiguous(&[1, 4]);
         for shape in [[1 << 62, 4], [usize::MAX, 2], [1 << 32, 1 << 31]] {
             let e = l.broadcast_to(&shape).unwrap_err().to_string();
-            assert!(e.contains("broadcast_to") && e.contains(&format!("{shape:?}")), "{e}");
+            assert!(
+                e.contains("broadcast_to") && e.contains(&format!("{shape:?}")),
+                "{e}"
+            );
             let strides = contiguous_strides(&shape);
             assert!(Layout::try_new(shape.to_vec(), strides, 0).is_err(), "{shape:?}");
-            assert!(Layout::try_new(shape.to_vec(), vec![0, 0], 0).is_err(), "{shape:?}");
+            assert!(
+                Layout::try_new(shape.to_vec(), vec![0, 0], 0).is_err(),
+                "{shape:?}"
+            );
             assert_eq!(Layout::contiguous(&shape).numel(), usize::MAX);
         }
         // A zero size makes any other size harmless.

@@ -45,7 +45,9 @@ pub use device::Device;
 pub use dtype::{DType, Element, FloatElement, FloatMath};
 pub use error::{Error, Result};
 pub use half::{bf16, f16};
-pub use layout::{broadcast_shapes, contiguous_strides, dim_index, dim_indices, infer_shape, Layout};
+pub use layout::{
+    broadcast_shapes, checked_numel, contiguous_strides, dim_index, dim_indices, infer_shape, Layout,
+};
 pub use ops::creation::TensorOptions;
 pub use ops::cross_entropy::{CrossEntropyOptions, Reduction};
 pub use ops::pad::PadMode;

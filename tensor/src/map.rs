@@ -24,7 +24,11 @@ impl Tensor {
     ///
     /// # Panics
     /// When `T` is not the dtype or the tensor is on a GPU.
-    pub fn try_map<T: Element, U: Element>(&self, op: &'static str, f: impl Fn(T) -> U + Sync) -> Result<Tensor> {
+    pub fn try_map<T: Element, U: Element>(
+        &self,
+        op: &'static str,
+        f: impl Fn(T) -> U + Sync,
+    ) -> Result<Tensor> {
         let src = self.storage().as_slice::<T>();
         Tensor::build_overwrite::<U>(op, self.shape(), |out| {
             fill_rows(out, [self.layout()], |o, [off], [st]| {

@@ -16,13 +16,13 @@ use crate::{Layout, Result, Tensor};
 /// Elements gathered per batch when a row is strided.
 const GATHER: usize = 256;
 
-/// `op` applied to every element of the f32 tensor `t`; errors when memory
-/// is out.
-pub(crate) fn unary_f32(t: &Tensor, op: UnaryOp) -> Result<Tensor> {
+/// `op` applied to every element of the f32 tensor `t`; errors, naming
+/// `name`, when memory is out.
+pub(crate) fn unary_f32(name: &'static str, t: &Tensor, op: UnaryOp) -> Result<Tensor> {
     let level = Level::best();
     let src = t.storage().as_slice::<f32>();
     in_memory_order(t.shape(), &[t.layout().clone()], |shape, ls| {
-        Tensor::build_overwrite::<f32>("elementwise", shape, |out| {
+        Tensor::build_overwrite::<f32>(name, shape, |out| {
             fill_rows(out, [&ls[0]], |o, [off], [st]| {
                 if st == 1 {
                     kernels::unary(level, op, &src[off..off + o.len()], o);
@@ -74,12 +74,18 @@ pub(crate) fn binary_f32(a: &Tensor, b: &Tensor, name: &'static str, op: BinaryO
 }
 
 /// `t op s` (or `s op t` with `scalar_first`) for an f32 tensor and scalar.
-/// Errors when memory is out.
-pub(crate) fn scalar_f32(t: &Tensor, s: f32, op: BinaryOp, scalar_first: bool) -> Result<Tensor> {
+/// Errors, naming `name`, when memory is out.
+pub(crate) fn scalar_f32(
+    name: &'static str,
+    t: &Tensor,
+    s: f32,
+    op: BinaryOp,
+    scalar_first: bool,
+) -> Result<Tensor> {
     let level = Level::best();
     let src = t.storage().as_slice::<f32>();
     in_memory_order(t.shape(), &[t.layout().clone()], |shape, ls| {
-        Tensor::build_overwrite::<f32>("elementwise", shape, |out| {
+        Tensor::build_overwrite::<f32>(name, shape, |out| {
             fill_rows(out, [&ls[0]], |o, [off], [st]| {
                 if st == 1 {
                     kernels::binary_scalar(level, op, &src[off..off + o.len()], s, scalar_first, o);
@@ -214,11 +220,11 @@ mod tests {
         // Mixed orders fall back to a row-major result.
         let mixed = binary_f32(&at, &b.t().unwrap().contiguous(), "add", BinaryOp::Add).unwrap();
         assert!(mixed.is_contiguous());
-        let u = unary_f32(&at, UnaryOp::Exp);
+        let u = unary_f32("t", &at, UnaryOp::Exp).unwrap();
         assert_eq!(u.strides(), at.strides());
         assert_eq!(
             values_f64(&u),
-            values_f64(&unary_f32(&at.contiguous(), UnaryOp::Exp))
+            values_f64(&unary_f32("t", &at.contiguous(), UnaryOp::Exp).unwrap())
         );
     }
 
@@ -228,13 +234,13 @@ mod tests {
         let v: Vec<f64> = rand_f64(4, 205).iter().map(|x| x * 6.0).collect();
         let base = layouts_of::<f32>(&v, &shape)[0].clone();
         for op in [UnaryOp::Exp, UnaryOp::GeluErf, UnaryOp::Tanh, UnaryOp::Relu] {
-            let want = values_f64(&unary_f32(&base, op));
+            let want = values_f64(&unary_f32("t", &base, op).unwrap());
             for t in layouts_of::<f32>(&v, &shape) {
-                assert_eq!(values_f64(&unary_f32(&t, op)), want, "{op:?} {t:?}");
+                assert_eq!(values_f64(&unary_f32("t", &t, op).unwrap()), want, "{op:?} {t:?}");
             }
         }
         for t in layouts_of::<f32>(&v, &shape) {
-            let got = scalar_f32(&t, 2.0, BinaryOp::Div, true);
+            let got = scalar_f32("t", &t, 2.0, BinaryOp::Div, true).unwrap();
             let want = t.map::<f32, f32>(|x| 2.0 / x);
             assert_eq!(values_f64(&got), values_f64(&want));
         }

@@ -74,7 +74,9 @@ impl Storage {
                 format!("cannot allocate {bytes} bytes for {len} elements of {}", T::DTYPE),
             )
         };
-        let bytes = len.checked_mul(T::DTYPE.size_in_bytes()).ok_or_else(|| oom(None))?;
+        let bytes = len
+            .checked_mul(T::DTYPE.size_in_bytes())
+            .ok_or_else(|| oom(None))?;
         let (ptr, zeroed) = if bytes == 0 {
             // A dangling but aligned pointer: never dereferenced for 0 bytes.
             (NonNull::new(ALIGN as *mut u8).expect("ALIGN is non-zero"), true)
@@ -246,7 +248,8 @@ impl Storage {
         if let Buffer::Mapped { .. } = self.buf {
             // Copy-on-write of a memory-mapped tensor: the kernel writing
             // it has nowhere to return an error to.
-            let mut owned = Storage::for_overwrite::<T>("copy-on-write", self.len).unwrap_or_else(|e| panic!("{e}"));
+            let mut owned =
+                Storage::for_overwrite::<T>("copy-on-write", self.len).unwrap_or_else(|e| panic!("{e}"));
             owned.raw_bytes_mut().copy_from_slice(self.as_bytes());
             *self = owned;
         }

@@ -94,7 +94,11 @@ impl Tensor {
     /// Errors, naming `op` (the operation whose result this is), when the
     /// element count overflows ([`Error::Arg`]) or the memory cannot be
     /// allocated ([`Error::OutOfMemory`], with the shape and the bytes).
-    pub fn build<T: Element>(op: &'static str, shape: &[usize], fill: impl FnOnce(&mut [T])) -> Result<Tensor> {
+    pub fn build<T: Element>(
+        op: &'static str,
+        shape: &[usize],
+        fill: impl FnOnce(&mut [T]),
+    ) -> Result<Tensor> {
         let mut storage = Self::allocate::<T>(op, shape, true)?;
         fill(storage.as_mut_slice::<T>());
         Ok(Self::from_parts(storage, Layout::contiguous(shape)))

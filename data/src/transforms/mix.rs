@@ -145,7 +145,7 @@ fn cut_box(h: usize, w: usize, lam: f64, rng: &mut Rng) -> (usize, usize, usize,
 fn blend_flip<T: Element>(x: &Tensor, per: usize, lam: f64) -> Result<Tensor> {
     let src = x.as_slice::<T>()?;
     let b = x.shape()[0];
-    Tensor::build::<T>("mixup", x.shape(), |out| {
+    Ok(Tensor::build::<T>("mixup", x.shape(), |out| {
         for i in 0..b {
             let (a, f) = (
                 &src[i * per..(i + 1) * per],
@@ -155,7 +155,7 @@ fn blend_flip<T: Element>(x: &Tensor, per: usize, lam: f64) -> Result<Tensor> {
                 *o = T::from_f64(lam * u.to_f64() + (1.0 - lam) * v.to_f64());
             }
         }
-    })
+    })?)
 }
 
 /// `x` with box `(y0, y1, x0, x1)` of every plane replaced by `x.flip(0)`'s.
@@ -169,7 +169,7 @@ fn paste<T: Element>(
     let src = x.as_slice::<T>()?;
     let b = x.shape()[0];
     let plane = h * w;
-    Tensor::build::<T>("cutmix", x.shape(), |out| {
+    Ok(Tensor::build::<T>("cutmix", x.shape(), |out| {
         out.copy_from_slice(src);
         if plane == 0 {
             return;
@@ -183,7 +183,7 @@ fn paste<T: Element>(
                 }
             }
         }
-    })
+    })?)
 }
 
 /// `λ·smooth(onehot(t)) + (1−λ)·smooth(onehot(t.flip(0)))` with

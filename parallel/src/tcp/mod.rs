@@ -73,18 +73,7 @@ impl TcpConfig {
         } = detect()?;
         let mut comm = CommConfig::default();
         if let Ok(v) = std::env::var(TIMEOUT_VAR) {
-            let secs: f64 = v
-                .trim()
-                .parse()
-                .ok()
-                .filter(|s: &f64| s.is_finite() && *s > 0.0)
-                .ok_or_else(|| {
-                    CommError::rendezvous(
-                        "env",
-                        format!("{TIMEOUT_VAR}={v:?} is not a positive number of seconds"),
-                    )
-                })?;
-            comm.timeout = Duration::from_secs_f64(secs);
+            comm.timeout = parse_timeout(&v)?;
         }
         Ok(TcpConfig {
             master_addr,
@@ -97,6 +86,23 @@ impl TcpConfig {
     }
 }
 
+/// The value of [`TIMEOUT_VAR`]: positive seconds; values past what a
+/// `Duration` holds (1e30, inf) mean "wait forever" (`Duration::MAX`).
+fn parse_timeout(v: &str) -> Result<Duration> {
+    let secs: f64 = v
+        .trim()
+        .parse()
+        .ok()
+        .filter(|s: &f64| !s.is_nan() && *s > 0.0)
+        .ok_or_else(|| {
+            CommError::rendezvous(
+                "env",
+                format!("{TIMEOUT_VAR}={v:?} is not a positive number of seconds"),
+            )
+        })?;
+    Ok(Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX))
+}
+
 /// Joins the job described by the environment ([`TcpConfig::from_env`]).
 pub fn init_from_env() -> Result<CpuComm> {
     connect(&TcpConfig::from_env()?)
@@ -107,12 +113,7 @@ pub fn init_from_env() -> Result<CpuComm> {
 /// `connect_timeout` (on every rank that did), or when the ranks disagree
 /// about the world size.
 pub fn connect(cfg: &TcpConfig) -> Result<CpuComm> {
-    if cfg.world_size == 0 || cfg.rank >= cfg.world_size {
-        return Err(CommError::rendezvous(
-            "connect",
-            format!("rank {} is not below world size {}", cfg.rank, cfg.world_size),
-        ));
-    }
+    crate::env::check_world("connect", cfg.rank, cfg.world_size)?;
     let master = rendezvous::resolve(&cfg.master_addr, cfg.master_port)?;
     let streams = if cfg.world_size == 1 {
         vec![None]
@@ -181,7 +182,7 @@ impl TcpTransport {
                             Err(e) => break e,
                         }
                     };
-                    mb.close_peer(k, &format!("connection to rank {k} closed: {why}"));
+                    mb.end_of_stream(k, &format!("connection to rank {k} closed: {why}"));
                 })
                 .map_err(io)?;
             peers.push(Some(Peer {
@@ -268,5 +269,22 @@ impl Drop for TcpTransport {
             }
         }
         self.mailbox.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_too_large_for_a_duration_saturate() {
+        assert_eq!(parse_timeout("2.5").unwrap(), Duration::from_millis(2500));
+        for huge in ["1e19", "1e30", "inf"] {
+            assert_eq!(parse_timeout(huge).unwrap(), Duration::MAX, "{huge}");
+        }
+        for bad in ["0", "-1", "nan", "soon", ""] {
+            let e = parse_timeout(bad).unwrap_err().to_string();
+            assert!(e.contains(TIMEOUT_VAR), "{bad}: {e}");
+        }
     }
 }

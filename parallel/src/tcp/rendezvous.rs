@@ -29,7 +29,7 @@ pub(crate) fn rendezvous(
     world: usize,
     timeout: Duration,
 ) -> Result<Vec<Option<TcpStream>>> {
-    let deadline = Instant::now() + timeout;
+    let deadline = crate::group::deadline_after(timeout);
     // Data connections use the interface that reaches the master.
     let bind_ip = if master.ip().is_loopback() {
         master.ip()

@@ -56,13 +56,14 @@ impl TensorOptions {
             ));
         }
         let numel = checked_numel(op, shape)?;
-        if numel
-            .checked_mul(self.dtype.size_in_bytes())
-            .is_none_or(|b| b > isize::MAX as usize)
-        {
-            return Err(Error::arg(
+        let bytes = numel as u128 * self.dtype.size_in_bytes() as u128;
+        if bytes > isize::MAX as u128 {
+            return Err(Error::out_of_memory(
                 op,
-                format!("shape {shape:?} of {} is larger than memory can hold", self.dtype),
+                format!(
+                    "shape {shape:?} of {} needs {bytes} bytes, more than memory can hold",
+                    self.dtype
+                ),
             ));
         }
         Ok(numel)

@@ -54,7 +54,7 @@ impl Tensor {
         } else {
             (0..nd)
                 .map(|d| source_map(mode, self.shape()[d], lr(d).0, shape[d]))
-                .collect()
+                .collect::<Result<_>>()?
         };
         if maps.is_empty() {
             return crate::with_dtype!(self.dtype(), T => Tensor::build::<T>(OP, &shape, |_| {}));
@@ -91,21 +91,22 @@ fn padded_len(op: &'static str, mode: PadMode, d: usize, n: usize, l: usize, r: 
 
 /// For each of the `len` output positions along a dim of size `n` padded by
 /// `l` on the left, the source position, or `None` for a constant fill.
-fn source_map(mode: PadMode, n: usize, l: usize, len: usize) -> Vec<Option<usize>> {
+/// Errors when memory for the map is out.
+fn source_map(mode: PadMode, n: usize, l: usize, len: usize) -> Result<Vec<Option<usize>>> {
+    let mut map = crate::tensor::try_vec::<Option<usize>>("pad", &[len])?;
     let (n, l) = (n as isize, l as isize);
-    (0..len as isize)
-        .map(|j| {
-            let s = j - l;
-            if (0..n).contains(&s) {
-                return Some(s as usize);
-            }
-            match mode {
-                PadMode::Constant(_) => None,
-                PadMode::Reflect => Some(if s < 0 { -s } else { 2 * (n - 1) - s } as usize),
-                PadMode::Replicate => Some(s.clamp(0, n - 1) as usize),
-            }
-        })
-        .collect()
+    map.extend((0..len as isize).map(|j| {
+        let s = j - l;
+        if (0..n).contains(&s) {
+            return Some(s as usize);
+        }
+        match mode {
+            PadMode::Constant(_) => None,
+            PadMode::Reflect => Some(if s < 0 { -s } else { 2 * (n - 1) - s } as usize),
+            PadMode::Replicate => Some(s.clamp(0, n - 1) as usize),
+        }
+    }));
+    Ok(map)
 }
 
 /// Fills `shape` row by row (last dim): a row is all `value` when an outer

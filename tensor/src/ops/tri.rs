@@ -29,20 +29,20 @@ impl Tensor {
             ));
         }
         let (rows, cols) = (self.shape()[nd - 2], self.shape()[nd - 1]);
-            crate::with_dtype!(self.dtype(), T => Tensor::build::<T>(op, self.shape(), |out| {
-                self.copy_into(out);
-                for_each_row(out, cols, |r, row| {
-                    let i = (r % rows) as isize;
-                    // Kept columns: j <= i + diagonal (lower) or j >= i + diagonal (upper).
-                    let edge = (i.saturating_add(diagonal)).clamp(-1, cols as isize);
-                    let zero = if lower {
-                        &mut row[(edge + 1).min(cols as isize) as usize..]
-                    } else {
-                        &mut row[..edge.max(0) as usize]
-                    };
-                    zero.fill(T::ZERO);
-                });
-            }))
+        crate::with_dtype!(self.dtype(), T => Tensor::build::<T>(op, self.shape(), |out| {
+            self.copy_into(out);
+            for_each_row(out, cols, |r, row| {
+                let i = (r % rows) as isize;
+                // Kept columns: j <= i + diagonal (lower) or j >= i + diagonal (upper).
+                let edge = (i.saturating_add(diagonal)).clamp(-1, cols as isize);
+                let zero = if lower {
+                    &mut row[(edge + 1).min(cols as isize) as usize..]
+                } else {
+                    &mut row[..edge.max(0) as usize]
+                };
+                zero.fill(T::ZERO);
+            });
+        }))
     }
 }
 

@@ -108,7 +108,7 @@ impl Tensor {
     pub fn add_scalar(&self, s: f64) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::scalar(self, s, "add_scalar", cuda::BinaryOp::Add, false));
         if self.dtype() == DType::F32 {
-            return crate::map_simd::scalar_f32(self, s as f32, BinaryOp::Add, false);
+            return crate::map_simd::scalar_f32("add_scalar", self, s as f32, BinaryOp::Add, false);
         }
         scalar_op!(self, s, |x, s: M| x + s)
     }
@@ -117,7 +117,7 @@ impl Tensor {
     pub fn sub_scalar(&self, s: f64) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::scalar(self, s, "sub_scalar", cuda::BinaryOp::Sub, false));
         if self.dtype() == DType::F32 {
-            return crate::map_simd::scalar_f32(self, s as f32, BinaryOp::Sub, false);
+            return crate::map_simd::scalar_f32("sub_scalar", self, s as f32, BinaryOp::Sub, false);
         }
         scalar_op!(self, s, |x, s: M| x - s)
     }
@@ -126,7 +126,7 @@ impl Tensor {
     pub fn rsub_scalar(&self, s: f64) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::scalar(self, s, "rsub_scalar", cuda::BinaryOp::Sub, true));
         if self.dtype() == DType::F32 {
-            return crate::map_simd::scalar_f32(self, s as f32, BinaryOp::Sub, true);
+            return crate::map_simd::scalar_f32("rsub_scalar", self, s as f32, BinaryOp::Sub, true);
         }
         scalar_op!(self, s, |x, s: M| s - x)
     }
@@ -135,7 +135,7 @@ impl Tensor {
     pub fn mul_scalar(&self, s: f64) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::scalar(self, s, "mul_scalar", cuda::BinaryOp::Mul, false));
         if self.dtype() == DType::F32 {
-            return crate::map_simd::scalar_f32(self, s as f32, BinaryOp::Mul, false);
+            return crate::map_simd::scalar_f32("mul_scalar", self, s as f32, BinaryOp::Mul, false);
         }
         scalar_op!(self, s, |x, s: M| x * s)
     }
@@ -144,7 +144,7 @@ impl Tensor {
     pub fn div_scalar(&self, s: f64) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::scalar(self, s, "div_scalar", cuda::BinaryOp::Div, false));
         if self.dtype() == DType::F32 {
-            return crate::map_simd::scalar_f32(self, s as f32, BinaryOp::Div, false);
+            return crate::map_simd::scalar_f32("div_scalar", self, s as f32, BinaryOp::Div, false);
         }
         scalar_op!(self, s, |x, s: M| x / s)
     }
@@ -153,7 +153,7 @@ impl Tensor {
     pub fn rdiv_scalar(&self, s: f64) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::scalar(self, s, "rdiv_scalar", cuda::BinaryOp::Div, true));
         if self.dtype() == DType::F32 {
-            return crate::map_simd::scalar_f32(self, s as f32, BinaryOp::Div, true);
+            return crate::map_simd::scalar_f32("rdiv_scalar", self, s as f32, BinaryOp::Div, true);
         }
         scalar_op!(self, s, |x, s: M| s / x)
     }

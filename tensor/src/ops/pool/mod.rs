@@ -425,9 +425,11 @@ fn max_forward<S: FloatElement>(x: &Tensor, g: &Window) -> Result<(Tensor, Tenso
     // call and cost more than the pooling.
     let mut values = None;
     let idx = Tensor::build_overwrite::<i64>("max_pool2d", &g.out_shape(), |indices| {
-        values = Some(Tensor::build_overwrite::<S>("max_pool2d", &g.out_shape(), |out| {
-            max_planes::<S>(xs, g, out, indices)
-        }));
+        values = Some(Tensor::build_overwrite::<S>(
+            "max_pool2d",
+            &g.out_shape(),
+            |out| max_planes::<S>(xs, g, out, indices),
+        ));
     })?;
     Ok((values.expect("build_overwrite runs its closure")?, idx))
 }

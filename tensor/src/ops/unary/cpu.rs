@@ -7,7 +7,10 @@ use crate::{DType, Error, FloatElement, FloatMath, Result, Tensor};
 /// `f` applied to every element of the float tensor `t` (dtype `T`), computed
 /// in `T::Math` and rounded once back to `T`.
 #[inline]
-pub(crate) fn float_map<T: FloatElement>(t: &Tensor, f: impl Fn(T::Math) -> T::Math + Sync) -> Result<Tensor> {
+pub(crate) fn float_map<T: FloatElement>(
+    t: &Tensor,
+    f: impl Fn(T::Math) -> T::Math + Sync,
+) -> Result<Tensor> {
     t.try_map::<T, T>("elementwise", |x| T::from_math(f(x.to_math())))
 }
 

@@ -67,7 +67,7 @@ impl Tensor {
     /// max(x, 0) in the input dtype; NaN stays NaN. Errors for bool.
     pub fn relu(&self) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::unary(self, "relu", cuda::UnaryOp::Relu));
-        if let Some(t) = simd_f32(self, UnaryOp::Relu) {
+        if let Some(t) = simd_f32("relu", self, UnaryOp::Relu) {
             return t;
         }
         keep_dtype_unary!(self, "relu", float |x: M| if x < 0.0 { 0.0 } else { x }, int |x| x.relu_int(), bool None)
@@ -136,7 +136,7 @@ impl Tensor {
     /// e^x (float result; integers and bool compute in f32).
     pub fn exp(&self) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::unary(self, "exp", cuda::UnaryOp::Exp));
-        if let Some(t) = simd_f32(self, UnaryOp::Exp) {
+        if let Some(t) = simd_f32("exp", self, UnaryOp::Exp) {
             return t;
         }
         float_unary!(self, |x: M| x.exp())
@@ -193,7 +193,7 @@ impl Tensor {
     /// tanh x (float result).
     pub fn tanh(&self) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::unary(self, "tanh", cuda::UnaryOp::Tanh));
-        if let Some(t) = simd_f32(self, UnaryOp::Tanh) {
+        if let Some(t) = simd_f32("tanh", self, UnaryOp::Tanh) {
             return t;
         }
         float_unary!(self, |x: M| x.tanh())
@@ -203,7 +203,7 @@ impl Tensor {
     /// any x (float result).
     pub fn sigmoid(&self) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::unary(self, "sigmoid", cuda::UnaryOp::Sigmoid));
-        if let Some(t) = simd_f32(self, UnaryOp::Sigmoid) {
+        if let Some(t) = simd_f32("sigmoid", self, UnaryOp::Sigmoid) {
             return t;
         }
         float_unary!(self, |x: M| cpu::sigmoid(x))
@@ -216,7 +216,7 @@ impl Tensor {
             GeluApprox::None => UnaryOp::GeluErf,
             GeluApprox::Tanh => UnaryOp::GeluTanh,
         };
-        if let Some(t) = simd_f32(self, op) {
+        if let Some(t) = simd_f32("gelu", self, op) {
             return t;
         }
         match approx {
@@ -228,7 +228,7 @@ impl Tensor {
     /// SiLU (swish): x · sigmoid(x) (float result).
     pub fn silu(&self) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::unary(self, "silu", cuda::UnaryOp::Silu));
-        if let Some(t) = simd_f32(self, UnaryOp::Silu) {
+        if let Some(t) = simd_f32("silu", self, UnaryOp::Silu) {
             return t;
         }
         float_unary!(self, |x: M| x * cpu::sigmoid(x))
@@ -242,8 +242,8 @@ impl Tensor {
 }
 
 /// `op` through the SIMD engine when `t` is f32 (None otherwise).
-fn simd_f32(t: &Tensor, op: UnaryOp) -> Option<Result<Tensor>> {
-    (t.dtype() == DType::F32).then(|| crate::map_simd::unary_f32(t, op))
+fn simd_f32(name: &'static str, t: &Tensor, op: UnaryOp) -> Option<Result<Tensor>> {
+    (t.dtype() == DType::F32).then(|| crate::map_simd::unary_f32(name, t, op))
 }
 
 /// The same error reported under `op` (for ops built from other ops).

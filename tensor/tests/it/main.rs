@@ -1,0 +1,5 @@
+//! The tensor crate's integration tests, one binary: a module per topic.
+
+mod fuzz;
+mod no_panic;
+mod sizes;
