@@ -336,7 +336,7 @@ impl Layout {
     /// strides allow it (PyTorch's `view` rule); `None` when a copy is needed.
     /// The element counts must already agree.
     pub fn reshaped(&self, shape: &[usize]) -> Option<Layout> {
-        debug_assert_eq!(self.numel(), shape.iter().product::<usize>());
+        debug_assert_eq!(self.numel(), numel_saturating(shape));
         if self.is_contiguous() {
             return Some(Layout {
                 shape: shape.to_vec(),

@@ -31,7 +31,7 @@ impl Tensor {
             let w = param::<M>(OP, "weight", weight, self, g.c)?;
             let b = param::<M>(OP, "bias", bias, self, g.c)?;
             let xs = x.as_slice::<T>()?;
-            let (mean, rstd) = row_stats(xs, g.k(), eps);
+            let (mean, rstd) = row_stats(OP, xs, g.n * num_groups, g.k(), eps)?;
             let y = rows_forward(xs, g.k(), &mean, &rstd, |r, i| {
                 let c = g.channel(r, i);
                 (w.as_ref().map_or(<M as FloatMath>::ONE, |w| w[c]), b.as_ref().map_or(<M as FloatMath>::ZERO, |b| b[c]))
@@ -109,6 +109,8 @@ impl Groups {
                 ),
             ));
         }
+        // The statistics are [N, groups]: that count must fit too.
+        crate::tensor::checked_numel(op, &[n, groups])?;
         Ok(Groups {
             n,
             c,

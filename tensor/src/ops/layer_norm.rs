@@ -48,7 +48,7 @@ impl Tensor {
             let w = param::<M>(OP, "weight", weight, self, k)?;
             let b = param::<M>(OP, "bias", bias, self, k)?;
             let xs = x.as_slice::<T>()?;
-            let (mean, rstd) = row_stats(xs, k, eps);
+            let (mean, rstd) = row_stats(OP, xs, rows, k, eps)?;
             let y = rows_forward(xs, k, &mean, &rstd, |_, i| {
                 (w.as_ref().map_or(<M as FloatMath>::ONE, |w| w[i]), b.as_ref().map_or(<M as FloatMath>::ZERO, |b| b[i]))
             });

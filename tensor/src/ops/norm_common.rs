@@ -14,25 +14,33 @@ fn min_rows(k: usize) -> usize {
     (PAR_THRESHOLD / k.max(1)).max(1)
 }
 
-/// Mean and 1/sqrt(biased var + eps) of each row of `k` elements of the
-/// contiguous `x`, two-pass and pairwise in the math type.
-pub(crate) fn row_stats<T: FloatElement>(x: &[T], k: usize, eps: f64) -> (Vec<T::Math>, Vec<T::Math>) {
-    let rows = x.len().checked_div(k).unwrap_or(0);
+/// Mean and 1/sqrt(biased var + eps) of each of the `rows` rows of `k`
+/// elements of the contiguous `x`, two-pass and pairwise in the math type
+/// (NaN for empty rows, as 0/0). Errors, naming `op`, when memory for the
+/// statistics is out.
+pub(crate) fn row_stats<T: FloatElement>(
+    op: &'static str,
+    x: &[T],
+    rows: usize,
+    k: usize,
+    eps: f64,
+) -> Result<(Vec<T::Math>, Vec<T::Math>)> {
     let kf = T::Math::of(k as f64);
     let eps = T::Math::of(eps);
-    (0..rows)
-        .into_par_iter()
-        .with_min_len(min_rows(k))
-        .map(|r| {
-            let row = &x[r * k..(r + 1) * k];
-            let mean = pairwise(k, &|i| row[i].to_math()) / kf;
-            let var = pairwise(k, &|i| {
-                let d = row[i].to_math() - mean;
-                d * d
-            }) / kf;
-            (mean, T::Math::ONE / (var + eps).sqrt())
-        })
-        .unzip()
+    let mut stats = (
+        crate::tensor::try_vec(op, &[rows])?,
+        crate::tensor::try_vec(op, &[rows])?,
+    );
+    stats.par_extend((0..rows).into_par_iter().with_min_len(min_rows(k)).map(|r| {
+        let row = &x[r * k..(r + 1) * k];
+        let mean = pairwise(k, &|i| row[i].to_math()) / kf;
+        let var = pairwise(k, &|i| {
+            let d = row[i].to_math() - mean;
+            d * d
+        }) / kf;
+        (mean, T::Math::ONE / (var + eps).sqrt())
+    }));
+    Ok(stats)
 }
 
 /// `y = (x − mean[r])·rstd[r]·w + b` over rows of `k` elements, where

@@ -42,8 +42,8 @@ impl Tensor {
         }
         crate::tensor::checked_numel(OP, &shape)?;
         let tiled = self.with_layout(Layout::new(big_shape, big_strides, self.layout().offset()));
-        let shape: Vec<isize> = shape.iter().map(|&n| n as isize).collect();
-        tiled.contiguous().reshape(&shape)
+        // The row-major copy of [r0, n0, r1, n1, ...] is the result's data.
+        Ok(tiled.try_contiguous()?.with_layout(Layout::contiguous(&shape)))
     }
 }
 

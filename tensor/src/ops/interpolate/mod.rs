@@ -83,8 +83,8 @@ impl Tensor {
         let (n, c) = (self.shape()[0], self.shape()[1]);
         Ok(crate::with_float_dtype!(self.dtype(), S => {
             let xs = x.as_slice::<S>()?;
-            let ys = taps::<<S as FloatElement>::Math>(h, out[0], align_corners, scales[0]);
-            let xt = taps::<<S as FloatElement>::Math>(w, out[1], align_corners, scales[1]);
+            let ys = taps::<<S as FloatElement>::Math>(OP, h, out[0], align_corners, scales[0])?;
+            let xt = taps::<<S as FloatElement>::Math>(OP, w, out[1], align_corners, scales[1])?;
             crate::ops::pool::fill_planes::<S>(&[n, c, out[0], out[1]], out[0] * out[1], |pl, o| {
                 let src = &xs[pl * h * w..(pl + 1) * h * w];
                 let at = |y: usize, x: usize| src[y * w + x].to_math();
@@ -129,9 +129,10 @@ pub fn upsample_bilinear2d_backward(
     let (oh, ow) = (grad_out.shape()[2], grad_out.shape()[3]);
     Ok(crate::with_float_dtype!(grad_out.dtype(), S => {
         let go = math_vec::<S>(grad_out);
-        let ys = taps::<<S as FloatElement>::Math>(h, oh, align_corners, scales[0]);
-        let xt = taps::<<S as FloatElement>::Math>(w, ow, align_corners, scales[1]);
-        let mut gi = vec![<<S as FloatElement>::Math as FloatMath>::ZERO; input_shape.iter().product()];
+        let ys = taps::<<S as FloatElement>::Math>(OP, h, oh, align_corners, scales[0])?;
+        let xt = taps::<<S as FloatElement>::Math>(OP, w, ow, align_corners, scales[1])?;
+        let mut gi = crate::tensor::try_vec(OP, input_shape)?;
+        gi.resize(input_shape.iter().product(), <<S as FloatElement>::Math as FloatMath>::ZERO);
         let plane = |(pl, g): (usize, &mut [<S as FloatElement>::Math])| {
             for (oy, ty) in ys.iter().enumerate() {
                 for (ox, tx) in xt.iter().enumerate() {
@@ -163,7 +164,15 @@ struct Tap<T> {
 
 /// PyTorch's `area_pixel_compute_scale`, `area_pixel_compute_source_index`
 /// and `guard_index_and_lambda` for every output coordinate along one axis.
-fn taps<T: FloatMath>(input: usize, output: usize, align_corners: bool, scale: Option<f64>) -> Vec<Tap<T>> {
+/// Errors, naming `op`, when memory for them is out.
+fn taps<T: FloatMath>(
+    op: &'static str,
+    input: usize,
+    output: usize,
+    align_corners: bool,
+    scale: Option<f64>,
+) -> Result<Vec<Tap<T>>> {
+    let mut taps = crate::tensor::try_vec(op, &[output])?;
     let s = if align_corners {
         if output > 1 {
             T::of((input - 1) as f64) / T::of((output - 1) as f64)
@@ -177,35 +186,34 @@ fn taps<T: FloatMath>(input: usize, output: usize, align_corners: bool, scale: O
         }
     };
     let half = T::of(0.5);
-    (0..output)
-        .map(|dst| {
-            let d = T::of(dst as f64);
-            let real = if align_corners {
-                s * d
+    taps.extend((0..output).map(|dst| {
+        let d = T::of(dst as f64);
+        let real = if align_corners {
+            s * d
+        } else {
+            let r = s * (d + half) - half;
+            if r < T::ZERO {
+                T::ZERO
             } else {
-                let r = s * (d + half) - half;
-                if r < T::ZERO {
-                    T::ZERO
-                } else {
-                    r
-                }
-            };
-            let i0 = (real.floor().f64() as usize).min(input - 1);
-            let mut l1 = real - T::of(i0 as f64);
-            if l1 < T::ZERO {
-                l1 = T::ZERO;
-            } else if l1 > T::ONE {
-                l1 = T::ONE;
+                r
             }
-            let i1 = if i0 < input - 1 { i0 + 1 } else { i0 };
-            Tap {
-                i0,
-                i1,
-                l0: T::ONE - l1,
-                l1,
-            }
-        })
-        .collect()
+        };
+        let i0 = (real.floor().f64() as usize).min(input - 1);
+        let mut l1 = real - T::of(i0 as f64);
+        if l1 < T::ZERO {
+            l1 = T::ZERO;
+        } else if l1 > T::ONE {
+            l1 = T::ONE;
+        }
+        let i1 = if i0 < input - 1 { i0 + 1 } else { i0 };
+        Tap {
+            i0,
+            i1,
+            l0: T::ONE - l1,
+            l1,
+        }
+    }));
+    Ok(taps)
 }
 
 /// `(H, W)` of a 4-D shape with non-empty spatial dimensions.

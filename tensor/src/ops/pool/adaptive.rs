@@ -21,10 +21,15 @@ impl Tensor {
         let mut shape = self.shape().to_vec();
         let nd = shape.len();
         shape[nd - 2..].copy_from_slice(&out);
+        let plane = plane_dims(OP, &shape).and_then(|_| {
+            out[0]
+                .checked_mul(out[1])
+                .ok_or_else(|| super::too_large(OP, &shape))
+        })?;
         let x = self.contiguous();
         Ok(crate::with_float_dtype!(self.dtype(), S => {
             let xs = x.as_slice::<S>()?;
-            fill_planes::<S>(&shape, out[0] * out[1], |pl, o| {
+            fill_planes::<S>(&shape, plane, |pl, o| {
                 let src = &xs[pl * h * w..(pl + 1) * h * w];
                 for oy in 0..out[0] {
                     let ys = bounds(oy, out[0], h);

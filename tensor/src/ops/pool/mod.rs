@@ -355,16 +355,32 @@ impl Window {
     }
 }
 
-/// `(planes, H, W)` of a 3-D or 4-D shape.
+/// `(planes, H, W)` of a 3-D or 4-D shape; errors for another rank or an
+/// element count past `isize::MAX`.
 fn plane_dims(op: &'static str, shape: &[usize]) -> Result<(usize, usize, usize)> {
+    crate::tensor::checked_numel(op, shape)?;
+    // With a zero size elsewhere the element count is 0 whatever the
+    // others: the planes and the plane size must fit on their own.
+    let fit = |a: usize, b: usize| {
+        a.checked_mul(b)
+            .filter(|&p| p <= isize::MAX as usize)
+            .ok_or_else(|| too_large(op, shape))
+    };
     match shape {
-        [c, h, w] => Ok((*c, *h, *w)),
-        [n, c, h, w] => Ok((n * c, *h, *w)),
+        [c, h, w] => fit(*h, *w).map(|_| (*c, *h, *w)),
+        [n, c, h, w] => fit(*h, *w).and(fit(*n, *c)).map(|planes| (planes, *h, *w)),
         _ => Err(Error::shape(
             op,
             format!("expects a 3-D [C, H, W] or 4-D [N, C, H, W] shape, got {shape:?}"),
         )),
     }
+}
+
+fn too_large(op: &'static str, shape: &[usize]) -> Error {
+    Error::arg(
+        op,
+        format!("shape {shape:?} has more elements than memory can hold"),
+    )
 }
 
 /// A fresh tensor of `shape` (in `S`) whose planes of `plane` elements are
