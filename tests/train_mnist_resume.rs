@@ -65,3 +65,17 @@ fn same_seed_same_metrics_and_resume_gives_identical_weights() {
         std::fs::remove_dir_all(d).unwrap();
     }
 }
+
+#[test]
+fn bad_arguments_are_named() {
+    let parse = |a: &[&str]| cli::Args::parse(a.iter().map(|s| s.to_string())).unwrap_err();
+    assert_eq!(parse(&["--frobnicate"]), "unknown flag --frobnicate");
+    assert_eq!(parse(&["--frobnicate", "3"]), "unknown flag --frobnicate");
+    assert_eq!(parse(&["--epochs"]), "--epochs needs a value");
+    // An output path that is a file: the error names it.
+    let file = tmp("out-is-a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let e = run::train(&args(&file, &[])).unwrap_err().to_string();
+    assert!(e.contains(&file.display().to_string()), "{e}");
+    let _ = std::fs::remove_file(&file);
+}

@@ -71,7 +71,8 @@ impl Collate for Image {
             }
         }
         let per: usize = shape.iter().product();
-        Ok(Tensor::build::<u8>("collate", 
+        Ok(Tensor::build::<u8>(
+            "collate",
             &[items.len(), shape[0], shape[1], shape[2]],
             |out| {
                 for (dst, im) in out.chunks_exact_mut(per.max(1)).zip(&items) {

@@ -122,7 +122,13 @@ where
         self.epoch += 1;
         let (bs, drop_last) = (self.batch_size, self.drop_last);
         if self.num_workers == 0 {
-            return Box::new(Batcher::open(&*self.dataset, epoch, WorkerInfo::SINGLE, bs, drop_last));
+            return Box::new(Batcher::open(
+                &*self.dataset,
+                epoch,
+                WorkerInfo::SINGLE,
+                bs,
+                drop_last,
+            ));
         }
         let workers = (0..self.num_workers)
             .map(|id| {
@@ -388,10 +394,14 @@ mod tests {
                 .unwrap_or_else(|| panic!("{workers} workers: the panic vanished, {} batches", got.len()));
             let last = workers.max(1) - 1;
             assert!(
-                err.to_string().contains(&format!("cannot open the shards of worker {last}")),
+                err.to_string()
+                    .contains(&format!("cannot open the shards of worker {last}")),
                 "{workers} workers: {err}"
             );
-            assert!(got.last().unwrap().is_err(), "{workers} workers: the epoch ends at the error");
+            assert!(
+                got.last().unwrap().is_err(),
+                "{workers} workers: the epoch ends at the error"
+            );
         }
     }
 

@@ -301,10 +301,21 @@ fn dropping_an_epoch_does_not_wait_forever_on_a_stuck_worker() {
     let gate = Gate::new();
     let g = gate.0.clone();
     let took = finishes_within(Duration::from_secs(10), move || {
-        let ds = Stuck { n: 16, stuck: 5, gate: g };
-        let mut l = DataLoader::builder(ds).batch_size(2).num_workers(2).build().unwrap();
+        let ds = Stuck {
+            n: 16,
+            stuck: 5,
+            gate: g,
+        };
+        let mut l = DataLoader::builder(ds)
+            .batch_size(2)
+            .num_workers(2)
+            .build()
+            .unwrap();
         let mut epoch = l.iter();
-        assert_eq!(epoch.next().unwrap().unwrap().to_vec::<i64>().unwrap(), vec![0, 1]);
+        assert_eq!(
+            epoch.next().unwrap().unwrap().to_vec::<i64>().unwrap(),
+            vec![0, 1]
+        );
         // Batch 2 (samples 4, 5) never finishes loading; abandon the epoch.
         drop(epoch);
     });
@@ -317,7 +328,11 @@ fn timeout_turns_a_stuck_batch_into_an_error() {
         let gate = Gate::new();
         let g = gate.0.clone();
         let took = finishes_within(Duration::from_secs(10), move || {
-            let ds = Stuck { n: 16, stuck: 5, gate: g };
+            let ds = Stuck {
+                n: 16,
+                stuck: 5,
+                gate: g,
+            };
             let mut l = DataLoader::builder(ds)
                 .batch_size(2)
                 .num_workers(2)
@@ -331,7 +346,10 @@ fn timeout_turns_a_stuck_batch_into_an_error() {
             assert!(e.contains("batch 2") && e.contains("0.2"), "{e}");
             drop(l);
         });
-        assert!(took < Duration::from_secs(3), "persistent {persistent}: took {took:?}");
+        assert!(
+            took < Duration::from_secs(3),
+            "persistent {persistent}: took {took:?}"
+        );
     }
     // As in PyTorch, the timeout applies to workers; without them it is unused.
     let mut l = DataLoader::builder(VecDataset::new(vec![0i64]))

@@ -70,6 +70,22 @@ impl Args {
             if flag == "--help" || flag == "-h" {
                 return Err("help".into());
             }
+            const VALUED: [&str; 11] = [
+                "--epochs",
+                "--batch-size",
+                "--lr",
+                "--seed",
+                "--threads",
+                "--data",
+                "--out",
+                "--target",
+                "--train-limit",
+                "--test-limit",
+                "--stop-after",
+            ];
+            if !VALUED.contains(&flag.as_str()) {
+                return Err(format!("unknown flag {flag}"));
+            }
             let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
             let bad = |e: String| format!("bad value {value:?} for {flag}: {e}");
             match flag.as_str() {
@@ -84,7 +100,7 @@ impl Args {
                 "--train-limit" => a.train_limit = Some(value.parse().map_err(|e| bad(format!("{e}")))?),
                 "--test-limit" => a.test_limit = Some(value.parse().map_err(|e| bad(format!("{e}")))?),
                 "--stop-after" => a.stop_after = Some(value.parse().map_err(|e| bad(format!("{e}")))?),
-                _ => return Err(format!("unknown flag {flag}")),
+                _ => unreachable!("every flag of VALUED has an arm"),
             }
         }
         if a.epochs == 0 || a.batch_size == 0 || a.threads == Some(0) {

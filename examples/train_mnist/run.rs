@@ -87,7 +87,8 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
     let total_steps = (args.epochs * steps_per_epoch) as u64;
     let mut sched = OneCycleLR::new(&mut opt, OneCycleOptions::new(args.lr, total_steps))?;
 
-    std::fs::create_dir_all(&args.out)?;
+    std::fs::create_dir_all(&args.out)
+        .map_err(|e| format!("cannot create the output directory {}: {e}", args.out.display()))?;
     let ckpt_path = args.out.join("checkpoint.safetensors");
     let mut start_epoch = 0;
     let mut elapsed_before = 0.0;

@@ -101,12 +101,18 @@ pub fn detect_from(vars: &HashMap<String, String>) -> Result<DistEnv> {
         };
         let master_addr = match get("MASTER_ADDR") {
             Some(a) => a.to_string(),
-            None => get("SLURM_JOB_NODELIST")
-                .or(get("SLURM_NODELIST"))
-                .and_then(first_host)
+            None => {
+                let (var, list) = [
+                    ("SLURM_JOB_NODELIST", get("SLURM_JOB_NODELIST")),
+                    ("SLURM_NODELIST", get("SLURM_NODELIST")),
+                ]
+                .into_iter()
+                .find_map(|(k, v)| Some((k, v?)))
                 .ok_or_else(|| {
                     CommError::rendezvous("env", "under SLURM set MASTER_ADDR or SLURM_JOB_NODELIST")
-                })?,
+                })?;
+                first_host(list).ok_or_else(|| bad(var, list, "a host list (such as node[01-04],login1)"))?
+            }
         };
         // Jobs sharing a node must not share a port: derive it from the job id.
         let default_port = num("SLURM_JOB_ID")?.map_or(DEFAULT_MASTER_PORT, |id| 20000 + (id % 10000) as u16);

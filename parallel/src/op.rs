@@ -2,7 +2,6 @@
 //! primitives the algorithms talk through.
 
 use std::ops::Range;
-use std::time::Instant;
 
 use crate::element::CommElement;
 use crate::error::{CommError, Result};

@@ -106,15 +106,22 @@ fn absurd_world_sizes_and_ports_are_errors() {
         let e = detect_from(&vars(&[("RANK", "0"), ("WORLD_SIZE", world)]))
             .unwrap_err()
             .to_string();
-        assert!(e.contains(&format!("world size {world}")) && e.contains("1048576"), "{e}");
+        assert!(
+            e.contains(&format!("world size {world}")) && e.contains("1048576"),
+            "{e}"
+        );
     }
     assert!(t.elapsed() < std::time::Duration::from_secs(1));
     let ok = detect_from(&vars(&[("RANK", "3"), ("WORLD_SIZE", "1048576")])).unwrap();
     assert_eq!(ok.world_size, 1 << 20);
     for port in ["0", "65536", "-1", "http"] {
-        let e = detect_from(&vars(&[("RANK", "0"), ("WORLD_SIZE", "2"), ("MASTER_PORT", port)]))
-            .unwrap_err()
-            .to_string();
+        let e = detect_from(&vars(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_PORT", port),
+        ]))
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("MASTER_PORT") && e.contains(port), "{e}");
     }
     // A TcpConfig built by hand is checked the same way.
@@ -128,4 +135,21 @@ fn absurd_world_sizes_and_ports_are_errors() {
     };
     let e = tessera_parallel::tcp::connect(&cfg).unwrap_err().to_string();
     assert!(e.contains("world size 8589934592"), "{e}");
+}
+
+#[test]
+fn a_malformed_slurm_node_list_is_named() {
+    for list in ["node[01-04", "[]"] {
+        let e = detect_from(&vars(&[
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_JOB_NODELIST", list),
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("SLURM_JOB_NODELIST") && e.contains(list) && !e.contains("set MASTER_ADDR"),
+            "{e}"
+        );
+    }
 }

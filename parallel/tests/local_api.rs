@@ -314,7 +314,7 @@ fn a_timeout_of_duration_max_means_forever() {
         let mut x = [c.rank() as f64; 5];
         c.all_reduce_slice(&mut x, ReduceOp::Sum)?;
         c.barrier()?;
-        Ok(x[0])
+        Ok::<f64, CommError>(x[0])
     })
     .unwrap();
     for r in res {

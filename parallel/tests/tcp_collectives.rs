@@ -200,14 +200,15 @@ fn roots() -> Result<(), String> {
         "rank 1 is in barrier #1 while rank 2 is in broadcast #0",
     ];
     match res {
-        Err(CommError::Mismatch { op: "broadcast", msg, .. }) if r == 2 && DIAGNOSES.contains(&msg.as_str()) => {
-            Ok(())
-        }
-        Err(CommError::Aborted { op: "barrier" | "broadcast", peer: 2, msg, .. })
-            if r != 2 && DIAGNOSES.iter().any(|d| msg.contains(d)) =>
-        {
-            Ok(())
-        }
+        Err(CommError::Mismatch {
+            op: "broadcast", msg, ..
+        }) if r == 2 && DIAGNOSES.contains(&msg.as_str()) => Ok(()),
+        Err(CommError::Aborted {
+            op: "barrier" | "broadcast",
+            peer: 2,
+            msg,
+            ..
+        }) if r != 2 && DIAGNOSES.iter().any(|d| msg.contains(d)) => Ok(()),
         other => Err(format!("rank {r}: unexpected {other:?}")),
     }
 }

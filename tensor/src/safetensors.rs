@@ -49,6 +49,10 @@ pub fn load_with_metadata(
     let err = |msg: String| Error::io(LOAD, format!("{}: {msg}", path.display()));
     little_endian_only(LOAD)?;
     let file = File::open(path).map_err(|e| err(e.to_string()))?;
+    // Mapping a directory fails with ENODEV ("No such device"): say what is wrong.
+    if file.metadata().is_ok_and(|m| m.is_dir()) {
+        return Err(err("is a directory, not a safetensors file".into()));
+    }
     // SAFETY: the map is read-only; like every mmap-based loader (PyTorch's
     // and safetensors' own) we require that the file is not truncated or
     // rewritten while tensors borrow it. `save` replaces files by rename, so

@@ -220,3 +220,15 @@ fn invalid_saves_are_errors() {
     let e = save(&dir, [("x", &a)]).unwrap_err();
     assert!(e.to_string().contains("tessera-no-such-dir"), "{e}");
 }
+
+#[test]
+fn loading_a_directory_says_so() {
+    let dir = std::env::temp_dir().join(format!("tessera-dir-{}.safetensors", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let e = load(&dir).unwrap_err().to_string();
+    let _ = std::fs::remove_dir(&dir);
+    assert!(
+        e.contains(&dir.display().to_string()) && e.contains("is a directory"),
+        "{e}"
+    );
+}

@@ -279,16 +279,16 @@ impl Tensor {
     /// contiguous (no copy), else a row-major copy.
     ///
     /// # Panics
-    /// For a GPU tensor, when the device copy fails (a driver error or out
-    /// of memory), as a failed host allocation aborts; use
-    /// [`Tensor::try_contiguous`] to get that as an `Err`. CPU tensors and
-    /// contiguous GPU tensors never panic.
+    /// When the copy cannot be made: host or device memory is out (a huge
+    /// broadcast view) or the driver fails; use [`Tensor::try_contiguous`]
+    /// to get that as an `Err`. Contiguous tensors never panic.
     pub fn contiguous(&self) -> Tensor {
         self.try_contiguous().unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// As [`Tensor::contiguous`], but a failed GPU copy (a driver error, out
-    /// of device memory) is an [`Error::Device`] naming `contiguous`.
+    /// As [`Tensor::contiguous`], but a failed copy is an error naming
+    /// `contiguous`: [`Error::OutOfMemory`] on the host, [`Error::Device`]
+    /// for a driver error or device memory.
     pub fn try_contiguous(&self) -> Result<Tensor> {
         if self.is_contiguous() {
             return Ok(self.clone());

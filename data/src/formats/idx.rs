@@ -384,14 +384,27 @@ mod tests {
         for (bad, at) in [(200u8, 1), (10, 2)] {
             let mut v = vec![3u8, 9, 0];
             v[at] = bad;
-            write_idx(&labels, &IdxArray { dims: vec![3], data: IdxData::U8(v) }, true).unwrap();
+            write_idx(
+                &labels,
+                &IdxArray {
+                    dims: vec![3],
+                    data: IdxData::U8(v),
+                },
+                true,
+            )
+            .unwrap();
             let e = Mnist::open(dir.path(), true).unwrap_err().to_string();
             assert!(
-                e.contains("train-labels-idx1-ubyte") && e.contains(&format!("label {bad}")) && e.contains(&format!("{at}")),
+                e.contains("train-labels-idx1-ubyte")
+                    && e.contains(&format!("label {bad}"))
+                    && e.contains(&format!("{at}")),
                 "{e}"
             );
         }
-        let ok = IdxArray { dims: vec![3], data: IdxData::U8(vec![3, 9, 0]) };
+        let ok = IdxArray {
+            dims: vec![3],
+            data: IdxData::U8(vec![3, 9, 0]),
+        };
         write_idx(&labels, &ok, false).unwrap();
         assert_eq!(Mnist::open(dir.path(), true).unwrap().labels(), &[3, 9, 0]);
     }

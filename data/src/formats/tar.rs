@@ -98,9 +98,8 @@ impl TarReader {
         let mut pax: HashMap<String, String> = HashMap::new();
         loop {
             let Some(h) = self.read_block("header")? else {
-                return Err(self.bad(
-                    "truncated archive: it ends without the two zero blocks that mark its end".into(),
-                ));
+                return Err(self
+                    .bad("truncated archive: it ends without the two zero blocks that mark its end".into()));
             };
             if h.iter().all(|&b| b == 0) {
                 return match self.read_block("end-of-archive marker")? {
@@ -383,7 +382,10 @@ mod tests {
             let got: Vec<_> = TarReader::open(&p).unwrap().collect();
             let last = got.last().unwrap_or_else(|| panic!("cut at {cut}: no error"));
             let e = last.as_ref().map(|e| e.name.clone()).unwrap_err().to_string();
-            assert!(e.contains("cut.tar") && e.contains("truncated"), "cut at {cut}: {e}");
+            assert!(
+                e.contains("cut.tar") && e.contains("truncated"),
+                "cut at {cut}: {e}"
+            );
         }
     }
 
@@ -406,7 +408,10 @@ mod tests {
             let got: Vec<_> = TarReader::open(&p).unwrap().collect();
             assert_eq!(got.len(), 1, "size {size}: {got:?}");
             let e = got[0].as_ref().unwrap_err().to_string();
-            assert!(e.contains("pax.tar") && e.contains(&size.to_string()), "size {size}: {e}");
+            assert!(
+                e.contains("pax.tar") && e.contains(&size.to_string()),
+                "size {size}: {e}"
+            );
         }
     }
 }
