@@ -133,7 +133,10 @@ fn absurd_world_sizes_and_ports_are_errors() {
         connect_timeout: std::time::Duration::from_secs(1),
         comm: Default::default(),
     };
-    let e = tessera_parallel::tcp::connect(&cfg).unwrap_err().to_string();
+    let e = tessera_parallel::tcp::connect(&cfg)
+        .err()
+        .expect("an error")
+        .to_string();
     assert!(e.contains("world size 8589934592"), "{e}");
 }
 

@@ -279,8 +279,16 @@ mod tests {
     #[test]
     fn timeouts_too_large_for_a_duration_saturate() {
         assert_eq!(parse_timeout("2.5").unwrap(), Duration::from_millis(2500));
-        for huge in ["1e19", "1e30", "inf"] {
+        assert_eq!(
+            parse_timeout("1e19").unwrap(),
+            Duration::from_secs(10_000_000_000_000_000_000)
+        );
+        for huge in ["1e30", "inf"] {
             assert_eq!(parse_timeout(huge).unwrap(), Duration::MAX, "{huge}");
+        }
+        // Deadlines from such timeouts saturate instead of panicking.
+        for t in ["1e19", "1e30"] {
+            assert!(crate::group::deadline_after(parse_timeout(t).unwrap()) > std::time::Instant::now());
         }
         for bad in ["0", "-1", "nan", "soon", ""] {
             let e = parse_timeout(bad).unwrap_err().to_string();
