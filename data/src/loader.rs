@@ -528,7 +528,7 @@ pub(crate) fn join_within(handles: Vec<JoinHandle<()>>, grace: Duration) {
     // No deadline when `grace` reaches past the end of time.
     let deadline = Instant::now().checked_add(grace);
     for h in handles {
-        while !h.is_finished() && deadline.is_none_or(|d| Instant::now() < d) {
+        while !h.is_finished() && deadline.map_or(true, |d| Instant::now() < d) {
             std::thread::sleep(Duration::from_millis(1));
         }
         if h.is_finished() {

@@ -176,8 +176,8 @@ fn mismatch() -> Result<(), String> {
 }
 
 /// Ranks 0 and 1 broadcast from root 0, rank 2 from root 1, then all
-/// enter a barrier. Rank 2 waits for rank 1 (its parent in the tree of root
-/// 1) and fails at once on whichever message comes first: rank 0's piece,
+/// enter a barrier. Rank 2 waits for rank 1 (its parent in the tree of
+/// root 1) and fails at once on whichever message comes first: rank 0's piece,
 /// whose header names the other root, or rank 1's barrier message (rank 1
 /// finished the broadcast without sending to rank 2) — the two arrive over
 /// different connections in either order. The others then fail with rank

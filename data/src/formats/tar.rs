@@ -369,12 +369,26 @@ mod tests {
         let p = dir.path().join("cut.tar");
         let good = four_samples();
         std::fs::write(&p, &good).unwrap();
-        assert_eq!(TarReader::open(&p).unwrap().map(|e| e.unwrap()).count(), 4);
+        assert_eq!(
+            TarReader::open(&p)
+                .unwrap()
+                .collect::<Result<Vec<_>>>()
+                .unwrap()
+                .len(),
+            4
+        );
         // Trailing zero padding after the end marker (tar's 10 KiB records) is fine.
         let mut padded = good.clone();
         padded.resize(10240, 0);
         std::fs::write(&p, &padded).unwrap();
-        assert_eq!(TarReader::open(&p).unwrap().map(|e| e.unwrap()).count(), 4);
+        assert_eq!(
+            TarReader::open(&p)
+                .unwrap()
+                .collect::<Result<Vec<_>>>()
+                .unwrap()
+                .len(),
+            4
+        );
         // Every cut before the second zero block, header boundaries
         // (0, 1536, 2560, 4096, ...) included, must be an error.
         for cut in (0..good.len()).step_by(BLOCK) {

@@ -14,6 +14,9 @@ fn min_rows(k: usize) -> usize {
     (PAR_THRESHOLD / k.max(1)).max(1)
 }
 
+/// Per-row means and reciprocal standard deviations, in the math type.
+pub(crate) type RowStats<T> = (Vec<<T as FloatElement>::Math>, Vec<<T as FloatElement>::Math>);
+
 /// Mean and 1/sqrt(biased var + eps) of each of the `rows` rows of `k`
 /// elements of the contiguous `x`, two-pass and pairwise in the math type
 /// (NaN for empty rows, as 0/0). Errors, naming `op`, when memory for the
@@ -24,7 +27,7 @@ pub(crate) fn row_stats<T: FloatElement>(
     rows: usize,
     k: usize,
     eps: f64,
-) -> Result<(Vec<T::Math>, Vec<T::Math>)> {
+) -> Result<RowStats<T>> {
     let kf = T::Math::of(k as f64);
     let eps = T::Math::of(eps);
     let mut stats = (
