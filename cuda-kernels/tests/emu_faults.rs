@@ -4,8 +4,9 @@
 
 mod common;
 
-use common::emu::Emu;
-use common::Exec;
+use common::exec::RtExec;
+use common::{Exec, ORDERS};
+use tessera_cuda_kernels::emu::ThreadOrder;
 use tessera_cuda_kernels::{Arg, DevPtr, Launch, Module};
 
 fn launch(kernel: &str, block: u32, smem: u32, args: Vec<Arg>) -> Launch {
@@ -20,13 +21,13 @@ fn launch(kernel: &str, block: u32, smem: u32, args: Vec<Arg>) -> Launch {
     }
 }
 
-fn run(e: &Emu, kernel: &str, block: u32, smem: u32, out: DevPtr<f32>) -> Result<(), String> {
+fn run(e: &RtExec, kernel: &str, block: u32, smem: u32, out: DevPtr<f32>) -> Result<(), String> {
     e.run(&launch(kernel, block, smem, vec![Arg::ptr(out)]))
 }
 
 fn expect_err(kernel: &str, block: u32, needle: &str) {
-    for mode in [0, 1, 7] {
-        let e = Emu::new(mode);
+    for order in ORDERS {
+        let e = RtExec::emu(order);
         let out = e.upload(&vec![0f32; block as usize]);
         let err = run(&e, kernel, block, 0, out).expect_err(kernel);
         assert!(
@@ -40,8 +41,8 @@ fn expect_err(kernel: &str, block: u32, needle: &str) {
 fn missing_barrier_changes_with_thread_order() {
     let want: Vec<f32> = (0..64).rev().map(|t| t as f32).collect();
     let mut wrong = 0;
-    for mode in [0, 1, 3] {
-        let e = Emu::new(mode);
+    for order in ORDERS {
+        let e = RtExec::emu(order);
         let out = e.upload(&vec![0f32; 64]);
         run(&e, "fault_missing_barrier", 64, 256, out).unwrap();
         wrong += (e.download(out) != want) as usize;
@@ -49,7 +50,7 @@ fn missing_barrier_changes_with_thread_order() {
         run(&e, "fault_fixed_barrier", 64, 256, fixed).unwrap();
         assert_eq!(e.download(fixed), want, "{}", e.name());
     }
-    assert_eq!(wrong, 3, "every order must expose the missing barrier");
+    assert_eq!(wrong, ORDERS.len(), "every order must expose the missing barrier");
 }
 
 #[test]
@@ -74,7 +75,7 @@ fn deadlock_is_reported() {
 
 #[test]
 fn cp_async_read_before_wait_sees_no_data() {
-    let e = Emu::new(0);
+    let e = RtExec::emu(ThreadOrder::Forward);
     let input = e.upload(&vec![2f32; 128]);
     let out = e.upload(&[0f32; 32]);
     e.run(&launch(
@@ -92,7 +93,7 @@ fn cp_async_read_before_wait_sees_no_data() {
 
 #[test]
 fn out_of_bounds_write_is_reported() {
-    let e = Emu::new(0);
+    let e = RtExec::emu(ThreadOrder::Forward);
     let out = e.upload(&[0f32; 8]);
     let err = e
         .run(&launch(
@@ -107,7 +108,7 @@ fn out_of_bounds_write_is_reported() {
 
 #[test]
 fn bad_launches_are_errors() {
-    let e = Emu::new(0);
+    let e = RtExec::emu(ThreadOrder::Forward);
     let out = e.upload(&[0f32; 8]);
     assert!(e
         .run(&launch("no_such_kernel", 32, 0, vec![]))
