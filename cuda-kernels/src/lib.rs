@@ -13,6 +13,7 @@
 //! that runs the same `.cu` sources compiled as C++. [`runtime::open`] picks
 //! one per process (a GPU when present, else the emulator when built in).
 
+pub mod caching;
 pub mod error;
 #[cfg(feature = "cuda-emu")]
 pub mod emu;
@@ -24,6 +25,7 @@ pub mod ops;
 pub mod philox;
 pub mod runtime;
 
+pub use caching::{CachingAllocator, MemoryStats};
 pub use error::{Error, Result};
 pub use gpu::{driver_available, Gpu};
 pub use launch::{Arg, DevPtr, KernelType, Launch};
