@@ -530,8 +530,8 @@ pub(super) fn cases() -> Vec<Case> {
         &[&m],
         op(|x| ok(x[0].bernoulli_with(&mut Generator::new(1)))),
     );
-    // Creation on a GPU: no operand, but `cuda:0` must be an `Err` here
-    // (no driver), never a panic or a CPU tensor.
+    // Creation on a GPU: no operand; `cuda:0` must work where a device (or
+    // the emulator) is present and be an `Err` elsewhere, never a panic.
     add("zeros", N, &[], op(move |_| ok(Tensor::zeros(&[2, 3], cuda))));
     add("ones", N, &[], op(move |_| ok(Tensor::ones(&[2], cuda))));
     add("full", N, &[], op(move |_| ok(Tensor::full(&[2], 1.5, cuda))));

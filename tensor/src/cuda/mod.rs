@@ -17,6 +17,7 @@ mod guard;
 mod guard_cases;
 #[cfg(test)]
 mod guard_tests;
+mod memory;
 mod transfer;
 
 use std::sync::Arc;
@@ -203,7 +204,7 @@ pub(crate) fn launch(op: &'static str, state: &DeviceState, launches: &[Launch])
         // SAFETY: the wrappers that built `l` checked every pointer against
         // the length of the buffer it came from (see above); outputs are
         // fresh buffers nothing else reads or writes.
-        unsafe { state.gpu.launch(l) }.map_err(kernel_err(op, state.device()))?;
+        unsafe { state.launch(op, l) }?;
     }
     Ok(())
 }
