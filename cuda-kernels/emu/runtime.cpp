@@ -255,19 +255,26 @@ bool resolve_warp(int w, int nthreads) {
     Thread* lanes[32] = {};
     for (int l = 0; l < 32 && w * 32 + l < nthreads; ++l) lanes[l] = &sched->threads[w * 32 + l];
     bool released = false;
+    // Lanes in the mask of a lane already judged wait in that same
+    // collective (or the judgement reported the mismatch), so one judgement
+    // covers them: without this, every arrival re-checked every waiting
+    // lane against every other, which dominated the emulator's run time.
+    unsigned judged = 0;
     for (int l = 0; l < 32; ++l) {
         Thread* t = lanes[l];
-        if (!t || t->state != State::Warp) continue;
+        if (!t || t->state != State::Warp || (judged >> l & 1)) continue;
+        judged |= t->mask | 1u << l;
         bool ready = true;
         for (int k = 0; k < 32 && ready; ++k) {
             if (!(t->mask >> k & 1)) continue;
             Thread* o = lanes[k];
-            std::string why;
-            if (!o) why = "names lane " + std::to_string(k) + " beyond the block";
-            else if (o->state == State::Done) why = "waits for lane " + std::to_string(k) + ", which exited";
-            else if (o->state == State::Warp && (o->op != t->op || o->mask != t->mask))
-                why = "meets lane " + std::to_string(k) + " in a different warp op (line " + std::to_string(o->line) + ")";
-            if (!why.empty()) {
+            bool missing = !o, exited = o && o->state == State::Done;
+            bool other_op = o && o->state == State::Warp && (o->op != t->op || o->mask != t->mask);
+            if (missing || exited || other_op) {
+                std::string why = missing  ? "names lane " + std::to_string(k) + " beyond the block"
+                                  : exited ? "waits for lane " + std::to_string(k) + ", which exited"
+                                           : "meets lane " + std::to_string(k) + " in a different warp op (line " +
+                                                 std::to_string(o->line) + ")";
                 sched->error = "warp collective at line " + std::to_string(t->line) + " of " + coords(*t) + " " + why;
                 return false;
             }
