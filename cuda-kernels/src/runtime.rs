@@ -236,3 +236,7 @@ fn emulated_devices() -> usize {
 fn emulated_devices() -> usize {
     0
 }
+
+#[cfg(all(test, feature = "cuda-emu"))]
+#[path = "runtime_tests.rs"]
+mod tests;

@@ -206,7 +206,7 @@ impl Emu {
     }
 
     /// The `mode` of `emu_launch` for the next launch from this thread.
-    fn mode(&self) -> u64 {
+    pub(crate) fn mode(&self) -> u64 {
         match THREAD_ORDER.with(Cell::get).unwrap_or(self.order) {
             ThreadOrder::Forward => 0,
             ThreadOrder::Reverse => 1,
