@@ -39,7 +39,8 @@ mod emu {
     ];
 
     pub(super) fn build() {
-        let dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+        let dir =
+            PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
         let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
         for p in ["emu", "src/kernels", "src/module.rs"] {
             println!("cargo:rerun-if-changed={}", dir.join(p).display());
@@ -50,11 +51,21 @@ mod emu {
         let mut families = Vec::new();
         for m in Module::ALL {
             let stem = m.file_name().trim_end_matches(".cu");
-            units.push(unit(&out, stem, &[&common, &kernels.join(m.file_name())], &m.kernels()));
+            units.push(unit(
+                &out,
+                stem,
+                &[&common, &kernels.join(m.file_name())],
+                &m.kernels(),
+            ));
             families.push(stem.to_string());
         }
         let faults: Vec<String> = FAULT_KERNELS.iter().map(|k| k.to_string()).collect();
-        units.push(unit(&out, "faults", &[&common, &dir.join("emu/faults.cu")], &faults));
+        units.push(unit(
+            &out,
+            "faults",
+            &[&common, &dir.join("emu/faults.cu")],
+            &faults,
+        ));
         families.push("faults".into());
         units.push(registry(&out, &families));
 
@@ -71,7 +82,11 @@ mod emu {
             // _FORTIFY_SOURCE's longjmp check rejects the jumps between fiber stacks.
             .flag("-U_FORTIFY_SOURCE")
             .flag("-include")
-            .flag(dir.join("emu/cuda_emu.h").to_str().expect("the crate path is UTF-8"))
+            .flag(
+                dir.join("emu/cuda_emu.h")
+                    .to_str()
+                    .expect("the crate path is UTF-8"),
+            )
             .files(&units)
             .compile("tessera_cuda_emu");
     }

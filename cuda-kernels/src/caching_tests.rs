@@ -22,8 +22,11 @@ fn size_classes_round_up_with_bounded_slack() {
     assert_eq!(size_class(3 << 20).unwrap(), 3 << 20);
     for bytes in (0..40).map(|i| 1usize << (i / 2) | (i * 7919)) {
         let c = size_class(bytes).unwrap();
-        assert!(c >= bytes.max(1) && c % MIN_BLOCK == 0, "{bytes} -> {c}");
-        assert!(c - bytes.max(1) <= (bytes / 4).max(MIN_BLOCK), "{bytes} -> {c}: too much slack");
+        assert!(c >= bytes.max(1) && c.is_multiple_of(MIN_BLOCK), "{bytes} -> {c}");
+        assert!(
+            c - bytes.max(1) <= (bytes / 4).max(MIN_BLOCK),
+            "{bytes} -> {c}: too much slack"
+        );
     }
     assert!(matches!(size_class(usize::MAX), Err(Error::OutOfMemory { .. })));
 }
@@ -36,14 +39,20 @@ fn a_freed_block_is_reused_for_its_class_and_stats_follow() {
     assert_eq!(b1.addr % 256, 0);
     let b2 = a.alloc(3 << 20).unwrap();
     let s = a.stats();
-    assert_eq!((s.allocated, s.reserved, s.active_blocks), (1024 + (3 << 20), 1024 + (3 << 20), 2));
+    assert_eq!(
+        (s.allocated, s.reserved, s.active_blocks),
+        (1024 + (3 << 20), 1024 + (3 << 20), 2)
+    );
     assert_eq!((s.device_allocations, s.cache_hits), (2, 0));
     assert_eq!(emu.used_bytes(), s.reserved);
 
     // SAFETY: nothing uses the blocks afterwards.
     unsafe { a.free(b1.addr) }.unwrap();
     let s = a.stats();
-    assert_eq!((s.allocated, s.reserved, s.cached()), (3 << 20, 1024 + (3 << 20), 1024));
+    assert_eq!(
+        (s.allocated, s.reserved, s.cached()),
+        (3 << 20, 1024 + (3 << 20), 1024)
+    );
     // A request of the same class gets the same block back, no device call.
     let b3 = a.alloc(700).unwrap();
     assert_eq!(b3, b1);
@@ -85,7 +94,10 @@ fn cached_memory_is_given_back_before_running_out() {
     assert_eq!(emu.used_bytes(), 2 << 20);
     // A request the device cannot hold at all is an error naming the size.
     let e = a.alloc(8 << 20).unwrap_err();
-    assert!(matches!(e, Error::OutOfMemory { bytes, .. } if bytes == 8 << 20), "{e}");
+    assert!(
+        matches!(e, Error::OutOfMemory { bytes, .. } if bytes == 8 << 20),
+        "{e}"
+    );
     assert_eq!(a.stats().allocated, 2 << 20, "a failed request changes nothing");
     // SAFETY: as above.
     unsafe { a.free(b.addr) }.unwrap();

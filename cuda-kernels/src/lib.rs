@@ -14,9 +14,9 @@
 //! one per process (a GPU when present, else the emulator when built in).
 
 pub mod caching;
-pub mod error;
 #[cfg(feature = "cuda-emu")]
 pub mod emu;
+pub mod error;
 pub mod gpu;
 pub mod launch;
 pub mod module;

@@ -208,7 +208,8 @@ fn select() -> std::result::Result<RuntimeKind, String> {
     let emulator = cfg!(feature = "cuda-emu");
     match forced {
         Some(true) if !emulator => Err(
-            "TESSERA_CUDA_EMU=1 asks for the emulated device, but this build lacks the feature `cuda-emu`".into(),
+            "TESSERA_CUDA_EMU=1 asks for the emulated device, but this build lacks the feature `cuda-emu`"
+                .into(),
         ),
         Some(true) => Ok(RuntimeKind::Emulator),
         Some(false) => Ok(RuntimeKind::Driver),

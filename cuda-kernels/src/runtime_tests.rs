@@ -9,7 +9,10 @@ fn emu(capacity: usize) -> Emu {
 }
 
 fn f32s(bytes: &[u8]) -> Vec<f32> {
-    bytes.chunks_exact(4).map(|c| f32::from_ne_bytes(c.try_into().unwrap())).collect()
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_ne_bytes(c.try_into().unwrap()))
+        .collect()
 }
 
 #[test]
@@ -55,7 +58,10 @@ fn ranges_outside_live_allocations_are_errors_naming_the_op() {
     unsafe {
         let err = e.copy_htod(a + 8, &[0u8; 16]).unwrap_err();
         assert!(matches!(err, Error::Emulator { op: "copy_htod", .. }), "{err}");
-        assert!(err.to_string().contains("not inside one live allocation"), "{err}");
+        assert!(
+            err.to_string().contains("not inside one live allocation"),
+            "{err}"
+        );
         let err = e.copy_dtoh(a, &mut out).unwrap_err();
         assert!(matches!(err, Error::Emulator { op: "copy_dtoh", .. }), "{err}");
         assert!(e.memset(a, 0, 17).is_err());
@@ -77,14 +83,23 @@ fn bad_launches_and_exhausted_memory_are_errors() {
     l.args.pop();
     // SAFETY: refused before any thread runs.
     let err = unsafe { e.launch(&l) }.unwrap_err();
-    assert!(err.to_string().contains("fill_f32") && err.to_string().contains("parameters"), "{err}");
+    assert!(
+        err.to_string().contains("fill_f32") && err.to_string().contains("parameters"),
+        "{err}"
+    );
     l.kernel = "no_such_kernel".into();
     // SAFETY: as above.
-    assert!(unsafe { e.launch(&l) }.unwrap_err().to_string().contains("unknown kernel"));
+    assert!(unsafe { e.launch(&l) }
+        .unwrap_err()
+        .to_string()
+        .contains("unknown kernel"));
     let mut l = fill::<f32>(DevPtr::from_raw(y, 16), 16, 1.0).unwrap();
     l.block = [2048, 1, 1];
     // SAFETY: as above.
-    assert!(unsafe { e.launch(&l) }.unwrap_err().to_string().contains("block size"));
+    assert!(unsafe { e.launch(&l) }
+        .unwrap_err()
+        .to_string()
+        .contains("block size"));
     l.grid = [0, 1, 1];
     // SAFETY: an empty grid does nothing.
     unsafe { e.launch(&l) }.unwrap();
@@ -95,7 +110,10 @@ fn thread_orders_parse_and_scope() {
     assert_eq!("forward".parse::<ThreadOrder>().unwrap(), ThreadOrder::Forward);
     assert_eq!(" reverse".parse::<ThreadOrder>().unwrap(), ThreadOrder::Reverse);
     assert_eq!("random".parse::<ThreadOrder>().unwrap(), ThreadOrder::Random(0));
-    assert_eq!("random:42".parse::<ThreadOrder>().unwrap(), ThreadOrder::Random(42));
+    assert_eq!(
+        "random:42".parse::<ThreadOrder>().unwrap(),
+        ThreadOrder::Random(42)
+    );
     for bad in ["backward", "random:x", "random:-1"] {
         let err = bad.parse::<ThreadOrder>().unwrap_err();
         assert!(err.to_string().contains("TESSERA_EMU_ORDER"), "{err}");

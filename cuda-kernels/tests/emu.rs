@@ -35,8 +35,8 @@ emu_tests! {
 mod strided_views {
     use super::common::exec::RtExec;
     use super::common::Exec;
-    use tessera_cuda_kernels::emu::ThreadOrder;
     use proptest::prelude::*;
+    use tessera_cuda_kernels::emu::ThreadOrder;
     use tessera_cuda_kernels::ops::elementwise::{binary, BinaryOp, Operand};
 
     /// Strides of a view of a contiguous buffer of `shape` with its

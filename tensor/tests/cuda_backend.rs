@@ -681,13 +681,24 @@ fn the_caching_allocator_reuses_freed_device_memory() {
     let s0 = dev.memory_stats().unwrap();
     assert_eq!(s0.cached(), 0);
 
-    let t = Tensor::zeros(&[1000], DType::F32).unwrap().to_device(dev).unwrap();
+    let t = Tensor::zeros(&[1000], DType::F32)
+        .unwrap()
+        .to_device(dev)
+        .unwrap();
     let s1 = dev.memory_stats().unwrap();
-    assert_eq!(s1.allocated - s0.allocated, 4096, "1000 f32 round up to a 4 KiB class");
+    assert_eq!(
+        s1.allocated - s0.allocated,
+        4096,
+        "1000 f32 round up to a 4 KiB class"
+    );
     assert_eq!(s1.reserved - s0.reserved, 4096);
     drop(t);
     let s2 = dev.memory_stats().unwrap();
-    assert_eq!((s2.allocated, s2.reserved), (s0.allocated, s1.reserved), "freed into the cache");
+    assert_eq!(
+        (s2.allocated, s2.reserved),
+        (s0.allocated, s1.reserved),
+        "freed into the cache"
+    );
 
     // Same class: the cached block, no device allocation, fresh contents.
     let host = Tensor::arange(0.0, 1020.0, 1.0, DType::F32).unwrap();
@@ -710,5 +721,14 @@ fn the_caching_allocator_reuses_freed_device_memory() {
     dev.synchronize().unwrap();
 
     let e = Device::Cpu.memory_stats().unwrap_err();
-    assert!(matches!(e, Error::Device { op: "memory_stats", .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::Device {
+                op: "memory_stats",
+                ..
+            }
+        ),
+        "{e}"
+    );
 }

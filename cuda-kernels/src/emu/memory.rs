@@ -82,7 +82,8 @@ impl Memory {
             .and_then(|n| Layout::from_size_align(n, FRONT).ok())
             .ok_or_else(|| oom("too large for the address space"))?;
         // SAFETY: the layout has a non-zero size.
-        let base = NonNull::new(unsafe { alloc(layout) }).ok_or_else(|| oom("the host refused the memory"))?;
+        let base =
+            NonNull::new(unsafe { alloc(layout) }).ok_or_else(|| oom("the host refused the memory"))?;
         // SAFETY: the block spans `layout.size()` bytes.
         unsafe {
             let p = base.as_ptr();
@@ -113,11 +114,10 @@ impl Memory {
         if len == 0 {
             return Ok(());
         }
-        let inside = self
-            .blocks
-            .range(..=addr)
-            .next_back()
-            .is_some_and(|(start, b)| addr.checked_add(len as u64).is_some_and(|end| end <= start + b.bytes as u64));
+        let inside = self.blocks.range(..=addr).next_back().is_some_and(|(start, b)| {
+            addr.checked_add(len as u64)
+                .is_some_and(|end| end <= start + b.bytes as u64)
+        });
         if inside {
             Ok(())
         } else {

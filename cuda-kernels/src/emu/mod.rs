@@ -281,7 +281,10 @@ impl Runtime for Emu {
             return Ok(());
         }
         if l.grid[1] > 65_535 || l.grid[2] > 65_535 || l.grid[0] > i32::MAX as u32 {
-            return Err(launch_err(l, format!("grid {:?} beyond the device's limits", l.grid)));
+            return Err(launch_err(
+                l,
+                format!("grid {:?} beyond the device's limits", l.grid),
+            ));
         }
         let name = CString::new(l.kernel.as_str()).map_err(|e| launch_err(l, e))?;
         let mut args: Vec<Vec<u8>> = l.args.iter().map(|a| a.0.clone()).collect();

@@ -12,7 +12,11 @@ use crate::ops::gemm::GemmShape;
 /// reaches (as `check_sgemm` checks against their lengths); `c` does not
 /// overlap `a` or `b`.
 pub(super) unsafe fn reference(g: &GemmShape, a: DevPtr<f32>, b: DevPtr<f32>, c: DevPtr<f32>) {
-    let (pa, pb, pc) = (a.addr() as *const f32, b.addr() as *const f32, c.addr() as *mut f32);
+    let (pa, pb, pc) = (
+        a.addr() as *const f32,
+        b.addr() as *const f32,
+        c.addr() as *mut f32,
+    );
     for batch in 0..g.batch {
         for i in 0..g.m {
             for j in 0..g.n {

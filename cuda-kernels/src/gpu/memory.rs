@@ -68,7 +68,8 @@ impl Gpu {
         if src.len() > STAGING_MAX {
             // SAFETY: `dst` holds `src.len()` bytes; a pageable copy returns
             // only once `src` has been read.
-            return unsafe { cu::memcpy_htod_async(dst, src, stream.cu_stream()) }.map_err(driver_err("copy_htod"));
+            return unsafe { cu::memcpy_htod_async(dst, src, stream.cu_stream()) }
+                .map_err(driver_err("copy_htod"));
         }
         let mut guard = self.staging.lock().map_err(|_| poisoned())?;
         let pinned = self.staging_buffer(guard.take(), src.len())?;
@@ -80,7 +81,8 @@ impl Gpu {
         let (host, _record_src) = unsafe { pinned.stream_synced_slice(stream) };
         // SAFETY: `dst` holds `src.len()` bytes; the pinned buffer outlives
         // the copy (its drop and next write wait for the event).
-        unsafe { cu::memcpy_htod_async(dst, &host[..src.len()], stream.cu_stream()) }.map_err(driver_err("copy_htod"))
+        unsafe { cu::memcpy_htod_async(dst, &host[..src.len()], stream.cu_stream()) }
+            .map_err(driver_err("copy_htod"))
     }
 
     /// # Safety
@@ -94,7 +96,8 @@ impl Gpu {
         let stream = &self.stream;
         if n > STAGING_MAX {
             // SAFETY: the range is live device memory (caller).
-            unsafe { cu::memcpy_dtoh_async(dst, src, stream.cu_stream()) }.map_err(driver_err("copy_dtoh"))?;
+            unsafe { cu::memcpy_dtoh_async(dst, src, stream.cu_stream()) }
+                .map_err(driver_err("copy_dtoh"))?;
             return stream.synchronize().map_err(driver_err("copy_dtoh"));
         }
         let mut guard = self.staging.lock().map_err(|_| poisoned())?;
@@ -120,7 +123,8 @@ impl Gpu {
         }
         self.ctx.bind_to_thread().map_err(driver_err("bind_to_thread"))?;
         // SAFETY: as promised by the caller.
-        unsafe { cu::memcpy_dtod_async(dst, src, bytes, self.stream.cu_stream()) }.map_err(driver_err("copy_dtod"))
+        unsafe { cu::memcpy_dtod_async(dst, src, bytes, self.stream.cu_stream()) }
+            .map_err(driver_err("copy_dtod"))
     }
 
     /// # Safety
@@ -131,7 +135,8 @@ impl Gpu {
         }
         self.ctx.bind_to_thread().map_err(driver_err("bind_to_thread"))?;
         // SAFETY: as promised by the caller.
-        unsafe { cu::memset_d8_async(dst, value, bytes, self.stream.cu_stream()) }.map_err(driver_err("memset"))
+        unsafe { cu::memset_d8_async(dst, value, bytes, self.stream.cu_stream()) }
+            .map_err(driver_err("memset"))
     }
 
     /// The staging buffer `current` if it holds `n` bytes, else a new one.

@@ -156,14 +156,24 @@ pub fn check_sgemm(g: &GemmShape, a: &DevPtr<f32>, b: &DevPtr<f32>, c: &DevPtr<f
     ] {
         to_i32(OP, what, v)?;
     }
-    for (what, v) in [("stride_a", g.stride_a), ("stride_b", g.stride_b), ("stride_c", g.stride_c)] {
+    for (what, v) in [
+        ("stride_a", g.stride_a),
+        ("stride_b", g.stride_b),
+        ("stride_c", g.stride_c),
+    ] {
         to_i64(OP, what, v)?;
     }
     Ok(())
 }
 
 /// Checks that A, B and C hold what `g` reaches in them.
-fn check_operands<T>(op: &'static str, g: &GemmShape, a: &DevPtr<T>, b: &DevPtr<T>, c: &DevPtr<T>) -> Result<()> {
+fn check_operands<T>(
+    op: &'static str,
+    g: &GemmShape,
+    a: &DevPtr<T>,
+    b: &DevPtr<T>,
+    c: &DevPtr<T>,
+) -> Result<()> {
     let (ar, ac) = if g.trans_a { (g.k, g.m) } else { (g.m, g.k) };
     let (br, bc) = if g.trans_b { (g.n, g.k) } else { (g.k, g.n) };
     check_len(op, "A", a, extent(op, "A", g.batch, g.stride_a, ar, ac, g.lda)?)?;

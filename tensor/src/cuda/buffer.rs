@@ -32,7 +32,8 @@ pub(crate) fn device(op: &'static str, ordinal: usize) -> Result<Arc<DeviceState
     if let Some(d) = map.get(&ordinal) {
         return Ok(d.clone());
     }
-    let rt = runtime::open(ordinal).map_err(|e| Error::device(op, format!("cannot open cuda:{ordinal}: {e}")))?;
+    let rt =
+        runtime::open(ordinal).map_err(|e| Error::device(op, format!("cannot open cuda:{ordinal}: {e}")))?;
     let state = Arc::new(DeviceState {
         ordinal,
         alloc: CachingAllocator::new(rt),
@@ -96,13 +97,20 @@ impl DeviceBuffer {
         if range.start > range.end || range.end > self.bytes {
             return Err(Error::arg(
                 op,
-                format!("bytes {range:?} lie outside a buffer of {} bytes on {dev}", self.bytes),
+                format!(
+                    "bytes {range:?} lie outside a buffer of {} bytes on {dev}",
+                    self.bytes
+                ),
             ));
         }
         let mut out = vec![0u8; range.len()];
         // SAFETY: `range` lies inside the buffer (checked above).
-        unsafe { self.state.runtime().copy_dtoh(self.addr + range.start as u64, &mut out) }
-            .map_err(kernel_err(op, dev))?;
+        unsafe {
+            self.state
+                .runtime()
+                .copy_dtoh(self.addr + range.start as u64, &mut out)
+        }
+        .map_err(kernel_err(op, dev))?;
         Ok(out)
     }
 
