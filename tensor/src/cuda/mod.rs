@@ -2,6 +2,12 @@
 //! the helpers the per-op `cuda.rs` files launch `tessera-cuda-kernels`
 //! kernels with.
 //!
+//! A device is a `tessera_cuda_kernels::Runtime` opened by
+//! `runtime::open`: the CUDA driver on a GPU, or (feature `cuda-emu`) the
+//! CPU emulator of the device where none is present, so this backend runs
+//! in tests without a GPU. Its memory comes from a caching allocator
+//! ([`crate::Device::memory_stats`], [`crate::Device::empty_cache`]).
+//!
 //! Every GPU op runs on its device's one stream, so launches, copies and
 //! frees are ordered without explicit synchronisation; only a copy to the
 //! host waits. An op on a GPU tensor without a CUDA path returns an
