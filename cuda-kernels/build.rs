@@ -27,7 +27,7 @@ mod emu {
     use super::module::Module;
 
     /// Kernels of `emu/faults.cu`.
-    const FAULT_KERNELS: [&str; 8] = [
+    const FAULT_KERNELS: [&str; 9] = [
         "fault_missing_barrier",
         "fault_fixed_barrier",
         "fault_divergent_barrier",
@@ -36,6 +36,7 @@ mod emu {
         "fault_deadlock",
         "fault_cp_async_no_wait",
         "fault_out_of_bounds",
+        "fault_block_order",
     ];
 
     pub(super) fn build() {

@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <map>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -458,34 +459,46 @@ extern "C" const char* emu_launch(const char* name, const unsigned* grid, const 
     b.gdim = {grid[0], grid[1], grid[2]};
     b.bdim = {block[0], block[1], block[2]};
     cur_block = &b;
-    for (unsigned bz = 0; bz < grid[2]; ++bz)
-        for (unsigned by = 0; by < grid[1]; ++by)
-            for (unsigned bx = 0; bx < grid[0]; ++bx) {
-                b.bid = {bx, by, bz};
-                // Poison: reading dynamic shared memory before writing it gives NaNs.
-                memset(dyn.data(), 0xff, dyn.size());
-                b.dyn_smem = dyn.data();
-                for (int i = 0; i < nthreads; ++i) {
-                    Thread& t = s.threads[i];
-                    t = Thread();
-                    t.linear = i;
-                    t.tid = {i % block[0], (i / block[0]) % block[1], i / (block[0] * block[1])};
-                    t.ctx = tmpl;
-                    t.ctx.uc_stack.ss_sp = stack_pool.stacks[i] + GUARD;
-                    t.ctx.uc_stack.ss_size = STACK;
-                    t.ctx.uc_link = nullptr;
-                    makecontext(&t.ctx, (void (*)())fiber_main, 0);
-                }
-                bool ok = run_block(nthreads, rng, mode >= 2 ? 2 : (int)mode);
-                if (!ok) {
-                    err = s.error;
-                    // Unwind the fibers still parked so their stacks are left cleanly.
-                    for (auto& t : s.threads)
-                        if (t.state != State::Done) resume(t);
-                    sched = nullptr;
-                    return err.c_str();
-                }
-            }
+    // Blocks run one after another, in the thread order's sense too:
+    // forward, reverse, or (random) the affine permutation i -> a*i + c mod
+    // n with a coprime to n, so a kernel that relies on an order between
+    // blocks shows it without materialising a list of up to 2^63 blocks.
+    const uint64_t nblocks = (uint64_t)grid[0] * grid[1] * grid[2];
+    uint64_t mul = 1, add = 0;
+    if (mode >= 2 && nblocks > 1) {
+        mul = rng() % nblocks | 1;
+        while (std::gcd(mul, nblocks) != 1) mul += 2;
+        add = rng() % nblocks;
+    }
+    for (uint64_t seq = 0; seq < nblocks; ++seq) {
+        uint64_t l = mode == 1                  ? nblocks - 1 - seq
+                     : mode >= 2 && nblocks > 1 ? (uint64_t)(((unsigned __int128)mul * seq + add) % nblocks)
+                                                : seq;
+        b.bid = {(unsigned)(l % grid[0]), (unsigned)(l / grid[0] % grid[1]), (unsigned)(l / ((uint64_t)grid[0] * grid[1]))};
+        // Poison: reading dynamic shared memory before writing it gives NaNs.
+        memset(dyn.data(), 0xff, dyn.size());
+        b.dyn_smem = dyn.data();
+        for (int i = 0; i < nthreads; ++i) {
+            Thread& t = s.threads[i];
+            t = Thread();
+            t.linear = i;
+            t.tid = {i % block[0], (i / block[0]) % block[1], i / (block[0] * block[1])};
+            t.ctx = tmpl;
+            t.ctx.uc_stack.ss_sp = stack_pool.stacks[i] + GUARD;
+            t.ctx.uc_stack.ss_size = STACK;
+            t.ctx.uc_link = nullptr;
+            makecontext(&t.ctx, (void (*)())fiber_main, 0);
+        }
+        bool ok = run_block(nthreads, rng, mode >= 2 ? 2 : (int)mode);
+        if (!ok) {
+            err = s.error;
+            // Unwind the fibers still parked so their stacks are left cleanly.
+            for (auto& t : s.threads)
+                if (t.state != State::Done) resume(t);
+            sched = nullptr;
+            return err.c_str();
+        }
+    }
     sched = nullptr;
     return nullptr;
 }

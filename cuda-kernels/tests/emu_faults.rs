@@ -118,3 +118,30 @@ fn bad_launches_are_errors() {
         .unwrap_err()
         .contains("block size"));
 }
+
+/// Blocks run in the thread order's sense too: forward, reverse, or a
+/// random permutation, so a kernel relying on an order between blocks
+/// gives different results.
+#[test]
+fn block_order_follows_the_thread_order() {
+    let mut seen = Vec::new();
+    for order in ORDERS {
+        let e = RtExec::emu(order);
+        let out = e.upload(&[0f32; 17]);
+        let mut l = launch("fault_block_order", 32, 0, vec![Arg::ptr(out)]);
+        l.grid = [8, 2, 1];
+        e.run(&l).unwrap();
+        let tickets: Vec<usize> = e.download(out)[..16].iter().map(|&t| t as usize).collect();
+        let mut sorted = tickets.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..16).collect::<Vec<_>>(), "{}: every block once", e.name());
+        match order {
+            ThreadOrder::Forward => assert_eq!(tickets, (0..16).collect::<Vec<_>>()),
+            ThreadOrder::Reverse => assert_eq!(tickets, (0..16).rev().collect::<Vec<_>>()),
+            ThreadOrder::Random(_) => {}
+        }
+        seen.push(tickets);
+    }
+    assert_ne!(seen[2], seen[0], "a random order is not the forward one");
+    assert_ne!(seen[2], seen[3], "two seeds give two orders");
+}
