@@ -81,7 +81,10 @@ impl DeviceInfo {
 /// that every address range named lies inside a live allocation of this
 /// runtime (the emulator checks, and returns [`Error::Emulator`]; a GPU
 /// may fault or corrupt memory).
-pub trait Runtime: Send + Sync {
+///
+/// `RefUnwindSafe` because tensors hold their device, and a test (or a
+/// user) may catch a panic across a borrowed tensor.
+pub trait Runtime: Send + Sync + std::panic::RefUnwindSafe {
     /// The device's properties.
     fn info(&self) -> &DeviceInfo;
 

@@ -128,12 +128,24 @@ pub fn with_thread_order<R>(order: ThreadOrder, f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// The number of emulated devices: `TESSERA_EMU_DEVICES`, default 2.
+/// The number of emulated devices: `TESSERA_EMU_DEVICES`, default 2 (0
+/// when the variable is not a number: then no device opens, and
+/// [`Emu::new`] says why).
 pub fn device_count() -> usize {
-    std::env::var("TESSERA_EMU_DEVICES")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(DEFAULT_DEVICES)
+    env_number("TESSERA_EMU_DEVICES", DEFAULT_DEVICES).unwrap_or(0)
+}
+
+/// The number in the environment variable `name`, `default` when unset.
+///
+/// Errors: a value that is not a non-negative integer ([`Error::NoDevice`]).
+fn env_number(name: &str, default: usize) -> Result<usize> {
+    match std::env::var(name) {
+        Err(_) => Ok(default),
+        Ok(v) => v
+            .trim()
+            .parse()
+            .map_err(|_| Error::NoDevice(format!("{name} must be a non-negative integer, got {v:?}"))),
+    }
 }
 
 /// One emulated CUDA device.
@@ -151,18 +163,16 @@ impl Emu {
     /// size the environment gives (see the module docs).
     ///
     /// Errors: [`Error::NoDevice`] for an ordinal beyond
-    /// `TESSERA_EMU_DEVICES` or a malformed `TESSERA_EMU_ORDER`.
+    /// `TESSERA_EMU_DEVICES`, or a malformed `TESSERA_EMU_DEVICES`,
+    /// `TESSERA_EMU_MEMORY` or `TESSERA_EMU_ORDER`.
     pub fn new(ordinal: usize) -> Result<Self> {
-        let count = device_count();
+        let count = env_number("TESSERA_EMU_DEVICES", DEFAULT_DEVICES)?;
         if ordinal >= count {
             return Err(Error::NoDevice(format!(
                 "cuda:{ordinal} does not exist: the emulator has {count} devices (TESSERA_EMU_DEVICES)"
             )));
         }
-        let memory = std::env::var("TESSERA_EMU_MEMORY")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(DEFAULT_MEMORY);
+        let memory = env_number("TESSERA_EMU_MEMORY", DEFAULT_MEMORY)?;
         Ok(Self::with_order(ordinal, ThreadOrder::from_env()?, memory))
     }
 
