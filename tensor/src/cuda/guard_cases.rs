@@ -518,11 +518,12 @@ pub(super) fn cases() -> Vec<Case> {
             r
         }),
     );
-    add("zeros_like", C, &[&m], op(|x| ok(x[0].zeros_like(None))));
-    add("ones_like", C, &[&m], op(|x| ok(x[0].ones_like(DType::F16))));
-    add("full_like", C, &[&m], op(|x| ok(x[0].full_like(2.5, None))));
-    add("rand_like", C, &[&m], op(|x| ok(x[0].rand_like(None))));
-    add("randn_like", C, &[&m], op(|x| ok(x[0].randn_like(DType::BF16))));
+    // `*_like` read only their operand's metadata and create on its device.
+    add("zeros_like", N, &[&m], op(|x| ok(x[0].zeros_like(None))));
+    add("ones_like", N, &[&m], op(|x| ok(x[0].ones_like(DType::F16))));
+    add("full_like", N, &[&m], op(|x| ok(x[0].full_like(2.5, None))));
+    add("rand_like", N, &[&m], op(|x| ok(x[0].rand_like(None))));
+    add("randn_like", N, &[&m], op(|x| ok(x[0].randn_like(DType::BF16))));
     add("bernoulli", C, &[&m], op(|x| ok(x[0].bernoulli())));
     add(
         "bernoulli_with",

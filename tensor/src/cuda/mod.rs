@@ -75,6 +75,10 @@ pub(crate) fn common_device(op: &'static str, ts: &[&Tensor]) -> Result<Arc<Devi
     for t in ts {
         first.device().same_as(t.device(), op)?;
     }
+    // Every operand's pointer is taken later: each must have memory.
+    for t in ts {
+        device_buffer(op, t)?;
+    }
     state_of(op, first)
 }
 
