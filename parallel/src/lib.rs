@@ -43,6 +43,7 @@ pub mod nccl;
 mod op;
 mod ring;
 mod shm;
+pub mod pipeline;
 pub mod tcp;
 
 pub use comm::{CommExt, Communicator};

@@ -1,0 +1,35 @@
+//! Pipeline parallelism: schedules as data and one executor for them.
+//!
+//! A [`Schedule`] is a program per stage, a list of steps of [`Instr`]s
+//! (DeepSpeed's instruction set, spec §5.1), produced by a generator:
+//! [`Schedule::gpipe`], DeepSpeed's lockstep [`Schedule::deepspeed`],
+//! Megatron's [`Schedule::one_f_one_b`] and [`Schedule::interleaved`], and
+//! [`Schedule::inference`]. Schedules are checked without threads
+//! ([`Schedule::check`]: completeness, causality, matching sends and
+//! receives, deadlock freedom, buffer bounds) and simulated with unit
+//! costs ([`simulate`]) to get the bubble `(p − 1)/(v·m + p − 1)`.
+//!
+//! ```
+//! use tessera_parallel::pipeline::{simulate, Costs, Schedule};
+//! let s = Schedule::one_f_one_b(4, 8)?;
+//! s.check()?;
+//! let t = simulate(&s, Costs::UNIT)?;
+//! assert_eq!(t.makespan, 2 * (8 + 4 - 1));
+//! assert!((t.bubble_fraction() - s.bubble_theory()).abs() < 1e-12);
+//! # Ok::<(), tessera_parallel::CommError>(())
+//! ```
+
+mod check;
+mod deepspeed;
+mod gpipe;
+mod instr;
+mod interleaved;
+mod lower;
+mod one_f_one_b;
+mod simulate;
+
+pub use instr::{Instr, Msg, Route, Schedule, ScheduleKind, Step};
+pub use simulate::{run_untimed, simulate, Costs, Semantics, Timeline};
+
+#[cfg(test)]
+mod tests;
