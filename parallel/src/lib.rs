@@ -41,9 +41,9 @@ mod mailbox;
 #[cfg(feature = "cuda")]
 pub mod nccl;
 mod op;
+pub mod pipeline;
 mod ring;
 mod shm;
-pub mod pipeline;
 pub mod tcp;
 
 pub use comm::{CommExt, Communicator};

@@ -20,9 +20,15 @@ impl Schedule {
     /// 3. the messages a stage sends to a peer are the ones the peer
     ///    receives from it, in the same order (and, for lockstep schedules,
     ///    within the same step);
-    /// 4. the stages finish with buffered sends and under rendezvous with
-    ///    each step's transfers posted together (one at a time as well for
-    ///    lockstep schedules, whose stage parity makes blocking safe);
+    /// 4. the stages finish with buffered sends (tessera's communicators
+    ///    buffer every send) and, except interleaved schedules, under
+    ///    rendezvous with each step's transfers posted together (one at a
+    ///    time as well for lockstep schedules, whose stage parity makes
+    ///    blocking safe). Interleaved schedules need buffered sends: with
+    ///    two stages, each is the other's next and previous stage, and a
+    ///    gradient sent alone in one step waits for a receive the peer
+    ///    posts one step later, after its own lone send (Megatron avoids
+    ///    this by batching the four transfers of an F/B pair);
     /// 5. no stage holds more micro-batches than its buffers.
     pub fn check(&self) -> Result<()> {
         for s in 0..self.stages {
@@ -33,14 +39,18 @@ impl Schedule {
             self.check_lockstep()?;
         }
         run_untimed(self, Semantics::Buffered)?;
-        run_untimed(self, Semantics::Batched)?;
+        if self.kind != ScheduleKind::Interleaved {
+            run_untimed(self, Semantics::Batched)?;
+        }
         if self.is_lockstep() {
             run_untimed(self, Semantics::Blocking)?;
         }
         for s in 0..self.stages {
             let (peak, bufs) = (self.peak_in_flight(s), self.num_pipe_buffers(s));
             if peak > bufs {
-                return Err(bad(format!("stage {s} holds {peak} micro-batches in {bufs} buffers")));
+                return Err(bad(format!(
+                    "stage {s} holds {peak} micro-batches in {bufs} buffers"
+                )));
             }
         }
         Ok(())
@@ -146,7 +156,11 @@ impl Schedule {
                 }
                 let b = once(Instr::Bwd { mb, chunk })?;
                 expected += 1;
-                before(f, b, format!("the backward of micro-batch {mb} chunk {chunk} before its forward"))?;
+                before(
+                    f,
+                    b,
+                    format!("the backward of micro-batch {mb} chunk {chunk} before its forward"),
+                )?;
                 last_bwd = last_bwd.max(Some(b));
                 let recv = Instr::RecvGrad { mb, chunk };
                 let send = Instr::SendGrad { mb, chunk };
@@ -196,20 +210,26 @@ impl Schedule {
         Ok(())
     }
 
-    /// Check 3: per ordered pair of stages, the messages sent equal the
-    /// messages received, in order.
+    /// Check 3: per ordered pair of stages and per channel (activations,
+    /// gradients), the messages sent equal the messages received, in order.
+    /// The two channels are separate streams, as Megatron's `next`/`prev`
+    /// exchanges are: with interleaving and two stages, one peer is both the
+    /// next and the previous stage, and its activations and gradients may
+    /// interleave differently on the two sides (every message has its own
+    /// tag, see [`Msg::tag`]).
     fn check_matching(&self) -> Result<()> {
-        let mut sent: HashMap<(usize, usize), Vec<Msg>> = HashMap::new();
-        let mut got: HashMap<(usize, usize), Vec<Msg>> = HashMap::new();
+        type Channel = (usize, usize, bool);
+        let mut sent: HashMap<Channel, Vec<Msg>> = HashMap::new();
+        let mut got: HashMap<Channel, Vec<Msg>> = HashMap::new();
         for s in 0..self.stages {
             for i in self.instrs(s).filter(|i| i.is_p2p()) {
                 let r = self
                     .route(s, i)
                     .ok_or_else(|| bad(format!("{i} on stage {s} leaves the pipeline")))?;
                 let (map, key) = if r.send {
-                    (&mut sent, (s, r.peer))
+                    (&mut sent, (s, r.peer, r.msg.grad))
                 } else {
-                    (&mut got, (r.peer, s))
+                    (&mut got, (r.peer, s, r.msg.grad))
                 };
                 map.entry(key).or_default().push(r.msg);
             }
@@ -217,11 +237,12 @@ impl Schedule {
         let mut pairs: Vec<_> = sent.keys().chain(got.keys()).copied().collect();
         pairs.sort_unstable();
         pairs.dedup();
-        for (a, b) in pairs {
-            let (x, y) = (sent.get(&(a, b)), got.get(&(a, b)));
+        for (a, b, grad) in pairs {
+            let (x, y) = (sent.get(&(a, b, grad)), got.get(&(a, b, grad)));
             if x != y {
+                let what = if grad { "gradients" } else { "activations" };
                 return Err(bad(format!(
-                    "stage {a} sends {:?} to stage {b}, which receives {:?}",
+                    "stage {a} sends the {what} {:?} to stage {b}, which receives {:?}",
                     x.map_or(&[][..], Vec::as_slice),
                     y.map_or(&[][..], Vec::as_slice)
                 )));
@@ -235,7 +256,9 @@ impl Schedule {
     fn check_lockstep(&self) -> Result<()> {
         let steps = self.programs[0].len();
         if self.programs.iter().any(|p| p.len() != steps) {
-            return Err(bad("a lockstep schedule needs the same number of steps on every stage".into()));
+            return Err(bad(
+                "a lockstep schedule needs the same number of steps on every stage".into(),
+            ));
         }
         for t in 0..steps {
             for a in 0..self.stages {

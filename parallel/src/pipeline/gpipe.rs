@@ -14,7 +14,10 @@ impl Schedule {
         check_sizes("Schedule::gpipe", stages, micro_batches)?;
         let m = micro_batches;
         Ok(lower(ScheduleKind::GPipe, stages, m, 1, |_| {
-            (0..m).map(|mb| Pass::f(mb, 0)).chain((0..m).map(|mb| Pass::b(mb, 0))).collect()
+            (0..m)
+                .map(|mb| Pass::f(mb, 0))
+                .chain((0..m).map(|mb| Pass::b(mb, 0)))
+                .collect()
         }))
     }
 }

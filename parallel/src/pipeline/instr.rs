@@ -295,7 +295,11 @@ impl Schedule {
         Some(Route {
             peer: self.stage_chunk(peer_k).0,
             send,
-            msg: Msg { grad, mb, dest: dest_k },
+            msg: Msg {
+                grad,
+                mb,
+                dest: dest_k,
+            },
         })
     }
 

@@ -21,7 +21,7 @@ impl Schedule {
     /// the chunks mirrored. Stage `r` runs `min(2(p − r − 1) + (v − 1)·g,
     /// m·v)` warm-up forwards, then alternates, then drains. Errors unless
     /// `p ≤ g ≤ m` and `m mod g` is 0 or at least `p` (Megatron's
-    /// conditions), or when a count is 0.
+    /// conditions), when a count is 0, and for several chunks on 1 stage.
     pub fn interleaved_grouped(
         stages: usize,
         micro_batches: usize,
@@ -33,6 +33,14 @@ impl Schedule {
         let (p, m, v, g) = (stages, micro_batches, chunks, group);
         if v == 0 {
             return Err(CommError::arg(OP, "needs at least one model chunk per stage"));
+        }
+        if p == 1 && v > 1 {
+            // One stage holds the whole model: chunks would pass activations
+            // to themselves, and there is no bubble to shrink.
+            return Err(CommError::arg(
+                OP,
+                format!("{v} model chunks on 1 stage: interleaving needs at least 2 stages"),
+            ));
         }
         if !(p <= g && g <= m) || !(m % g == 0 || m % g >= p) {
             return Err(CommError::arg(

@@ -20,7 +20,11 @@ impl Pass {
     }
 
     pub fn b(mb: usize, chunk: usize) -> Pass {
-        Pass { fwd: false, mb, chunk }
+        Pass {
+            fwd: false,
+            mb,
+            chunk,
+        }
     }
 }
 

@@ -174,7 +174,11 @@ pub fn run_untimed(schedule: &Schedule, semantics: Semantics) -> Result<()> {
             }
             if let Some(step) = steps.get(at[s].0) {
                 let run = step[at[s].1..].iter().take_while(|i| i.is_p2p());
-                let len = if semantics == Semantics::Blocking { 1 } else { usize::MAX };
+                let len = if semantics == Semantics::Blocking {
+                    1
+                } else {
+                    usize::MAX
+                };
                 posted[s] = run.take(len).map(|i| (*i, false)).collect();
             }
         }

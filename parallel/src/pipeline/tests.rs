@@ -56,10 +56,16 @@ fn deepspeed_facts_from_its_tests() {
             assert_eq!(s.steps(st).len(), 2 * (m + stages - 1));
             let has = |f: fn(&Instr) -> bool| s.instrs(st).any(f);
             if st == 0 {
-                assert!(!has(|i| matches!(i, Instr::SendGrad { .. } | Instr::RecvAct { .. })));
+                assert!(!has(|i| matches!(
+                    i,
+                    Instr::SendGrad { .. } | Instr::RecvAct { .. }
+                )));
             }
             if st == stages - 1 {
-                assert!(!has(|i| matches!(i, Instr::SendAct { .. } | Instr::RecvGrad { .. })));
+                assert!(!has(|i| matches!(
+                    i,
+                    Instr::SendAct { .. } | Instr::RecvGrad { .. }
+                )));
             }
         }
         let inf = Schedule::inference(stages, m).unwrap();
@@ -92,7 +98,10 @@ fn megatron_schedule_table_example() {
     assert_eq!(chunks, [0, 0, 0, 1, 1, 1, 0, 0, 1, 1]);
     let s = Schedule::interleaved_grouped(2, 5, 2, 3).unwrap();
     s.check().unwrap();
-    assert!(Schedule::interleaved_grouped(2, 5, 2, 4).is_err(), "5 % 4 = 1 < p");
+    assert!(
+        Schedule::interleaved_grouped(2, 5, 2, 4).is_err(),
+        "5 % 4 = 1 < p"
+    );
     assert!(Schedule::interleaved_grouped(2, 5, 2, 1).is_err(), "g < p");
 }
 
@@ -115,7 +124,10 @@ fn interleaved_order_passes_megatrons_signed_list_checks() {
             let mut count = vec![0i64; v + 1];
             for &x in &signed {
                 count[x.unsigned_abs() as usize] += x.signum();
-                assert!(count.iter().all(|&c| c >= 0), "p {p} m {m} v {v} rank {r}: {signed:?}");
+                assert!(
+                    count.iter().all(|&c| c >= 0),
+                    "p {p} m {m} v {v} rank {r}: {signed:?}"
+                );
             }
             assert!(count.iter().all(|&c| c == 0));
         }
@@ -147,11 +159,28 @@ fn generators_reject_what_their_references_reject() {
 fn routes_wrap_from_the_last_stage_to_the_next_chunk() {
     let s = Schedule::interleaved(3, 3, 2).unwrap();
     let r = s.route(2, &Instr::SendAct { mb: 1, chunk: 0 }).unwrap();
-    assert_eq!((r.peer, r.send, r.msg), (0, true, Msg { grad: false, mb: 1, dest: 3 }));
+    assert_eq!(
+        (r.peer, r.send, r.msg),
+        (
+            0,
+            true,
+            Msg {
+                grad: false,
+                mb: 1,
+                dest: 3
+            }
+        )
+    );
     let r = s.route(0, &Instr::SendGrad { mb: 1, chunk: 1 }).unwrap();
     assert_eq!((r.peer, r.msg.dest), (2, 2));
-    assert!(s.route(2, &Instr::SendAct { mb: 0, chunk: 1 }).is_none(), "past the last stage");
-    assert!(s.route(0, &Instr::RecvAct { mb: 0, chunk: 0 }).is_none(), "before the first");
+    assert!(
+        s.route(2, &Instr::SendAct { mb: 0, chunk: 1 }).is_none(),
+        "past the last stage"
+    );
+    assert!(
+        s.route(0, &Instr::RecvAct { mb: 0, chunk: 0 }).is_none(),
+        "before the first"
+    );
 }
 
 /// Every schedule for p ≤ 6, m ≤ 12 (v ≤ 4 for interleaved, m a multiple
@@ -170,13 +199,19 @@ fn every_small_schedule_passes_the_checks_and_meets_the_formulas() {
             for v in 1..=4 {
                 match Schedule::interleaved(p, m, v) {
                     Ok(s) => schedules.push(s),
-                    Err(e) => assert!(m % p != 0, "p {p} m {m} v {v}: {e}"),
+                    Err(e) => assert!(m % p != 0 || (p == 1 && v > 1), "p {p} m {m} v {v}: {e}"),
                 }
             }
         }
     }
     for s in &schedules {
-        let name = format!("{} p {} m {} v {}", s.kind().name(), s.stages(), s.micro_batches(), s.chunks());
+        let name = format!(
+            "{} p {} m {} v {}",
+            s.kind().name(),
+            s.stages(),
+            s.micro_batches(),
+            s.chunks()
+        );
         s.check().unwrap_or_else(|e| panic!("{name}: {e}"));
         for st in 0..s.stages() {
             let (peak, bound) = (s.peak_in_flight(st), s.in_flight_bound(st));
@@ -189,7 +224,11 @@ fn every_small_schedule_passes_the_checks_and_meets_the_formulas() {
         let (p, m, v) = (s.stages() as u64, s.micro_batches() as u64, s.chunks() as u64);
         for costs in [Costs::UNIT, Costs { fwd: 1, bwd: 2 }, Costs { fwd: 3, bwd: 1 }] {
             let t = simulate(s, costs).unwrap();
-            let per_mb = if s.kind().trains() { costs.fwd + costs.bwd } else { costs.fwd };
+            let per_mb = if s.kind().trains() {
+                costs.fwd + costs.bwd
+            } else {
+                costs.fwd
+            };
             assert_eq!(t.makespan, (v * m + p - 1) * per_mb, "{name} {costs:?}");
             if costs == Costs::UNIT {
                 let theory = s.bubble_theory();
@@ -217,12 +256,18 @@ fn check_dependencies(s: &Schedule, t: &Timeline, name: &str) {
     };
     for mb in 0..s.micro_batches() {
         for k in 1..vs {
-            assert!(span(k, true, mb).0 >= span(k - 1, true, mb).1, "{name} F({k}, {mb})");
+            assert!(
+                span(k, true, mb).0 >= span(k - 1, true, mb).1,
+                "{name} F({k}, {mb})"
+            );
         }
         if s.kind().trains() {
             assert!(span(vs - 1, false, mb).0 >= span(vs - 1, true, mb).1, "{name}");
             for k in 0..vs - 1 {
-                assert!(span(k, false, mb).0 >= span(k + 1, false, mb).1, "{name} B({k}, {mb})");
+                assert!(
+                    span(k, false, mb).0 >= span(k + 1, false, mb).1,
+                    "{name} B({k}, {mb})"
+                );
             }
         }
     }
@@ -240,19 +285,31 @@ fn checks_reject_broken_schedules() {
         s.check().map(|_| ()).unwrap_err().to_string()
     };
     // A dropped send: the receiver waits forever and the counts are off.
-    let e = mutate(&|p| p[0].iter_mut().for_each(|st| st.retain(|i| *i != Instr::SendAct { mb: 2, chunk: 0 })));
+    let e = mutate(&|p| {
+        p[0].iter_mut()
+            .for_each(|st| st.retain(|i| *i != Instr::SendAct { mb: 2, chunk: 0 }))
+    });
     assert!(e.contains("SendAct2"), "{e}");
     // A backward before its forward.
     let e = mutate(&|p| {
-        let f = p[2].iter().position(|st| st.contains(&Instr::Fwd { mb: 0, chunk: 0 })).unwrap();
+        let f = p[2]
+            .iter()
+            .position(|st| st.contains(&Instr::Fwd { mb: 0, chunk: 0 }))
+            .unwrap();
         p[2][f].retain(|i| *i != Instr::Fwd { mb: 0, chunk: 0 });
         p[2].last_mut().unwrap().insert(0, Instr::Fwd { mb: 0, chunk: 0 });
     });
     assert!(e.contains("before its forward") || e.contains("after"), "{e}");
     // Swapped receive order: sends and receives no longer line up.
     let e = mutate(&|p| {
-        let a = p[1].iter().position(|st| st.contains(&Instr::RecvAct { mb: 1, chunk: 0 })).unwrap();
-        let b = p[1].iter().position(|st| st.contains(&Instr::RecvAct { mb: 2, chunk: 0 })).unwrap();
+        let a = p[1]
+            .iter()
+            .position(|st| st.contains(&Instr::RecvAct { mb: 1, chunk: 0 }))
+            .unwrap();
+        let b = p[1]
+            .iter()
+            .position(|st| st.contains(&Instr::RecvAct { mb: 2, chunk: 0 }))
+            .unwrap();
         for st in [a, b] {
             for i in p[1][st].iter_mut() {
                 if let Instr::RecvAct { mb, .. } = i {
@@ -267,4 +324,27 @@ fn checks_reject_broken_schedules() {
     assert!(run_untimed(&s, Semantics::Batched).is_ok());
     let e = run_untimed(&s, Semantics::Blocking).unwrap_err().to_string();
     assert!(e.contains("deadlock"), "{e}");
+    // Interleaving on two stages needs buffered sends (see `Schedule::check`).
+    let s = Schedule::interleaved(2, 4, 2).unwrap();
+    assert!(run_untimed(&s, Semantics::Buffered).is_ok());
+    assert!(run_untimed(&s, Semantics::Batched).is_err());
+}
+
+proptest::proptest! {
+    /// Interleaved schedules with any group size Megatron accepts pass the
+    /// checks and keep the makespan `(v·m + p − 1)(f + b)`.
+    #[test]
+    fn interleaved_with_any_valid_group_passes_the_checks(p in 2usize..=6, m in 1usize..=12, v in 1usize..=3, g in 1usize..=12) {
+        match Schedule::interleaved_grouped(p, m, v, g) {
+            Ok(s) => {
+                s.check().unwrap();
+                for st in 0..p {
+                    proptest::prop_assert_eq!(s.peak_in_flight(st), s.in_flight_bound(st));
+                }
+                let t = simulate(&s, Costs { fwd: 1, bwd: 2 }).unwrap();
+                proptest::prop_assert_eq!(t.makespan, (v * m + p - 1) as u64 * 3);
+            }
+            Err(_) => proptest::prop_assert!(!(p <= g && g <= m && (m % g == 0 || m % g >= p))),
+        }
+    }
 }
