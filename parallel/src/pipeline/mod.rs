@@ -21,14 +21,22 @@
 
 mod check;
 mod deepspeed;
+mod engine;
 mod gpipe;
+mod grid;
 mod instr;
 mod interleaved;
 mod lower;
+mod module;
 mod one_f_one_b;
+mod partition;
 mod simulate;
 
+pub use engine::{LossFn, PipelineEngine, StepReport};
+pub use grid::PipelineGrid;
 pub use instr::{Instr, Msg, Route, Schedule, ScheduleKind, Step};
+pub use module::{PipelineModule, PipelineStage, StageChunk};
+pub use partition::Partition;
 pub use simulate::{run_untimed, simulate, Costs, Semantics, Timeline};
 
 #[cfg(test)]
