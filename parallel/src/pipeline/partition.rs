@@ -10,8 +10,8 @@ pub enum Partition {
     /// (DeepSpeed's `uniform`).
     Layers,
     /// Contiguous parts whose largest parameter count is as small as
-    /// possible (DeepSpeed's `parameters`, solved exactly); ties go to the
-    /// split with the earliest boundaries.
+    /// possible (DeepSpeed's `parameters`, solved exactly; among equally
+    /// good splits, the same one on every rank).
     Parameters,
     /// Explicit boundaries: `n + 1` increasing layer indices from 0 to `L`,
     /// part `k` holding layers `bounds[k] .. bounds[k + 1]`.
