@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use tessera_autograd::{Gradients, GradModeGuard, Parameter, Var};
+use tessera_autograd::{GradModeGuard, Gradients, Parameter, Var};
 use tessera_nn::Module;
 use tessera_optim::{GradAccumulator, Optimizer};
 use tessera_tensor::Tensor;
@@ -66,10 +66,19 @@ impl<'c> PipelineEngine<'c> {
     /// stage. Errors when the group size is not the schedule's stage count,
     /// when this rank is not the stage's index, or when the stage holds a
     /// different number of chunks than the schedule runs.
-    pub fn new(comm: &'c dyn Communicator, schedule: Schedule, stage: PipelineStage, loss: LossFn) -> Result<Self> {
+    pub fn new(
+        comm: &'c dyn Communicator,
+        schedule: Schedule,
+        stage: PipelineStage,
+        loss: LossFn,
+    ) -> Result<Self> {
         schedule.check()?;
         let (p, v) = (schedule.stages(), schedule.chunks());
-        if comm.world_size() != p || stage.stages() != p || comm.rank() != stage.stage() || stage.chunks().len() != v {
+        if comm.world_size() != p
+            || stage.stages() != p
+            || comm.rank() != stage.stage()
+            || stage.chunks().len() != v
+        {
             return Err(CommError::arg(
                 "PipelineEngine::new",
                 format!(
@@ -153,7 +162,12 @@ impl<'c> PipelineEngine<'c> {
     /// shape mismatch between stages), when dim 0 does not split into the
     /// micro-batches, when a peer is gone or silent past the communicator's
     /// timeout, and when the schedule does not train.
-    pub fn train_batch(&mut self, inputs: &Tensor, targets: &Tensor, opt: &mut dyn Optimizer) -> Result<StepReport> {
+    pub fn train_batch(
+        &mut self,
+        inputs: &Tensor,
+        targets: &Tensor,
+        opt: &mut dyn Optimizer,
+    ) -> Result<StepReport> {
         if !self.schedule.kind().trains() {
             return Err(CommError::arg(
                 "PipelineEngine::train_batch",
@@ -179,7 +193,10 @@ impl<'c> PipelineEngine<'c> {
         if self.schedule.kind() != ScheduleKind::Inference {
             return Err(CommError::arg(
                 "PipelineEngine::infer_batch",
-                format!("needs the inference schedule, not {}", self.schedule.kind().name()),
+                format!(
+                    "needs the inference schedule, not {}",
+                    self.schedule.kind().name()
+                ),
             ));
         }
         let _guard = GradModeGuard::set(false);
@@ -254,7 +271,10 @@ impl<'t> Run<'t> {
                     instr: "Load".into(),
                     source: Box::new(CommError::arg(
                         "PipelineEngine",
-                        format!("{what} of shape {:?} do not split into {m} equal micro-batches along dim 0", t.shape()),
+                        format!(
+                            "{what} of shape {:?} do not split into {m} equal micro-batches along dim 0",
+                            t.shape()
+                        ),
                     )),
                 });
             }
@@ -313,7 +333,10 @@ impl<'t> Run<'t> {
             }
             Instr::SendAct { mb, chunk } | Instr::SendGrad { mb, chunk } => {
                 let route = e.schedule.route(s, &instr).expect("checked schedule");
-                let t = self.to_send.remove(&(mb, chunk)).expect("checked schedule: sent after its pass");
+                let t = self
+                    .to_send
+                    .remove(&(mb, chunk))
+                    .expect("checked schedule: sent after its pass");
                 e.comm.send_tensor(&t, route.peer, route.msg.tag())?;
             }
             Instr::Fwd { mb, chunk } => {
@@ -335,7 +358,10 @@ impl<'t> Run<'t> {
                     let target = self.loaded.get_mut(&mb).and_then(|l| l.1.take());
                     let loss = (e.loss)(&y, &target.expect("checked schedule: loaded before its forward"))?;
                     let loss = loss.mul_scalar(1.0 / e.schedule.micro_batches() as f64)?;
-                    self.loss += loss.tensor().try_to_dtype(tessera_tensor::DType::F64)?.to_scalar::<f64>()?;
+                    self.loss += loss
+                        .tensor()
+                        .try_to_dtype(tessera_tensor::DType::F64)?
+                        .to_scalar::<f64>()?;
                     self.has_loss = true;
                     self.stash.insert((mb, chunk), (x, loss));
                 } else if k == last_k {

@@ -35,7 +35,8 @@ impl PipelineGrid {
         let replicas = n / stages;
         let r = world.rank();
         let (stage, dp_rank) = (r / replicas, r % replicas);
-        let color = |c: usize| u32::try_from(c).map_err(|_| CommError::arg("PipelineGrid::new", "too many ranks"));
+        let color =
+            |c: usize| u32::try_from(c).map_err(|_| CommError::arg("PipelineGrid::new", "too many ranks"));
         let pipe = world.split(Some(color(dp_rank)?), stage as i64)?;
         let data = world.split(Some(color(stage)?), dp_rank as i64)?;
         let missing = || CommError::arg("PipelineGrid::new", "split returned no group for a colored rank");

@@ -27,7 +27,12 @@ pub struct PipelineModule {
 impl PipelineModule {
     /// Splits `layers` into `stages · chunks` parts by `partition`. Errors
     /// when `stages` or `chunks` is 0 and as [`Partition::bounds`] does.
-    pub fn new(layers: Vec<Box<dyn Module>>, stages: usize, chunks: usize, partition: &Partition) -> Result<Self> {
+    pub fn new(
+        layers: Vec<Box<dyn Module>>,
+        stages: usize,
+        chunks: usize,
+        partition: &Partition,
+    ) -> Result<Self> {
         let parts = stages.checked_mul(chunks).unwrap_or(0);
         if parts == 0 {
             return Err(CommError::arg(
@@ -46,7 +51,12 @@ impl PipelineModule {
     }
 
     /// [`PipelineModule::new`] over the layers of a `Sequential`.
-    pub fn from_sequential(seq: Sequential, stages: usize, chunks: usize, partition: &Partition) -> Result<Self> {
+    pub fn from_sequential(
+        seq: Sequential,
+        stages: usize,
+        chunks: usize,
+        partition: &Partition,
+    ) -> Result<Self> {
         Self::new(seq.layers, stages, chunks, partition)
     }
 
@@ -58,7 +68,10 @@ impl PipelineModule {
     /// The layers of chunk `chunk` on stage `stage`. Panics when either is
     /// out of range (an index, as slices do).
     pub fn layers_of(&self, stage: usize, chunk: usize) -> Range<usize> {
-        assert!(stage < self.stages && chunk < self.chunks, "stage {stage} chunk {chunk} out of range");
+        assert!(
+            stage < self.stages && chunk < self.chunks,
+            "stage {stage} chunk {chunk} out of range"
+        );
         let k = chunk * self.stages + stage;
         self.bounds[k]..self.bounds[k + 1]
     }

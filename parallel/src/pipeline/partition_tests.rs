@@ -16,7 +16,12 @@ fn parameters_minimise_the_largest_part() {
     // Brute force over every split of 7 layers into 3 parts.
     let w = [5, 1, 8, 2, 2, 9, 3];
     let b = Partition::Parameters.bounds(&w, 3).unwrap();
-    let max_of = |b: &[usize]| b.windows(2).map(|x| w[x[0]..x[1]].iter().sum::<usize>()).max().unwrap();
+    let max_of = |b: &[usize]| {
+        b.windows(2)
+            .map(|x| w[x[0]..x[1]].iter().sum::<usize>())
+            .max()
+            .unwrap()
+    };
     let mut best = usize::MAX;
     for i in 1..6 {
         for j in i + 1..7 {
@@ -32,5 +37,8 @@ fn bad_partitions_are_errors() {
     assert!(Partition::Layers.bounds(&[1; 2], 0).is_err());
     assert!(Partition::Explicit(vec![0, 2, 2, 4]).bounds(&[1; 4], 3).is_err());
     assert!(Partition::Explicit(vec![0, 2, 4]).bounds(&[1; 5], 2).is_err());
-    assert_eq!(Partition::Explicit(vec![0, 3, 4]).bounds(&[1; 4], 2).unwrap(), [0, 3, 4]);
+    assert_eq!(
+        Partition::Explicit(vec![0, 3, 4]).bounds(&[1; 4], 2).unwrap(),
+        [0, 3, 4]
+    );
 }
