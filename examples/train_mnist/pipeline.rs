@@ -17,7 +17,9 @@ use std::time::Instant;
 use tessera::autograd::{CrossEntropyOptions, Target};
 use tessera::nn::{models::mnist_cnn, state_dict};
 use tessera::optim::{LrScheduler, OneCycleLR, OneCycleOptions, Sgd, SgdOptions};
-use tessera::parallel::pipeline::{LossFn, Partition, PipelineEngine, PipelineModule, Schedule, ScheduleKind};
+use tessera::parallel::pipeline::{
+    LossFn, Partition, PipelineEngine, PipelineModule, Schedule, ScheduleKind,
+};
 use tessera::parallel::{Communicator, LocalGroup};
 use tessera::tensor::{rng, DType, Tensor};
 
@@ -45,7 +47,11 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
     if !kind.trains() {
         return Err("--schedule inference does not train".into());
     }
-    let chunks = if kind == ScheduleKind::Interleaved { args.chunks } else { 1 };
+    let chunks = if kind == ScheduleKind::Interleaved {
+        args.chunks
+    } else {
+        1
+    };
     let schedule = Schedule::new(kind, args.pipeline_stages, args.micro_batches, chunks)?;
     eprintln!(
         "pipeline: {} stages on threads, schedule {}, {} micro-batches of {}, {} chunk(s) per stage",
@@ -58,10 +64,16 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
     std::fs::create_dir_all(&args.out)?;
     let shared = Shared::default();
     // The loader is not shared with the stage threads, its batches are.
-    let batches: Vec<Vec<Vec<usize>>> = (0..args.epochs).map(|e| data.loader.batch_indices(e as u64)).collect();
+    let batches: Vec<Vec<Vec<usize>>> = (0..args.epochs)
+        .map(|e| data.loader.batch_indices(e as u64))
+        .collect();
     let (train, test) = (&data.train, &data.test);
     let outs = LocalGroup::run(args.pipeline_stages, |comm| {
-        let data = StageData { train, test, batches: &batches };
+        let data = StageData {
+            train,
+            test,
+            batches: &batches,
+        };
         run_stage(comm, args, &data, &schedule, &shared, clock).map_err(|e| e.to_string())
     })?;
     let mut records = None;
@@ -127,7 +139,12 @@ fn run_stage(
     let fashion = args.data.to_string_lossy().contains("fashion");
     let target = args.target.unwrap_or(if fashion { 90.0 } else { 98.0 });
     let mut log = match first {
-        true => Some(OpenOptions::new().create(true).append(true).open(args.out.join("metrics.jsonl"))?),
+        true => Some(
+            OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(args.out.join("metrics.jsonl"))?,
+        ),
         false => None,
     };
     let unused = Tensor::zeros(&[0], DType::F32)?;
@@ -138,8 +155,16 @@ fn run_stage(
         let epoch_start = Instant::now();
         for idx in &data.batches[epoch] {
             let idx = Tensor::from_vec(idx.iter().map(|&j| j as i64).collect(), &[idx.len()])?;
-            let x = if first { data.train.images.index_select(0, &idx)? } else { unused.clone() };
-            let y = if last { data.train.labels.index_select(0, &idx)? } else { unused.clone() };
+            let x = if first {
+                data.train.images.index_select(0, &idx)?
+            } else {
+                unused.clone()
+            };
+            let y = if last {
+                data.train.labels.index_select(0, &idx)?
+            } else {
+                unused.clone()
+            };
             let report = engine.train_batch(&x, &y, &mut opt)?;
             sched.step(&mut opt)?;
             loss_sum += report.loss.unwrap_or(0.0) * idx.numel() as f64;
@@ -153,7 +178,8 @@ fn run_stage(
             }
         }
         if last {
-            *shared.epoch.lock().map_err(|_| "a stage panicked")? = (loss_sum, correct.swap(0, Ordering::Relaxed), seen);
+            *shared.epoch.lock().map_err(|_| "a stage panicked")? =
+                (loss_sum, correct.swap(0, Ordering::Relaxed), seen);
         }
         comm.barrier()?;
         if let (Some(model), Some(log)) = (&eval_model, &mut log) {

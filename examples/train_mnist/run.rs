@@ -191,11 +191,11 @@ pub(crate) fn load_data(args: &Args) -> BoxResult<Data> {
     let n = train.labels.shape()[0];
     let ragged = args.pipeline_stages > 1 && n % args.batch_size % args.micro_batches != 0;
     let loader = DataLoader::builder(VecDataset::new((0..n as i64).collect::<Vec<_>>()))
-    .batch_size(args.batch_size)
-    .shuffle(true)
-    .seed(args.seed)
-    .drop_last(ragged)
-    .build()?;
+        .batch_size(args.batch_size)
+        .shuffle(true)
+        .seed(args.seed)
+        .drop_last(ragged)
+        .build()?;
     eprintln!(
         "data {}: {} train / {} test images, {} threads",
         args.data.display(),

@@ -119,7 +119,7 @@ fn inference_steps(stages: usize, m: usize, s: usize) -> Vec<Step> {
             }
             let send = prev.filter(|_| !last).map(|mb| Instr::SendAct { mb, chunk: 0 });
             let recv = cur.filter(|_| !first).map(|mb| Instr::RecvAct { mb, chunk: 0 });
-            if s % 2 == 0 {
+            if s.is_multiple_of(2) {
                 step.extend(send.into_iter().chain(recv));
             } else {
                 step.extend(recv.into_iter().chain(send));

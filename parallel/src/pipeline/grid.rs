@@ -26,7 +26,7 @@ impl PipelineGrid {
     /// divide the world size, and on communication failures.
     pub fn new(world: &dyn Communicator, stages: usize) -> Result<PipelineGrid> {
         let n = world.world_size();
-        if stages == 0 || n % stages != 0 {
+        if stages == 0 || !n.is_multiple_of(stages) {
             return Err(CommError::arg(
                 "PipelineGrid::new",
                 format!("{stages} pipeline stages do not divide a world of {n} ranks"),

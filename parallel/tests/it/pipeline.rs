@@ -175,7 +175,7 @@ fn schedules(p: usize, m: usize) -> Vec<Schedule> {
         Schedule::deepspeed(p, m).unwrap(),
         Schedule::one_f_one_b(p, m).unwrap(),
     ];
-    if m % p == 0 {
+    if m.is_multiple_of(p) {
         v.push(Schedule::interleaved(p, m, 2).unwrap());
     }
     v
