@@ -33,6 +33,11 @@ pub struct StepReport {
     /// once (stashed between their forward and backward): what the
     /// schedule's [`Schedule::peak_in_flight`] says, measured.
     pub peak_stashed: usize,
+    /// The most bytes of tensor storage alive in this process right after
+    /// any of this stage's passes ([`tessera_tensor::live_bytes`], sampled):
+    /// activation memory measured through the allocator. Process-wide, so
+    /// with stages as threads of one process it counts all of them.
+    pub peak_live_bytes: usize,
     /// Time spent in forward and backward passes.
     pub busy: Duration,
     /// When the batch started on this stage.
@@ -249,6 +254,7 @@ struct Run<'t> {
     loss: f64,
     has_loss: bool,
     peak: usize,
+    peak_bytes: usize,
     busy: Duration,
     started: Instant,
     finished: Instant,
@@ -295,6 +301,7 @@ impl<'t> Run<'t> {
             loss: 0.0,
             has_loss: false,
             peak: 0,
+            peak_bytes: 0,
             busy: Duration::ZERO,
             started: now,
             finished: now,
@@ -305,6 +312,7 @@ impl<'t> Run<'t> {
         StepReport {
             loss: self.has_loss.then_some(self.loss),
             peak_stashed: self.peak,
+            peak_live_bytes: self.peak_bytes,
             busy: self.busy,
             started: self.started,
             finished: self.finished,
@@ -428,6 +436,7 @@ impl<'t> Run<'t> {
     fn pass_done(&mut self, t0: Instant) {
         self.finished = Instant::now();
         self.busy += self.finished - t0;
+        self.peak_bytes = self.peak_bytes.max(tessera_tensor::live_bytes());
     }
 }
 

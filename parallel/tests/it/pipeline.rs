@@ -529,3 +529,81 @@ fn engine_rejects_a_group_that_does_not_fit_the_schedule() {
     let e = outs[0].as_ref().unwrap_err().to_string();
     assert!(e.contains("do not split into 2 equal micro-batches"), "{e}");
 }
+
+/// Set in the child process of
+/// [`activation_memory_through_the_allocator_follows_the_schedule`].
+const MEMORY_CHILD: &str = "TESSERA_PIPELINE_MEMORY_CHILD";
+
+/// The measurement itself, in a process of its own: tensor storage is
+/// counted process-wide, and the other tests of this binary run
+/// concurrently. A no-op in the ordinary test run.
+#[test]
+fn memory_child() {
+    if std::env::var_os(MEMORY_CHILD).is_none() {
+        return;
+    }
+    fn wide() -> Sequential {
+        manual_seed(3);
+        Sequential::new()
+            .with(Linear::new(6, 1024, true).unwrap())
+            .with(Tanh)
+            .with(Linear::new(1024, 16, true).unwrap())
+            .with(Linear::new(16, 1024, true).unwrap())
+            .with(Tanh)
+            .with(Linear::new(1024, 3, true).unwrap())
+    }
+    // Peak live bytes of a 2-stage pipeline, 64 rows per micro-batch: the
+    // process-wide peak of a batch is the larger of the stages' samples; how
+    // far one stage runs ahead of the other varies, so the least of 3
+    // batches is kept (the part of the peak the schedule itself imposes).
+    let peak = |s: Schedule| -> usize {
+        let (x, y) = data(64 * s.micro_batches(), false);
+        let outs = LocalGroup::run(2, |comm| -> Result<Vec<usize>, CommError> {
+            let stage =
+                PipelineModule::new(wide().layers, 2, 1, &Partition::Layers)?.into_stage(comm.rank())?;
+            let mut opt = sgd(stage.parameters());
+            let mut engine = PipelineEngine::new(comm, s.clone(), stage, loss_fn())?;
+            (0..3)
+                .map(|_| Ok(engine.train_batch(&x, &y, &mut opt)?.peak_live_bytes))
+                .collect()
+        })
+        .unwrap();
+        let outs: Vec<Vec<usize>> = outs.into_iter().map(Result::unwrap).collect();
+        (0..3).map(|i| outs[0][i].max(outs[1][i])).min().unwrap()
+    };
+    let g: Vec<usize> = [2, 4, 8].map(|m| peak(Schedule::gpipe(2, m).unwrap())).to_vec();
+    let f: Vec<usize> = [2, 4, 8]
+        .map(|m| peak(Schedule::one_f_one_b(2, m).unwrap()))
+        .to_vec();
+    println!("peak live bytes, m = 2, 4, 8: gpipe {g:?}, 1f1b {f:?}");
+    // GPipe stashes every micro-batch: the peak grows linearly with m.
+    let (g24, g48) = (g[1] as f64 - g[0] as f64, g[2] as f64 - g[1] as f64);
+    assert!(g24 > 0.0 && g48 > 1.4 * g24, "gpipe {g:?}");
+    // 1F1B holds at most p micro-batches per stage: no growth with m.
+    let f48 = (f[2] as f64 - f[1] as f64).abs();
+    assert!(f48 < 0.35 * g48, "1f1b {f:?} against gpipe {g:?}");
+    assert!(f[2] < g[2], "1f1b {f:?} against gpipe {g:?}");
+}
+
+/// Peak activation memory measured through the allocator: GPipe's grows
+/// with the micro-batch count, 1F1B's stays bounded (runs
+/// [`memory_child`] in a child process).
+#[test]
+fn activation_memory_through_the_allocator_follows_the_schedule() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "pipeline::memory_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(MEMORY_CHILD, "1")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success() && text.contains("peak live bytes"), "{text}");
+}
