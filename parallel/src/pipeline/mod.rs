@@ -9,6 +9,18 @@
 //! receives, deadlock freedom, buffer bounds) and simulated with unit
 //! costs ([`simulate`]) to get the bubble `(p − 1)/(v·m + p − 1)`.
 //!
+//! One executor runs them all: a [`PipelineModule`] splits a list of layers
+//! (a `Sequential`) into `p·v` parts by layer count, parameter count or
+//! explicit boundaries ([`Partition`]); each rank keeps its
+//! [`PipelineStage`] and drives it with a [`PipelineEngine`] over the
+//! pipeline group (any backend): activations go forward and gradients back
+//! as point-to-point messages, the loss is taken on the last stage, the
+//! micro-batch gradients are summed in micro-batch order (so a pipeline
+//! step equals single-process gradient accumulation bitwise), tied weights
+//! are summed over their stages ([`PipelineEngine::tie`]), and a
+//! [`PipelineGrid`] adds a data-parallel axis whose all-reduce averages the
+//! gradients ([`PipelineEngine::with_data_parallel`]).
+//!
 //! ```
 //! use tessera_parallel::pipeline::{simulate, Costs, Schedule};
 //! let s = Schedule::one_f_one_b(4, 8)?;
