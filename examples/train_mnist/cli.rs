@@ -117,7 +117,7 @@ impl Args {
             return Err("--pipeline-stages, --micro-batches and --chunks must be positive".into());
         }
         if a.pipeline_stages > 1 {
-            if a.batch_size % a.micro_batches != 0 {
+            if !a.batch_size.is_multiple_of(a.micro_batches) {
                 return Err(format!(
                     "--batch-size {} is not divisible by --micro-batches {}",
                     a.batch_size, a.micro_batches

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use tessera::autograd::{CrossEntropyOptions, Target};
 use tessera::nn::{models::mnist_cnn, state_dict};
-use tessera::optim::{LrScheduler, OneCycleLR, OneCycleOptions, Sgd, SgdOptions};
+use tessera::optim::{LrScheduler, OneCycleLR, OneCycleOptions};
 use tessera::parallel::pipeline::{
     LossFn, Partition, PipelineEngine, PipelineModule, Schedule, ScheduleKind,
 };
@@ -24,7 +24,7 @@ use tessera::parallel::{Communicator, LocalGroup};
 use tessera::tensor::{rng, DType, Tensor};
 
 use crate::cli::Args;
-use crate::run::{count_correct, evaluate, load_data, BoxResult, EpochRecord, Split, WEIGHT_DECAY};
+use crate::run::{count_correct, evaluate, load_data, optimizer, BoxResult, EpochRecord, Split};
 
 /// What the stages share in this process: the parameters gathered for
 /// evaluation and the last stage's training figures of the epoch.
@@ -114,16 +114,7 @@ fn run_stage(
     let layers = mnist_cnn()?.layers;
     let module = PipelineModule::new(layers, p, schedule.chunks(), &Partition::Layers)?;
     let stage = module.into_stage(rank)?;
-    let mut opt = Sgd::new(
-        stage.parameters(),
-        SgdOptions {
-            lr: args.lr,
-            momentum: 0.9,
-            nesterov: true,
-            weight_decay: WEIGHT_DECAY,
-            ..Default::default()
-        },
-    )?;
+    let mut opt = optimizer(stage.parameters(), args.lr)?;
     let total_steps = data.batches.iter().map(Vec::len).sum::<usize>() as u64;
     let mut sched = OneCycleLR::new(&mut opt, OneCycleOptions::new(args.lr, total_steps))?;
     let correct = Arc::new(AtomicUsize::new(0));
@@ -185,7 +176,7 @@ fn run_stage(
         if let (Some(model), Some(log)) = (&eval_model, &mut log) {
             let params = std::mem::take(&mut *shared.params.lock().map_err(|_| "a stage panicked")?);
             state_dict::load_state_dict(model, &params, true)?;
-            let test_acc = 100.0 * evaluate(model, &data.test, 1000)?;
+            let test_acc = 100.0 * evaluate(model, data.test, 1000)?;
             let (loss_sum, correct, seen) = *shared.epoch.lock().map_err(|_| "a stage panicked")?;
             let (train_loss, train_acc) = (loss_sum / seen as f64, 100.0 * correct as f64 / seen as f64);
             let elapsed = clock.elapsed().as_secs_f64();

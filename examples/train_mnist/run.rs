@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
-use tessera::autograd::{no_grad, CrossEntropyOptions, Target, Var};
+use tessera::autograd::{no_grad, CrossEntropyOptions, Parameter, Target, Var};
 use tessera::data::formats::Mnist;
 use tessera::data::{DataLoader, VecDataset};
 use tessera::nn::{models::mnist_cnn, state_dict, Module, Sequential};
@@ -18,7 +18,7 @@ use crate::progress::Bar;
 
 pub(crate) type BoxResult<T> = Result<T, Box<dyn std::error::Error>>;
 
-pub(crate) const WEIGHT_DECAY: f64 = 5e-4;
+const WEIGHT_DECAY: f64 = 5e-4;
 
 /// A split held in memory: normalized f32 images `[N, 1, 28, 28]` and i64
 /// labels `[N]`.
@@ -53,16 +53,7 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
 
     rng::manual_seed(args.seed);
     let mut model = mnist_cnn()?;
-    let mut opt = Sgd::new(
-        model.parameters(),
-        SgdOptions {
-            lr: args.lr,
-            momentum: 0.9,
-            nesterov: true,
-            weight_decay: WEIGHT_DECAY,
-            ..Default::default()
-        },
-    )?;
+    let mut opt = optimizer(model.parameters(), args.lr)?;
     let total_steps = (args.epochs * steps_per_epoch) as u64;
     let mut sched = OneCycleLR::new(&mut opt, OneCycleOptions::new(args.lr, total_steps))?;
 
@@ -168,6 +159,18 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
     Ok(records)
 }
 
+/// SGD with Nesterov momentum 0.9 and weight decay over `params`.
+pub(crate) fn optimizer(params: Vec<Parameter>, lr: f64) -> BoxResult<Sgd> {
+    let o = SgdOptions {
+        lr,
+        momentum: 0.9,
+        nesterov: true,
+        weight_decay: WEIGHT_DECAY,
+        ..Default::default()
+    };
+    Ok(Sgd::new(params, o)?)
+}
+
 /// The training and test splits in memory and the loader of training
 /// batches (positions into the training split).
 pub(crate) struct Data {
@@ -189,7 +192,7 @@ pub(crate) fn load_data(args: &Args) -> BoxResult<Data> {
     // The loader batches and shuffles sample positions; the pixels are
     // already in one normalized tensor.
     let n = train.labels.shape()[0];
-    let ragged = args.pipeline_stages > 1 && n % args.batch_size % args.micro_batches != 0;
+    let ragged = args.pipeline_stages > 1 && !(n % args.batch_size).is_multiple_of(args.micro_batches);
     let loader = DataLoader::builder(VecDataset::new((0..n as i64).collect::<Vec<_>>()))
         .batch_size(args.batch_size)
         .shuffle(true)

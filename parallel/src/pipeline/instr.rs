@@ -310,21 +310,10 @@ impl Schedule {
         if !self.kind.trains() {
             return 2;
         }
-        let (mut live, mut peak) = (0usize, 0usize);
-        for i in self.instrs(stage) {
-            match i {
-                Instr::Fwd { .. } => {
-                    live += 1;
-                    peak = peak.max(live);
-                }
-                Instr::Bwd { .. } => live -= 1,
-                _ => {}
-            }
-        }
         match self.kind {
             // DeepSpeed allocates max(2, min(S - s, M)) whatever the peak.
             ScheduleKind::DeepSpeed => 2.max((self.stages - stage).min(self.micro_batches)),
-            _ => peak.max(1),
+            _ => self.peak_in_flight(stage).max(1),
         }
     }
 
