@@ -362,44 +362,84 @@ fn pipeline_by_data_parallel_grid_equals_the_full_batch() {
     assert_close(&by_replica[0], &want, 2e-6, "pp 2 x dp 2");
 }
 
-/// The 1F1B pipeline over the `tcp` backend (two ranks on loopback sockets,
-/// as threads of this process) gives the same bits as over `local`.
+/// Set (to the schedule's name) in the rank processes of
+/// [`pipeline_over_tcp_processes_equals_single_process`].
+const TCP_CHILD: &str = "TESSERA_PIPELINE_TCP_CHILD";
+
+/// One rank of the tcp-process test: joins the job from the torchrun-style
+/// environment, trains its stage and prints its parameters' bits. A no-op
+/// in the ordinary test run.
 #[test]
-fn pipeline_over_tcp_equals_single_process() {
+fn tcp_rank_child() {
+    let Ok(name) = std::env::var(TCP_CHILD) else {
+        return;
+    };
+    let s = Schedule::new(ScheduleKind::parse(&name).unwrap(), 2, 4, 2).unwrap();
+    let (x, y) = data(BATCH, false);
+    let comm = tcp::init_from_env().unwrap();
+    let out = train_stage(&comm, None, mlp, &s, &x, &y).unwrap();
+    for (name, v) in out.params {
+        let bits: Vec<String> = v.iter().map(|f| f.to_bits().to_string()).collect();
+        println!("param {name} {}", bits.join(","));
+    }
+}
+
+/// 1F1B and interleaved over `tcp` between two processes (this test binary
+/// spawned as the ranks, torchrun's environment variables): the same bits
+/// as single-process gradient accumulation.
+#[test]
+fn pipeline_over_tcp_processes_equals_single_process() {
     let (x, y) = data(BATCH, false);
     let (want, _) = reference(mlp, &x, &y, 4);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let s = Schedule::one_f_one_b(2, 4).unwrap();
-    let outs: Vec<Params> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..2)
+    for name in ["1f1b", "interleaved"] {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let children: Vec<_> = (0..2)
             .map(|rank| {
-                let (s, x, y) = (&s, &x, &y);
-                scope.spawn(move || {
-                    let cfg = tcp::TcpConfig {
-                        master_addr: "127.0.0.1".into(),
-                        master_port: port,
-                        rank,
-                        world_size: 2,
-                        connect_timeout: Duration::from_secs(20),
-                        comm: CommConfig {
-                            timeout: Duration::from_secs(20),
-                            ..CommConfig::default()
-                        },
-                    };
-                    let comm = tcp::connect(&cfg).unwrap();
-                    assert_eq!(comm.backend(), "tcp");
-                    train_stage(&comm, None, mlp, s, x, y).unwrap().params
-                })
+                std::process::Command::new(std::env::current_exe().unwrap())
+                    .args([
+                        "--exact",
+                        "pipeline::tcp_rank_child",
+                        "--nocapture",
+                        "--test-threads=1",
+                    ])
+                    .env(TCP_CHILD, name)
+                    .env("RANK", rank.to_string())
+                    .env("LOCAL_RANK", rank.to_string())
+                    .env("WORLD_SIZE", "2")
+                    .env("MASTER_ADDR", "127.0.0.1")
+                    .env("MASTER_PORT", port.to_string())
+                    .env(tcp::TIMEOUT_VAR, "30")
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    let merged: Params = outs.into_iter().flatten().collect();
-    assert_bitwise(&merged, &want, "1f1b over tcp");
+        let mut got = Params::new();
+        for child in children {
+            let out = child.wait_with_output().unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "{name}: {text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            // The harness may print its "test ... " prefix on the first line.
+            for line in text.lines().filter_map(|l| l.split_once("param ").map(|x| x.1)) {
+                let (pname, bits) = line.split_once(' ').unwrap();
+                let v = bits
+                    .split(',')
+                    .map(|b| f32::from_bits(b.parse().unwrap()))
+                    .collect();
+                got.insert(pname.to_string(), v);
+            }
+        }
+        assert_bitwise(&got, &want, &format!("{name} over tcp processes"));
+    }
 }
 
 /// The inference schedule gives the full model's outputs.
