@@ -5,7 +5,7 @@
 //! Workload: the real engine (`PipelineEngine::train_batch` on `local`
 //! threads, real autograd, real point-to-point messages), with every
 //! virtual stage one layer whose forward and whose backward **sleep** a
-//! fixed time (`STAGE_MS / v` each) instead of computing. Sleeping stages
+//! fixed time (`stage_ms / v` each, see [`stage_ms`]) instead of computing. Sleeping stages
 //! make the measurement reflect the schedule rather than how the machine's
 //! cores are shared (this machine has 2 cores for up to 4 stage threads and
 //! other jobs); a sleep overshoots by tens of microseconds, which counts as
@@ -26,9 +26,18 @@ use tessera_parallel::pipeline::{LossFn, Partition, PipelineEngine, PipelineModu
 use tessera_parallel::{Communicator, LocalGroup};
 use tessera_tensor::{DType, Tensor};
 
-/// Forward plus backward time of one stage per micro-batch is
-/// `2 · STAGE_MS` milliseconds.
-const STAGE_MS: f64 = 8.0;
+/// Forward plus backward time of one stage per micro-batch is `2 ·
+/// stage_ms` milliseconds: 30 by default, `TESSERA_BENCH_STAGE_MS` to
+/// change. Thread wake-ups after a message count as idle time; on a loaded
+/// machine they take up to milliseconds, so longer stages measure the
+/// schedule more exactly.
+fn stage_ms() -> f64 {
+    std::env::var("TESSERA_BENCH_STAGE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&ms: &f64| ms > 0.0)
+        .unwrap_or(30.0)
+}
 const REPEATS: usize = 3;
 
 /// A layer of known cost: the identity, whose forward sleeps `fwd` and
@@ -62,9 +71,9 @@ impl Module for Sleep {
     }
 }
 
-fn run(schedule: &Schedule) -> f64 {
+fn run(schedule: &Schedule, stage_ms: f64) -> f64 {
     let (p, v) = (schedule.stages(), schedule.chunks());
-    let pass = Duration::from_secs_f64(STAGE_MS / 1e3 / v as f64);
+    let pass = Duration::from_secs_f64(stage_ms / 1e3 / v as f64);
     let x = Tensor::zeros(&[schedule.micro_batches(), 4], DType::F32).unwrap();
     let reports: Vec<Vec<StepReport>> = LocalGroup::run(p, |comm| {
         let layers: Vec<Box<dyn Module>> = (0..p * v)
@@ -108,8 +117,9 @@ fn run(schedule: &Schedule) -> f64 {
 
 fn main() {
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let ms = stage_ms();
     println!(
-        "# workload: every virtual stage sleeps {STAGE_MS} ms / v in forward and in backward (sleep, not compute: see the file's docs); median of {REPEATS} batches"
+        "# workload: every virtual stage sleeps {ms} ms / v in forward and in backward (sleep, not compute: see the file's docs); median of {REPEATS} batches"
     );
     let t = Instant::now();
     for name in ["gpipe", "1f1b", "interleaved"] {
@@ -125,7 +135,7 @@ fn main() {
                     _ => Schedule::interleaved(p, m, 2),
                 }
                 .unwrap();
-                let measured = run(&schedule);
+                let measured = run(&schedule, ms);
                 let theory = schedule.bubble_theory();
                 println!("bench\t{workload}\ttessera\tmeasured\t{measured:.4}\tfraction");
                 println!("bench\t{workload}\ttessera\ttheory\t{theory:.4}\tfraction");
