@@ -180,12 +180,7 @@ impl<'c> PipelineEngine<'c> {
             ));
         }
         let mut run = Run::new(self, inputs, targets)?;
-        for i in 0..self.schedule.steps(self.stage.stage()).len() {
-            for instr in self.schedule.steps(self.stage.stage())[i].clone() {
-                run.exec(self, instr, Some(&mut *opt))
-                    .map_err(|e| self.wrap(&instr, e))?;
-            }
-        }
+        self.execute(&mut run, Some(opt))?;
         Ok(run.report())
     }
 
@@ -206,11 +201,7 @@ impl<'c> PipelineEngine<'c> {
         }
         let _guard = GradModeGuard::set(false);
         let mut run = Run::new(self, inputs, inputs)?;
-        for i in 0..self.schedule.steps(self.stage.stage()).len() {
-            for instr in self.schedule.steps(self.stage.stage())[i].clone() {
-                run.exec(self, instr, None).map_err(|e| self.wrap(&instr, e))?;
-            }
-        }
+        self.execute(&mut run, None)?;
         if run.results.is_empty() {
             return Ok(None);
         }
@@ -218,6 +209,15 @@ impl<'c> PipelineEngine<'c> {
             .map(|mb| run.results.remove(&mb).expect("the last stage ran every forward"))
             .collect();
         Ok(Some(Tensor::cat(&outs, 0)?))
+    }
+
+    /// Runs this stage's program, in order.
+    fn execute<'o>(&self, run: &mut Run<'_>, mut opt: Option<&mut (dyn Optimizer + 'o)>) -> Result<()> {
+        for &instr in self.schedule.instrs(self.stage.stage()) {
+            run.exec(self, instr, opt.as_deref_mut())
+                .map_err(|e| self.wrap(&instr, e))?;
+        }
+        Ok(())
     }
 
     fn wrap(&self, instr: &Instr, e: CommError) -> CommError {
@@ -319,7 +319,12 @@ impl<'t> Run<'t> {
         }
     }
 
-    fn exec(&mut self, e: &PipelineEngine<'_>, instr: Instr, opt: Option<&mut dyn Optimizer>) -> Result<()> {
+    fn exec<'o>(
+        &mut self,
+        e: &PipelineEngine<'_>,
+        instr: Instr,
+        opt: Option<&mut (dyn Optimizer + 'o)>,
+    ) -> Result<()> {
         let s = e.stage.stage();
         let last_k = e.schedule.virtual_stages() - 1;
         match instr {
