@@ -584,8 +584,13 @@ mod tests {
                 Layout::try_new(shape.to_vec(), vec![0, 0], 0).is_err(),
                 "{shape:?}"
             );
-            assert_eq!(Layout::contiguous(&shape).numel(), usize::MAX);
         }
+        assert_eq!(Layout::contiguous(&[1 << 62, 4]).numel(), usize::MAX, "saturates");
+        assert_eq!(
+            Layout::contiguous(&[1 << 32, 1 << 31]).numel(),
+            1 << 63,
+            "fits usize, not isize"
+        );
         // A zero size makes any other size harmless.
         let empty = Layout::try_new(vec![usize::MAX, 0, usize::MAX], vec![1, 1, 1], 0).unwrap();
         assert_eq!(empty.numel(), 0);

@@ -164,6 +164,7 @@ const EXEMPT: &[&str] = &[
     "contiguous",
     "to_dtype",
     "map",
+    "try_map",
     // parameter builders and kernel-geometry helpers (no tensors)
     "new",
     "stride",

@@ -42,8 +42,15 @@ impl Tensor {
         }
         crate::tensor::checked_numel(OP, &shape)?;
         let tiled = self.with_layout(Layout::new(big_shape, big_strides, self.layout().offset()));
-        // The row-major copy of [r0, n0, r1, n1, ...] is the result's data.
-        Ok(tiled.try_contiguous()?.with_layout(Layout::contiguous(&shape)))
+        // The row-major copy of [r0, n0, r1, n1, ...] is the result's data
+        // (possibly `self`'s own storage at an offset, when nothing repeats).
+        let data = tiled.try_contiguous()?;
+        let layout = Layout::new(
+            shape.clone(),
+            crate::contiguous_strides(&shape),
+            data.layout().offset(),
+        );
+        Ok(data.with_layout(layout))
     }
 }
 
