@@ -6,8 +6,7 @@ use std::path::Path;
 
 use tessera_tensor::{safetensors, Error, Result, Tensor};
 
-use crate::module::walk;
-use crate::Module;
+use crate::{walk, Entry, Module};
 
 /// What [`load_state_dict`] found: keys the module has but the state dict
 /// lacks, keys the state dict has but the module lacks, and keys whose
@@ -70,27 +69,21 @@ pub fn load_state_dict(
     let mut report = LoadReport::default();
     let mut seen = std::collections::HashSet::new();
     let mut apply: Vec<Box<dyn FnOnce() -> Result<()> + '_>> = Vec::new();
-    walk(module, "", &mut |prefix, m| {
-        let params = m
-            .own_parameters()
-            .into_iter()
-            .map(|(n, p)| (n, p.shape(), Target::Param(p)));
-        let buffers = m
-            .own_buffers()
-            .into_iter()
-            .map(|(n, b)| (n, b.shape(), Target::Buffer(b)));
-        for (name, shape, target) in params.chain(buffers) {
-            let key = crate::module::join(prefix, name);
-            seen.insert(key.clone());
-            match sd.get(&key) {
-                None => report.missing.push(key),
-                Some(t) if t.shape() != shape.as_slice() => {
-                    report.mismatched.push((key, shape, t.shape().to_vec()))
-                }
-                Some(t) => {
-                    let t = t.clone();
-                    apply.push(Box::new(move || target.assign(&t)));
-                }
+    walk(module, &mut |key, e| {
+        let (shape, target) = match e {
+            Entry::Parameter(p) => (p.shape(), Target::Param(p)),
+            Entry::Buffer(b) if b.is_persistent() => (b.shape(), Target::Buffer(b)),
+            _ => return,
+        };
+        seen.insert(key.to_string());
+        match sd.get(key) {
+            None => report.missing.push(key.to_string()),
+            Some(t) if t.shape() != shape.as_slice() => {
+                report.mismatched.push((key.to_string(), shape, t.shape().to_vec()))
+            }
+            Some(t) => {
+                let t = t.clone();
+                apply.push(Box::new(move || target.assign(&t)));
             }
         }
     });
@@ -131,12 +124,12 @@ pub fn load(module: &dyn Module, path: impl AsRef<Path>, strict: bool) -> Result
 }
 
 /// Where a loaded tensor goes.
-enum Target {
-    Param(tessera_autograd::Parameter),
-    Buffer(crate::Buffer),
+enum Target<'a> {
+    Param(&'a tessera_autograd::Parameter),
+    Buffer(&'a crate::Buffer),
 }
 
-impl Target {
+impl Target<'_> {
     fn assign(&self, t: &Tensor) -> Result<()> {
         match self {
             Target::Param(p) => p.set(t.to_dtype(p.dtype()).contiguous()),
