@@ -2,9 +2,10 @@
 //! train/eval mode.
 
 use tessera_autograd::{Parameter, Var};
-use tessera_tensor::{Result, Tensor};
+use tessera_tensor::{Result, StateDict};
 
 use crate::visit::{walk, Entry};
+use crate::state_dict::LoadReport;
 use crate::{Buffer, Visit};
 
 /// A neural-network layer or model, as `torch.nn.Module`.
@@ -156,14 +157,27 @@ pub trait Module: Visit + Send + Sync {
     /// are shared, not copied (later updates copy-on-write, so these values
     /// never change). A parameter reachable under two names is listed under
     /// both, as in PyTorch.
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        let mut out = Vec::new();
+    fn state_dict(&self) -> StateDict {
+        let mut out = StateDict::new();
         walk(self, &mut |name, e| match e {
-            Entry::Parameter(p) => out.push((name.to_string(), p.tensor())),
-            Entry::Buffer(b) if b.is_persistent() => out.push((name.to_string(), b.tensor())),
+            Entry::Parameter(p) => {
+                out.insert(name, p.tensor());
+            }
+            Entry::Buffer(b) if b.is_persistent() => {
+                out.insert(name, b.tensor());
+            }
             _ => {}
         });
         out
+    }
+
+    /// Copies the tensors of `sd` into the parameters and buffers by name,
+    /// as PyTorch's `load_state_dict(sd, strict)`; see
+    /// [`crate::state_dict::load_state_dict`]. With `strict`, a missing,
+    /// unexpected or wrongly shaped key is an error naming each (with both
+    /// shapes) and nothing changes.
+    fn load_state_dict(&self, sd: &StateDict, strict: bool) -> Result<LoadReport> {
+        crate::state_dict::load_state_dict(self, sd, strict)
     }
 }
 

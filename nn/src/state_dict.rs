@@ -1,10 +1,9 @@
 //! Loading and saving a module's state dict, by PyTorch name, through
 //! safetensors.
 
-use std::collections::HashMap;
 use std::path::Path;
 
-use tessera_tensor::{safetensors, Error, Result, Tensor};
+use tessera_tensor::{safetensors, Error, Result, StateDict, Tensor};
 
 use crate::{walk, Entry, Module};
 
@@ -61,9 +60,9 @@ impl std::fmt::Display for LoadReport {
 /// (PyTorch errors on it even when not strict; tessera reports it in
 /// [`LoadReport::mismatched`] so partial loads such as a new classifier head
 /// work).
-pub fn load_state_dict(
-    module: &dyn Module,
-    sd: &HashMap<String, Tensor>,
+pub fn load_state_dict<M: Module + ?Sized>(
+    module: &M,
+    sd: &StateDict,
     strict: bool,
 ) -> Result<LoadReport> {
     let mut report = LoadReport::default();
@@ -76,7 +75,7 @@ pub fn load_state_dict(
             _ => return,
         };
         seen.insert(key.to_string());
-        match sd.get(key) {
+        match sd.tensor(key) {
             None => report.missing.push(key.to_string()),
             Some(t) if t.shape() != shape.as_slice() => {
                 report.mismatched.push((key.to_string(), shape, t.shape().to_vec()))
@@ -87,7 +86,7 @@ pub fn load_state_dict(
             }
         }
     });
-    report.unexpected = sd.keys().filter(|k| !seen.contains(*k)).cloned().collect();
+    report.unexpected = sd.keys().filter(|k| !seen.contains(*k)).map(String::from).collect();
     report.missing.sort();
     report.unexpected.sort();
     report.mismatched.sort();
@@ -110,17 +109,19 @@ pub fn load_state_dict(
 /// per key (PyTorch's `safetensors.torch.save_file(model.state_dict())`
 /// form; a parameter shared under two names is written under both).
 /// Errors on I/O failure or a tensor not on the CPU.
-pub fn save(module: &dyn Module, path: impl AsRef<Path>) -> Result<()> {
-    let sd = module.state_dict();
-    safetensors::save(path, sd.iter().map(|(k, t)| (k.as_str(), t)))
+pub fn save<M: Module + ?Sized>(module: &M, path: impl AsRef<Path>) -> Result<()> {
+    safetensors::save(path, module.state_dict().iter())
 }
 
 /// Reads a safetensors file and loads it into `module` with
 /// [`load_state_dict`]. Errors when the file cannot be read or is corrupt,
 /// or as [`load_state_dict`].
-pub fn load(module: &dyn Module, path: impl AsRef<Path>, strict: bool) -> Result<LoadReport> {
-    let sd = safetensors::load(path)?;
-    load_state_dict(module, &sd, strict)
+pub fn load<M: Module + ?Sized>(
+    module: &M,
+    path: impl AsRef<Path>,
+    strict: bool,
+) -> Result<LoadReport> {
+    load_state_dict(module, &StateDict::load(path)?, strict)
 }
 
 /// Where a loaded tensor goes.
