@@ -64,7 +64,7 @@ fn batch(n: usize) -> Result<(Var, Tensor)> {
     Ok((Var::constant(x), y.to_dtype(DType::I64)))
 }
 
-fn main() -> Result<()> {
+pub fn main() -> Result<()> {
     manual_seed(0);
     let mut model = classifier(32, 2)?;
     let mut hyper = AdamWOptions::default();

@@ -58,6 +58,27 @@ use crate::{Buffer, Visit};
 /// # Ok::<(), tessera_tensor::Error>(())
 /// ```
 ///
+/// A forgotten child is impossible: every field is visited, and a field
+/// that is not module state must say so. Without the `#[module(skip)]`,
+/// this does not compile (`usize` is not a module, parameter, buffer or
+/// training flag):
+///
+/// ```compile_fail,E0277
+/// use tessera_nn::{Linear, Module, Var};
+///
+/// #[derive(Module)]
+/// struct Head {
+///     fc: Linear,
+///     width: usize,
+/// }
+///
+/// impl Module for Head {
+///     fn forward(&self, x: &Var) -> tessera_tensor::Result<Var> {
+///         self.fc.forward(x)
+///     }
+/// }
+/// ```
+///
 /// Names and order are PyTorch's: [`Module::named_parameters`] gives
 /// `features.0.weight`, and [`Module::state_dict`] lists each module's
 /// parameters, then its buffers, then its children's entries

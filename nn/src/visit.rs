@@ -194,3 +194,7 @@ pub(crate) fn join(prefix: &str, name: &str) -> String {
         (false, false) => format!("{prefix}.{name}"),
     }
 }
+
+#[cfg(test)]
+#[path = "visit_tests.rs"]
+mod tests;
