@@ -63,7 +63,11 @@ fn same_seed_same_metrics_and_resume_gives_identical_weights() {
         std::fs::read_to_string(d.join("metrics.jsonl"))
             .unwrap()
             .lines()
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["epoch"].as_u64().unwrap())
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["epoch"]
+                    .as_u64()
+                    .unwrap()
+            })
             .collect()
     };
     assert_eq!(epochs(&a), [1, 2]);

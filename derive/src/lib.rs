@@ -35,7 +35,10 @@ use syn::{parse_macro_input, Data, DeriveInput, Expr, Fields, LitStr, Path};
 /// docs for the attributes. Generated code names the crate `::tessera_nn`.
 #[proc_macro_derive(Module, attributes(module))]
 pub fn derive_module(input: TokenStream) -> TokenStream {
-    expand(parse_macro_input!(input as DeriveInput), syn::parse_quote!(::tessera_nn))
+    expand(
+        parse_macro_input!(input as DeriveInput),
+        syn::parse_quote!(::tessera_nn),
+    )
 }
 
 /// The same derive for users of the `tessera` facade: generated code names
@@ -43,7 +46,10 @@ pub fn derive_module(input: TokenStream) -> TokenStream {
 #[doc(hidden)]
 #[proc_macro_derive(FacadeModule, attributes(module))]
 pub fn derive_facade_module(input: TokenStream) -> TokenStream {
-    expand(parse_macro_input!(input as DeriveInput), syn::parse_quote!(::tessera::nn))
+    expand(
+        parse_macro_input!(input as DeriveInput),
+        syn::parse_quote!(::tessera::nn),
+    )
 }
 
 fn expand(input: DeriveInput, default_crate: Path) -> TokenStream {

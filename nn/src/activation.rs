@@ -47,7 +47,6 @@ pub struct GELU {
 }
 
 impl Module for GELU {
-
     fn forward(&self, input: &Var) -> Result<Var> {
         input.gelu(self.approximate)
     }
@@ -62,7 +61,6 @@ pub struct Softmax {
 }
 
 impl Module for Softmax {
-
     /// Errors when `dim` is out of range.
     fn forward(&self, input: &Var) -> Result<Var> {
         input.softmax(self.dim)

@@ -41,7 +41,6 @@ impl Embedding {
 }
 
 impl Module for Embedding {
-
     /// `input` holds integer indices (a constant `Var`). Errors for a
     /// non-integer dtype or an index out of range.
     fn forward(&self, input: &Var) -> Result<Var> {

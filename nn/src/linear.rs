@@ -53,7 +53,6 @@ impl Module for Linear {
 pub struct Identity;
 
 impl Module for Identity {
-
     fn forward(&self, input: &Var) -> Result<Var> {
         Ok(input.clone())
     }
@@ -81,7 +80,6 @@ impl Default for Flatten {
 }
 
 impl Module for Flatten {
-
     /// Errors when a dimension is out of range or `start_dim > end_dim`.
     fn forward(&self, input: &Var) -> Result<Var> {
         input.flatten(self.start_dim, self.end_dim)

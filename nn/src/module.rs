@@ -4,8 +4,8 @@
 use tessera_autograd::{Parameter, Var};
 use tessera_tensor::{Result, StateDict};
 
-use crate::visit::{walk, Entry};
 use crate::state_dict::LoadReport;
+use crate::visit::{walk, Entry};
 use crate::{Buffer, Visit};
 
 /// A neural-network layer or model, as `torch.nn.Module`.

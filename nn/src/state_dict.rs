@@ -60,11 +60,7 @@ impl std::fmt::Display for LoadReport {
 /// (PyTorch errors on it even when not strict; tessera reports it in
 /// [`LoadReport::mismatched`] so partial loads such as a new classifier head
 /// work).
-pub fn load_state_dict<M: Module + ?Sized>(
-    module: &M,
-    sd: &StateDict,
-    strict: bool,
-) -> Result<LoadReport> {
+pub fn load_state_dict<M: Module + ?Sized>(module: &M, sd: &StateDict, strict: bool) -> Result<LoadReport> {
     let mut report = LoadReport::default();
     let mut seen = std::collections::HashSet::new();
     let mut apply: Vec<Box<dyn FnOnce() -> Result<()> + '_>> = Vec::new();
@@ -78,7 +74,9 @@ pub fn load_state_dict<M: Module + ?Sized>(
         match sd.tensor(key) {
             None => report.missing.push(key.to_string()),
             Some(t) if t.shape() != shape.as_slice() => {
-                report.mismatched.push((key.to_string(), shape, t.shape().to_vec()))
+                report
+                    .mismatched
+                    .push((key.to_string(), shape, t.shape().to_vec()))
             }
             Some(t) => {
                 let t = t.clone();
@@ -86,7 +84,11 @@ pub fn load_state_dict<M: Module + ?Sized>(
             }
         }
     });
-    report.unexpected = sd.keys().filter(|k| !seen.contains(*k)).map(String::from).collect();
+    report.unexpected = sd
+        .keys()
+        .filter(|k| !seen.contains(*k))
+        .map(String::from)
+        .collect();
     report.missing.sort();
     report.unexpected.sort();
     report.mismatched.sort();
@@ -116,11 +118,7 @@ pub fn save<M: Module + ?Sized>(module: &M, path: impl AsRef<Path>) -> Result<()
 /// Reads a safetensors file and loads it into `module` with
 /// [`load_state_dict`]. Errors when the file cannot be read or is corrupt,
 /// or as [`load_state_dict`].
-pub fn load<M: Module + ?Sized>(
-    module: &M,
-    path: impl AsRef<Path>,
-    strict: bool,
-) -> Result<LoadReport> {
+pub fn load<M: Module + ?Sized>(module: &M, path: impl AsRef<Path>, strict: bool) -> Result<LoadReport> {
     load_state_dict(module, &StateDict::load(path)?, strict)
 }
 

@@ -117,6 +117,8 @@ fn names_come_from_fields_renames_and_indices_in_pytorch_order() {
     assert_eq!(params, ["proj_weight", "in_vec_of_options.1.fc.weight"]);
     assert_eq!(m.named_buffers().len(), 1);
     assert_eq!(m.type_name(), "Nested");
+    // A skipped field is plain data, in no list.
+    assert_eq!(m.width, 2);
 }
 
 #[test]

@@ -61,7 +61,11 @@ fn load_reports_missing_unexpected_and_mismatched_keys_by_name() {
     assert!(err.contains("[4]") && err.contains("[5]"), "both shapes: {err}");
     // Strict failure changes nothing.
     assert_eq!(
-        net.state_dict().require("t", "0.weight").unwrap().to_vec::<f32>().unwrap(),
+        net.state_dict()
+            .require("t", "0.weight")
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap(),
         before.require("t", "0.weight").unwrap().to_vec::<f32>().unwrap()
     );
 
@@ -111,7 +115,13 @@ fn bad_configurations_are_errors() {
     assert!(bn.forward(&x).is_err());
     // A failed forward does not count a batch.
     let sd = bn.state_dict();
-    assert_eq!(sd.require("t", "num_batches_tracked").unwrap().to_scalar::<i64>().unwrap(), 0);
+    assert_eq!(
+        sd.require("t", "num_batches_tracked")
+            .unwrap()
+            .to_scalar::<i64>()
+            .unwrap(),
+        0
+    );
     assert!(ModuleList::new().forward(&x).is_err());
     assert!(Linear::new(3, 2, true).unwrap().forward(&x).is_err());
 }

@@ -208,7 +208,10 @@ fn mismatched_state_dicts_are_errors_that_change_nothing() {
     bad.set("group.0.beta1", 1.5);
     assert!(fresh.load_state_dict(&bad).is_err(), "invalid hyperparameter");
     bad.set("group.0.beta1", "0.9");
-    assert!(fresh.load_state_dict(&bad).is_err(), "hyperparameter of the wrong type");
+    assert!(
+        fresh.load_state_dict(&bad).is_err(),
+        "hyperparameter of the wrong type"
+    );
     bad.remove_meta("group.0.beta1");
     assert!(fresh.load_state_dict(&bad).is_err(), "missing hyperparameter");
     assert_eq!(fresh.lrs(), vec![0.7]);

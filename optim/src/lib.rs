@@ -77,5 +77,5 @@ pub use schedule::{
     StepSchedule,
 };
 pub use sgd::{Sgd, SgdOptions, SgdRule};
-pub use tessera_tensor::StateDict;
 pub use tessera_autograd::Parameter;
+pub use tessera_tensor::StateDict;

@@ -132,12 +132,8 @@ impl Checkpoint {
             .metadata
             .get(key)
             .ok_or_else(|| Error::arg("Checkpoint::meta", format!("no metadata entry {key:?}")))?;
-        T::deserialize(v).map_err(|e| {
-            Error::arg(
-                "Checkpoint::meta",
-                format!("metadata entry {key:?} = {v}: {e}"),
-            )
-        })
+        T::deserialize(v)
+            .map_err(|e| Error::arg("Checkpoint::meta", format!("metadata entry {key:?} = {v}: {e}")))
     }
 
     /// The optimizer's state dict. Errors when the checkpoint has none.
@@ -185,8 +181,7 @@ impl Checkpoint {
     pub fn load(path: impl AsRef<Path>) -> Result<Checkpoint> {
         let path = path.as_ref();
         let map = safetensors::map_file(LOAD, path)?;
-        Checkpoint::from_bytes(map)
-            .map_err(|msg| Error::io(LOAD, format!("{}: {msg}", path.display())))
+        Checkpoint::from_bytes(map).map_err(|msg| Error::io(LOAD, format!("{}: {msg}", path.display())))
     }
 
     /// The file's bytes, with the CRC filled in.
@@ -211,8 +206,7 @@ impl Checkpoint {
         all.set("checkpoint", info);
         let extra = HashMap::from([(CRC_KEY.to_string(), CRC_PLACEHOLDER.to_string())]);
         let mut bytes = all.to_safetensors(extra)?;
-        let at = crc_field(&bytes, CRC_PLACEHOLDER)
-            .ok_or("the CRC field is not in the serialised header")?;
+        let at = crc_field(&bytes, CRC_PLACEHOLDER).ok_or("the CRC field is not in the serialised header")?;
         let crc = crc32fast::hash(&bytes);
         bytes[at..at + 8].copy_from_slice(format!("{crc:08x}").as_bytes());
         Ok(bytes)

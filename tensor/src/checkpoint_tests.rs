@@ -55,11 +55,25 @@ fn round_trip_keeps_every_part() {
         ["fc.weight", "bn.num_batches_tracked"]
     );
     assert_eq!(
-        back.model.require("t", "fc.weight").unwrap().to_vec::<f32>().unwrap(),
-        want.model.require("t", "fc.weight").unwrap().to_vec::<f32>().unwrap()
+        back.model
+            .require("t", "fc.weight")
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap(),
+        want.model
+            .require("t", "fc.weight")
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap()
     );
-    assert_eq!(back.optimizer().unwrap().get::<String>("t", "kind").unwrap(), "AdamW");
-    assert_eq!(back.scheduler().unwrap().get::<u64>("t", "last_epoch").unwrap(), 12);
+    assert_eq!(
+        back.optimizer().unwrap().get::<String>("t", "kind").unwrap(),
+        "AdamW"
+    );
+    assert_eq!(
+        back.scheduler().unwrap().get::<u64>("t", "last_epoch").unwrap(),
+        12
+    );
     assert!(back.scaler().is_err(), "no scaler was saved");
     assert_eq!(back.rng, want.rng);
     assert_eq!(back.meta::<String>("run").unwrap(), "baseline");
@@ -101,7 +115,10 @@ fn truncated_file_is_an_error_naming_the_file() {
         let e = Checkpoint::load(&path).map(|_| ()).unwrap_err().to_string();
         assert!(e.contains("last.safetensors"), "{len} bytes: {e}");
     }
-    let e = Checkpoint::load(dir.0.join("absent")).map(|_| ()).unwrap_err().to_string();
+    let e = Checkpoint::load(dir.0.join("absent"))
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("absent"), "{e}");
     let e = Checkpoint::load(&dir.0).map(|_| ()).unwrap_err().to_string();
     assert!(e.contains("directory"), "{e}");
@@ -113,7 +130,10 @@ fn plain_safetensors_file_is_not_a_checkpoint() {
     let path = dir.0.join("w.safetensors");
     crate::safetensors::save(&path, [("w", &Tensor::scalar(1.0f32))]).unwrap();
     let e = Checkpoint::load(&path).map(|_| ()).unwrap_err().to_string();
-    assert!(e.contains("w.safetensors") && e.contains("not a tessera checkpoint"), "{e}");
+    assert!(
+        e.contains("w.safetensors") && e.contains("not a tessera checkpoint"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -127,7 +147,9 @@ fn stray_temp_files_of_a_dead_save_are_removed_and_live_ones_kept() {
     let stray = dir.0.join(format!(".last.safetensors.tmp-{dead}-0"));
     // This process's id but no save running: a stray of an earlier process
     // that had the same id.
-    let reused = dir.0.join(format!(".last.safetensors.tmp-{}-999999", std::process::id()));
+    let reused = dir
+        .0
+        .join(format!(".last.safetensors.tmp-{}-999999", std::process::id()));
     // Not a name the writer makes, and another target's temp file: kept.
     let other = dir.0.join(".last.safetensors.tmp-notes");
     let other_target = dir.0.join(format!(".other.safetensors.tmp-{dead}-0"));
@@ -165,7 +187,10 @@ fn save_failure_leaves_the_old_file_and_no_temp() {
     let dir = TempDir::new("fail");
     let path = save(&dir.0);
     let before = std::fs::read(&path).unwrap();
-    let e = sample().save(dir.0.join("missing-dir").join("x")).unwrap_err().to_string();
+    let e = sample()
+        .save(dir.0.join("missing-dir").join("x"))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("missing-dir"), "{e}");
     // Saving over a directory fails without touching it.
     let sub = dir.0.join("sub");

@@ -20,9 +20,7 @@ use crate::{Error, Result};
 /// Errors, naming `op` and the file, on any I/O failure; the temporary
 /// file is removed and `path` is left as it was.
 pub(crate) fn write(op: &'static str, path: &Path, bytes: &[u8]) -> Result<()> {
-    let err = |what: &str, e: std::io::Error| {
-        Error::io(op, format!("{}: {what}: {e}", path.display()))
-    };
+    let err = |what: &str, e: std::io::Error| Error::io(op, format!("{}: {what}: {e}", path.display()));
     let name = path
         .file_name()
         .and_then(|n| n.to_str())

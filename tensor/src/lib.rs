@@ -19,9 +19,9 @@
 //! ```
 
 pub mod alloc;
+mod checkpoint;
 #[cfg(feature = "cuda")]
 mod cuda;
-mod checkpoint;
 mod device;
 mod display;
 mod dtype;

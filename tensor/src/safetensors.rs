@@ -74,8 +74,7 @@ pub(crate) fn map_file(op: &'static str, path: &Path) -> Result<Arc<memmap2::Mma
 pub(crate) fn parse(
     map: Arc<memmap2::Mmap>,
 ) -> std::result::Result<(HashMap<String, Tensor>, HashMap<String, String>), String> {
-    let (header_len, meta) =
-        SafeTensors::read_metadata(&map).map_err(|e| format!("corrupt file: {e}"))?;
+    let (header_len, meta) = SafeTensors::read_metadata(&map).map_err(|e| format!("corrupt file: {e}"))?;
     let data_start = 8 + header_len;
     let mut tensors = HashMap::new();
     for (name, info) in meta.tensors() {

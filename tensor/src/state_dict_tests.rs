@@ -18,9 +18,7 @@ fn insertion_order_and_typed_metadata_survive_a_file() {
     inner.set("lr", 0.1f64 + 0.2);
     inner.set("flag", true);
     inner.set("step", u64::MAX);
-    inner
-        .set_serde("t", "betas", &(0.9f64, 0.999f64))
-        .unwrap();
+    inner.set_serde("t", "betas", &(0.9f64, 0.999f64)).unwrap();
     let mut sd = StateDict::new();
     sd.insert("first", Tensor::scalar(7i64));
     sd.merge_prefixed("optim", inner);
@@ -35,9 +33,17 @@ fn insertion_order_and_typed_metadata_survive_a_file() {
     );
     let inner = back.prefixed("optim");
     assert_eq!(inner.keys().collect::<Vec<_>>(), ["z.weight", "a.bias"]);
-    assert_eq!(inner.get::<f64>("t", "lr").unwrap(), 0.1 + 0.2, "f64 survives exactly");
+    assert_eq!(
+        inner.get::<f64>("t", "lr").unwrap(),
+        0.1 + 0.2,
+        "f64 survives exactly"
+    );
     assert!(inner.get::<bool>("t", "flag").unwrap());
-    assert_eq!(inner.get::<u64>("t", "step").unwrap(), u64::MAX, "u64 survives exactly");
+    assert_eq!(
+        inner.get::<u64>("t", "step").unwrap(),
+        u64::MAX,
+        "u64 survives exactly"
+    );
     assert_eq!(inner.get::<(f64, f64)>("t", "betas").unwrap(), (0.9, 0.999));
     assert_eq!(back.get::<u64>("t", "epoch").unwrap(), 7);
     assert_eq!(
@@ -55,13 +61,19 @@ fn errors_name_the_key_the_value_and_the_shapes() {
     let e = sd.get::<f64>("Adam::load", "momentum").unwrap_err().to_string();
     assert!(e.contains("Adam::load") && e.contains("\"momentum\""), "{e}");
     let e = sd.get::<u64>("op", "lr").unwrap_err().to_string();
-    assert!(e.contains("\"lr\"") && e.contains("0.5") && e.contains("u64"), "{e}");
+    assert!(
+        e.contains("\"lr\"") && e.contains("0.5") && e.contains("u64"),
+        "{e}"
+    );
     // JSON has no NaN: it reads back as an error, never as a number.
     assert!(sd.get::<f64>("op", "nan").is_err());
     let e = sd.require("op", "v").unwrap_err().to_string();
     assert!(e.contains("\"v\""), "{e}");
     let e = sd.require_shape("op", "w", &[3, 2]).unwrap_err().to_string();
-    assert!(e.contains("\"w\"") && e.contains("[2, 3]") && e.contains("[3, 2]"), "{e}");
+    assert!(
+        e.contains("\"w\"") && e.contains("[2, 3]") && e.contains("[3, 2]"),
+        "{e}"
+    );
     sd.set("kind", "Adam");
     assert!(sd.check_kind("op", "Adam").is_ok());
     let e = sd.check_kind("op", "Sgd").unwrap_err().to_string();

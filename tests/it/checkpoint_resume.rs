@@ -9,7 +9,9 @@ use std::ops::Range;
 
 use tessera::autograd::{CrossEntropyOptions, Target, Var};
 use tessera::nn::{Dropout, Linear, Module};
-use tessera::optim::{clip_grad_norm, param_groups_weight_decay, AdamW, AdamWOptions, CosineLR, CosineOptions};
+use tessera::optim::{
+    clip_grad_norm, param_groups_weight_decay, AdamW, AdamWOptions, CosineLR, CosineOptions,
+};
 use tessera::optim::{GradScaler, GradScalerOptions, LrScheduler, Optimizer};
 use tessera::tensor::{manual_seed, Checkpoint, DType, Result, Tensor};
 
@@ -38,7 +40,10 @@ struct Trainer {
 fn trainer(init_seed: u64) -> Trainer {
     manual_seed(init_seed);
     let model = Net {
-        layers: vec![Linear::new(6, 16, true).unwrap(), Linear::new(16, 3, true).unwrap()],
+        layers: vec![
+            Linear::new(6, 16, true).unwrap(),
+            Linear::new(16, 3, true).unwrap(),
+        ],
         drop: Some(Dropout::new(0.3).unwrap()),
     };
     let hyper = AdamWOptions {
@@ -46,7 +51,8 @@ fn trainer(init_seed: u64) -> Trainer {
         weight_decay: 0.1,
         ..Default::default()
     };
-    let mut opt = AdamW::with_groups(param_groups_weight_decay(&model.named_parameters(), &hyper, &[])).unwrap();
+    let mut opt =
+        AdamW::with_groups(param_groups_weight_decay(&model.named_parameters(), &hyper, &[])).unwrap();
     let sched = CosineLR::new(
         &mut opt,
         CosineOptions {
@@ -55,15 +61,21 @@ fn trainer(init_seed: u64) -> Trainer {
         },
     )
     .unwrap();
-    // A scale near f32's limit that grows every step: gradients overflow
-    // now and then, and those steps are skipped.
+    // A scale near f32's limit that grows every step: the scaled gradients
+    // overflow now and then, and those steps are skipped.
     let scaler = GradScaler::new(GradScalerOptions {
         init_scale: 2f64.powi(120),
         growth_interval: 1,
         ..Default::default()
     })
     .unwrap();
-    Trainer { model, opt, sched, scaler, skipped: 0 }
+    Trainer {
+        model,
+        opt,
+        sched,
+        scaler,
+        skipped: 0,
+    }
 }
 
 fn train(t: &mut Trainer, steps: Range<u64>) {
@@ -75,6 +87,10 @@ fn train(t: &mut Trainer, steps: Range<u64>) {
             .forward(&x)
             .unwrap()
             .cross_entropy(Target::Indices(&y), &CrossEntropyOptions::default())
+            .unwrap()
+            // Large gradients: S·g overflows f32 for S near 2^120 (clipping
+            // after unscaling keeps the steps sane).
+            .mul_scalar(4096.0)
             .unwrap();
         let mut grads = t.scaler.backward(&loss).unwrap();
         if !t.scaler.unscale_(&mut grads).unwrap() {
@@ -91,7 +107,12 @@ fn train(t: &mut Trainer, steps: Range<u64>) {
 fn weights(m: &Net) -> Vec<(String, Vec<u32>)> {
     m.state_dict()
         .iter()
-        .map(|(k, t)| (k.to_string(), t.to_vec::<f32>().unwrap().iter().map(|v| v.to_bits()).collect()))
+        .map(|(k, t)| {
+            (
+                k.to_string(),
+                t.to_vec::<f32>().unwrap().iter().map(|v| v.to_bits()).collect(),
+            )
+        })
         .collect()
 }
 
@@ -134,5 +155,8 @@ fn resumed_training_is_bit_identical() {
     assert_eq!(second.skipped, full.skipped);
     assert_eq!(second.scaler.scale(), full.scaler.scale());
     assert_eq!(second.sched.get_lr(), full.sched.get_lr());
-    assert!(weights(&second.model) == weights(&full.model), "resumed weights differ");
+    assert!(
+        weights(&second.model) == weights(&full.model),
+        "resumed weights differ"
+    );
 }
