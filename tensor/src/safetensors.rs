@@ -67,13 +67,14 @@ pub(crate) fn map_file(op: &'static str, path: &Path) -> Result<Arc<memmap2::Mma
     Ok(Arc::new(map))
 }
 
+/// A file's tensors by name and its `__metadata__` map.
+pub(crate) type Parsed = (HashMap<String, Tensor>, HashMap<String, String>);
+
 /// The tensors (borrowing `map` where aligned) and metadata map of the
 /// safetensors bytes in `map`. Errors with a message (the caller adds the
 /// file) when the header or offsets are corrupt, the data is truncated, a
 /// dtype is unsupported or a bool byte is not 0 or 1.
-pub(crate) fn parse(
-    map: Arc<memmap2::Mmap>,
-) -> std::result::Result<(HashMap<String, Tensor>, HashMap<String, String>), String> {
+pub(crate) fn parse(map: Arc<memmap2::Mmap>) -> std::result::Result<Parsed, String> {
     let (header_len, meta) = SafeTensors::read_metadata(&map).map_err(|e| format!("corrupt file: {e}"))?;
     let data_start = 8 + header_len;
     let mut tensors = HashMap::new();
