@@ -60,3 +60,5 @@ pub use special::erf;
 pub use state_dict::StateDict;
 pub use storage::{live_bytes, Storage};
 pub use tensor::Tensor;
+#[cfg(feature = "cuda")]
+pub use tessera_cuda_kernels::MemoryStats;

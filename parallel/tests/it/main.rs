@@ -1,0 +1,4 @@
+//! The integration tests of tessera-parallel, one module per topic, in one
+//! test binary.
+
+mod pipeline;
