@@ -19,7 +19,7 @@ struct Run {
 }
 
 fn bits(t: &Tensor) -> Vec<u32> {
-    t.contiguous()
+    t.contiguous().unwrap()
         .to_vec::<f32>()
         .unwrap()
         .iter()

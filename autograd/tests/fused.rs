@@ -83,7 +83,7 @@ impl Input {
         let stored = Tensor::rand(&self.arrange.stored(&self.shape), DType::F64)?
             .mul_scalar(6.0)?
             .sub_scalar(3.0)?
-            .to_dtype(self.dtype);
+            .to_dtype(self.dtype).unwrap();
         let leaves = [Var::leaf(stored.clone()), Var::leaf(stored)];
         let views = [self.arrange.apply(&leaves[0])?, self.arrange.apply(&leaves[1])?];
         Ok((leaves, views))
@@ -126,7 +126,7 @@ fn fail(e: tessera_tensor::Error) -> TestCaseError {
 }
 
 fn values(t: &Tensor) -> Vec<f64> {
-    t.to_dtype(DType::F64).contiguous().to_vec::<f64>().expect("f64")
+    t.to_dtype(DType::F64).unwrap().contiguous().unwrap().to_vec::<f64>().expect("f64")
 }
 
 /// Asserts `got` equals `want` elementwise within `tol·(1 + |want|)`.
@@ -154,7 +154,7 @@ fn compare(fused: &Var, composed: &Var, pairs: &[(&Var, &Var)], seed: u64, tol: 
     manual_seed(seed ^ 0x9e37_79b9);
     let g = Tensor::randn(fused.shape(), DType::F64)
         .map_err(fail)?
-        .to_dtype(fused.dtype());
+        .to_dtype(fused.dtype()).unwrap();
     let gf = fused.backward_with(&g).map_err(fail)?;
     let gc = composed.backward_with(&g).map_err(fail)?;
     for (k, (a, b)) in pairs.iter().enumerate() {
@@ -223,7 +223,7 @@ fn cross_entropy_composed(x: &Var, targets: &[i64], opts: &CrossEntropyOptions) 
             w[at] = eps / c as f64 + if k as i64 == t { 1.0 - eps } else { 0.0 };
         }
     }
-    let w = Var::constant(Tensor::from_vec(w, x.shape())?.to_dtype(x.dtype()));
+    let w = Var::constant(Tensor::from_vec(w, x.shape())?.to_dtype(x.dtype()).unwrap());
     let logp = log_softmax_composed(x, cdim as isize)?;
     let per = logp.mul(&w)?.sum(&[cdim as isize], false)?.neg()?;
     match opts.reduction {
@@ -326,7 +326,7 @@ fn layer_norm_matches_its_composition() {
                 }
                 let t = Tensor::randn(&ns, DType::F64)?
                     .add_scalar(shift)?
-                    .to_dtype(inp.dtype);
+                    .to_dtype(inp.dtype).unwrap();
                 Ok(Some([Var::leaf(t.clone()), Var::leaf(t)]))
             };
             let w = param(with_w, 1.0).map_err(fail)?;
@@ -362,7 +362,7 @@ fn affine(c: usize, dtype: DType, seed: u64, with_w: bool, with_b: bool) -> Resu
         }
         let t = Tensor::randn(&[c], DType::F64)?
             .add_scalar(shift)?
-            .to_dtype(dtype);
+            .to_dtype(dtype).unwrap();
         Ok(Some([Var::leaf(t.clone()), Var::leaf(t)]))
     };
     Ok([param(with_w, 1.0)?, param(with_b, 0.0)?])
@@ -398,11 +398,11 @@ fn batch_norm_matches_its_composition_in_training_and_eval() {
             let [w, b] = affine(c, inp.dtype, inp.seed, with_w, with_b).map_err(fail)?;
             let (wf, bf) = (w.as_ref().map(|p| &p[0]), b.as_ref().map(|p| &p[0]));
             let (wc, bc) = (w.as_ref().map(|p| &p[1]), b.as_ref().map(|p| &p[1]));
-            let rm = Tensor::randn(&[c], DType::F64).map_err(fail)?.to_dtype(inp.dtype);
+            let rm = Tensor::randn(&[c], DType::F64).map_err(fail)?.to_dtype(inp.dtype).unwrap();
             let rv = Tensor::rand(&[c], DType::F64)
                 .and_then(|t| t.add_scalar(0.5))
                 .map_err(fail)?
-                .to_dtype(inp.dtype);
+                .to_dtype(inp.dtype).unwrap();
             let eps = 1e-5;
             let fused = xf
                 .batch_norm(Some(&rm), Some(&rv), wf, bf, training, 0.1, eps)

@@ -11,7 +11,7 @@ fn leaf(v: &[f64], shape: &[usize]) -> Var {
 /// The gradient of `Σ f(x)` at `x`.
 fn grad_of(x: &Var, f: impl Fn(&Var) -> Result<Var>) -> Vec<f64> {
     let g = f(x).unwrap().sum(&[], false).unwrap().backward().unwrap();
-    g.get(x).unwrap().contiguous().to_vec::<f64>().unwrap()
+    g.get(x).unwrap().contiguous().unwrap().to_vec::<f64>().unwrap()
 }
 
 #[test]
@@ -107,7 +107,7 @@ fn gradients_come_back_in_the_input_dtype() {
         let x = Var::leaf(
             Tensor::from_vec(vec![0.5f64, 1.5, -2.0, 3.0], &[2, 2])
                 .unwrap()
-                .to_dtype(dtype),
+                .to_dtype(dtype).unwrap(),
         );
         let y = x
             .softmax(-1)

@@ -216,7 +216,7 @@ fn load_split(raw: &Mnist, mean: f64, std: f64, limit: Option<usize>) -> BoxResu
     let images = raw
         .images_tensor()?
         .narrow(0, 0, n)?
-        .to_dtype(DType::F32)
+        .to_dtype(DType::F32)?
         .mul_scalar(1.0 / (255.0 * std))?
         .add_scalar(-mean / std)?;
     Ok(Split {

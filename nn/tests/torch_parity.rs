@@ -30,8 +30,8 @@ fn group(all: &HashMap<String, Tensor>, prefix: &str) -> HashMap<String, Tensor>
 
 fn assert_close(got: &Tensor, want: &Tensor, what: &str) {
     assert_eq!(got.shape(), want.shape(), "{what}: shape");
-    let g = got.to_dtype(DType::F32).contiguous().to_vec::<f32>().unwrap();
-    let w = want.to_dtype(DType::F32).contiguous().to_vec::<f32>().unwrap();
+    let g = got.to_dtype(DType::F32).unwrap().contiguous().unwrap().to_vec::<f32>().unwrap();
+    let w = want.to_dtype(DType::F32).unwrap().contiguous().unwrap().to_vec::<f32>().unwrap();
     let worst = g.iter().zip(&w).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     assert!(worst <= TOL, "{what}: max |tessera − torch| = {worst}");
 }
@@ -162,7 +162,7 @@ fn multihead_attention_matches_torch() {
     let report = state_dict::load_state_dict(&mha, &group(&all, "mha"), true).unwrap();
     assert!(report.is_clean());
     let io = group(&all, "mha_io");
-    let kpm = io["kpm"].to_dtype(DType::Bool);
+    let kpm = io["kpm"].to_dtype(DType::Bool).unwrap();
     let [q, k, v] = ["q", "k", "v"].map(|n| Var::constant(io[n].clone()));
     let masks = MhaMasks {
         key_padding_mask: Some(&kpm),

@@ -123,7 +123,7 @@ impl GradScaler {
                 format!("the loss must have one element, got shape {:?}", loss.shape()),
             ));
         }
-        let seed = Tensor::scalar(self.scale()).to_dtype(loss.dtype());
+        let seed = Tensor::scalar(self.scale()).to_dtype(loss.dtype())?;
         let shape: Vec<isize> = loss.shape().iter().map(|&n| n as isize).collect();
         loss.backward_with(&seed.reshape(&shape)?)
     }

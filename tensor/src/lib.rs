@@ -14,7 +14,7 @@
 //! let a = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?;
 //! let t = a.t()?; // a view: no copy
 //! assert_eq!(t.shape(), &[3, 2]);
-//! assert_eq!(t.contiguous().to_vec::<f32>()?, vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+//! assert_eq!(t.contiguous()?.to_vec::<f32>()?, vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
 //! # Ok::<(), tessera_tensor::Error>(())
 //! ```
 
@@ -35,6 +35,7 @@ mod simd;
 mod special;
 mod storage;
 pub mod strided;
+mod shape_arg;
 mod tensor;
 #[cfg(test)]
 pub(crate) mod test_util;
@@ -45,7 +46,8 @@ pub use device::Device;
 pub use dtype::{DType, Element, FloatElement, FloatMath};
 pub use error::{Error, Result};
 pub use half::{bf16, f16};
-pub use layout::{broadcast_shapes, contiguous_strides, dim_index, dim_indices, infer_shape, Layout};
+pub use layout::{broadcast_shapes, contiguous_strides, dim_index, dim_indices, Layout};
+pub use ops::batch_norm::{BatchNormForward, BatchNormOutput};
 pub use ops::creation::TensorOptions;
 pub use ops::cross_entropy::{CrossEntropyOptions, Reduction};
 pub use ops::pad::PadMode;
@@ -54,4 +56,5 @@ pub use rng::{manual_seed, Generator};
 pub use simd::Level as SimdLevel;
 pub use special::erf;
 pub use storage::{live_bytes, Storage};
+pub use shape_arg::{DimArg, ShapeArg};
 pub use tensor::Tensor;

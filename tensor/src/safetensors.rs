@@ -129,7 +129,7 @@ fn save_impl<'a, K: AsRef<str>>(
                 t.device()
             )));
         }
-        views.push((name, TensorBytes(t.contiguous())));
+        views.push((name, TensorBytes(t.contiguous()?)));
     }
     ::safetensors::serialize_to_file(views, metadata, path).map_err(|e| err(e.to_string()))
 }

@@ -65,14 +65,14 @@ pub fn layouts_of<T: Element>(values: &[f64], shape: &[usize]) -> Vec<Tensor> {
     // Last two dims stored transposed, then transposed back.
     if nd >= 2 {
         let src = tensor_of::<T>(values, shape);
-        let stored = src.transpose(-1, -2).unwrap().contiguous();
+        let stored = src.transpose(-1, -2).unwrap().contiguous()?;
         out.push(stored.transpose(-1, -2).unwrap());
     }
 
     // Every dim stored reversed, then flipped back.
     if nd > 0 {
         let dims: Vec<isize> = (0..nd as isize).collect();
-        let stored = tensor_of::<T>(values, shape).flip(&dims).unwrap().contiguous();
+        let stored = tensor_of::<T>(values, shape).flip(&dims).unwrap().contiguous()?;
         out.push(stored.flip(&dims).unwrap());
     }
     out

@@ -36,7 +36,7 @@ fn randn(shape: &[usize], dtype: DType, seed: u64) -> Tensor {
 }
 
 fn f64s(t: &Tensor) -> Vec<f64> {
-    t.cpu().unwrap().to_dtype(DType::F64).to_vec::<f64>().unwrap()
+    t.cpu().unwrap().to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap()
 }
 
 /// Asserts `gpu` (on the device) equals `cpu` elementwise within
@@ -95,12 +95,12 @@ fn round_trips_keep_every_dtype_and_view() {
     ] {
         for shape in SHAPES {
             for (name, x) in views(shape, DType::F32, 1) {
-                let x = x.to_dtype(dtype);
+                let x = x.to_dtype(dtype).unwrap();
                 let g = x.to_device(DEV).unwrap();
                 assert_eq!(g.device(), DEV);
                 assert_close(
                     &format!("{dtype} {shape:?} {name}"),
-                    &x.contiguous(),
+                    &x.contiguous().unwrap(),
                     &g,
                     0.0,
                     0.0,
@@ -262,12 +262,12 @@ fn casts_round_like_the_cpu() {
     let x = randn(&[3, 67], DType::F32, 8).mul_scalar(300.0).unwrap();
     for from in [DType::F32, DType::F16, DType::BF16, DType::I64] {
         for to in [DType::F32, DType::F16, DType::BF16, DType::I64, DType::U8] {
-            let c = x.to_dtype(from);
+            let c = x.to_dtype(from).unwrap();
             let g = c.to_device(DEV).unwrap().transpose(0, 1).unwrap();
             assert_close(
                 &format!("{from} -> {to}"),
-                &c.t().unwrap().to_dtype(to).contiguous(),
-                &g.to_dtype(to),
+                &c.t().unwrap().to_dtype(to).unwrap().contiguous().unwrap(),
+                &g.to_dtype(to).unwrap(),
                 0.0,
                 0.0,
             );
@@ -448,8 +448,8 @@ fn matmul_matches_the_cpu() {
             if a.ndim() >= 2 && b.ndim() >= 2 {
                 // Transposed operands (used in place) and a flipped one (copied).
                 let (at, bt) = (
-                    a.transpose(-1, -2).unwrap().contiguous(),
-                    b.transpose(-1, -2).unwrap().contiguous(),
+                    a.transpose(-1, -2).unwrap().contiguous().unwrap(),
+                    b.transpose(-1, -2).unwrap().contiguous().unwrap(),
                 );
                 let (gat, gbt) = (at.to_device(DEV).unwrap(), bt.to_device(DEV).unwrap());
                 let c = at
@@ -555,18 +555,18 @@ fn the_gpu_generator_reference_is_the_cpu_generator() {
             let (start, n) = (g.offset(), 37);
             let got = Tensor::rand_with(&[n], dtype, &mut g).unwrap();
             let want = philox::uniform_f32(seed, start * 4, n, 0.0, 1.0, digits);
-            let want = Tensor::from_vec(want, &[n]).unwrap().to_dtype(dtype);
+            let want = Tensor::from_vec(want, &[n]).unwrap().to_dtype(dtype).unwrap();
             assert_eq!(
-                got.to_dtype(DType::F64).to_vec::<f64>().unwrap(),
-                want.to_dtype(DType::F64).to_vec::<f64>().unwrap(),
+                got.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap(),
+                want.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap(),
                 "rand {dtype} seed {seed}"
             );
             for (mean, std) in [(0.0, 1.0), (-2.0, 0.25)] {
                 let start = g.offset();
                 let got = Tensor::normal_with(&[n], mean, std, dtype, &mut g).unwrap();
                 let want = philox::normal(seed, start, n, mean, std);
-                let want = Tensor::from_vec(want, &[n]).unwrap().to_dtype(dtype);
-                let (got, want) = (got.to_dtype(DType::F64), want.to_dtype(DType::F64));
+                let want = Tensor::from_vec(want, &[n]).unwrap().to_dtype(dtype).unwrap();
+                let (got, want) = (got.to_dtype(DType::F64).unwrap(), want.to_dtype(DType::F64).unwrap());
                 assert_eq!(
                     got.to_vec::<f64>().unwrap(),
                     want.to_vec::<f64>().unwrap(),
@@ -593,8 +593,8 @@ fn gpu_errors_name_the_op_and_device() {
         assert!(e.to_string().contains("cuda:0"), "{e}");
     }
     let e = g
-        .to_dtype(DType::F64)
-        .matmul(&g.to_dtype(DType::F64).t().unwrap())
+        .to_dtype(DType::F64).unwrap()
+        .matmul(&g.to_dtype(DType::F64).unwrap().t().unwrap())
         .unwrap_err();
     assert!(e.to_string().contains("matmul"), "{e}");
     assert!(c.to_device(Device::Cuda(4096)).is_err());

@@ -30,7 +30,7 @@ fn any_tensor() -> impl Strategy<Value = Tensor> {
                     (s % 11) as f64 - 3.0
                 })
                 .collect();
-            let t = Tensor::from_vec(vals, &shape).unwrap().to_dtype(dtype);
+            let t = Tensor::from_vec(vals, &shape).unwrap().to_dtype(dtype).unwrap();
             match view {
                 1 if shape.len() >= 2 => t.transpose(0, -1).unwrap(),
                 2 if !shape.is_empty() => t.flip(&[0]).unwrap(),
@@ -51,7 +51,7 @@ fn any_index() -> impl Strategy<Value = Tensor> {
         };
         let t = Tensor::from_vec(v, &shape).unwrap();
         if wrong_dtype {
-            t.to_dtype(DType::F32)
+            t.to_dtype(DType::F32).unwrap()
         } else {
             t
         }
@@ -136,7 +136,7 @@ fn call(k: usize, t: &Tensor, u: &Tensor, idx: &Tensor, g: &Args) -> &'static st
         "to_scalar" => t.to_scalar::<f32>(),
         "to_vec" => t.to_vec::<f32>(),
         "as_slice" => t.as_slice::<i64>().map(|s| s.len()),
-        "to_dtype" => t.to_dtype(u.dtype()).contiguous(),
+        "to_dtype" => t.to_dtype(u.dtype()).unwrap().contiguous().unwrap(),
         "add" => t.add(u),
         "div" => t.div(u),
         "pow" => t.pow(u),

@@ -97,7 +97,7 @@ fn column_sums<T: Element>(g: &Tensor) -> Result<Tensor> {
             ))
         }
     };
-    let g = g.contiguous();
+    let g = g.contiguous()?;
     let src = g.as_slice::<T>()?;
     Ok(Tensor::build::<T>(&[n], |out| {
         out.par_chunks_mut(SUM_COLS).enumerate().for_each(|(blk, o)| {

@@ -464,19 +464,19 @@ pub(super) fn cases() -> Vec<Case> {
         "try_contiguous",
         C,
         &[&m.t().unwrap()],
-        op(|x| ok(x[0].try_contiguous())),
+        op(|x| ok(x[0].contiguous()?)),
     );
     add(
         "try_to_dtype",
         C,
         &[&m],
-        op(|x| ok(x[0].try_to_dtype(DType::F16))),
+        op(|x| ok(x[0].to_dtype(DType::F16)?)),
     );
     add(
         "try_to_dtype",
         C,
         &[&m],
-        op(|x| ok(x[0].try_to_dtype(DType::I64))),
+        op(|x| ok(x[0].to_dtype(DType::I64)?)),
     );
     add("to_vec", C, &[&m], op(|x| ok(x[0].to_vec::<f32>())));
     add("to_scalar", C, &[&loss], op(|x| ok(x[0].to_scalar::<f64>())));

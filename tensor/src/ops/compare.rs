@@ -107,7 +107,7 @@ impl Tensor {
 
 /// The truth values of `t`: non-zero (and NaN) is true.
 fn truth(t: &Tensor) -> Tensor {
-    t.to_dtype(DType::Bool)
+    t.to_dtype(DType::Bool)?
 }
 
 #[cfg(test)]

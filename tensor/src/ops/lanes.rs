@@ -66,5 +66,5 @@ pub(crate) fn map_lanes<T: Element, U: Element>(
     built
         .permute(&perm)
         .expect("a permutation of the built dims")
-        .contiguous()
+        .contiguous()?
 }

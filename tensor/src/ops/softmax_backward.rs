@@ -37,8 +37,8 @@ fn lanes_backward(op: &'static str, dy: &Tensor, y: &Tensor, dim: isize, log: bo
     }
     let d = dim_index(op, dim, y.ndim())? as isize;
     let (yt, dyt) = (
-        y.transpose(d, -1)?.contiguous(),
-        dy.transpose(d, -1)?.contiguous(),
+        y.transpose(d, -1)?.contiguous()?,
+        dy.transpose(d, -1)?.contiguous()?,
     );
     let k = yt.shape()[yt.ndim() - 1];
     if yt.numel() == 0 {
@@ -54,7 +54,7 @@ fn lanes_backward(op: &'static str, dy: &Tensor, y: &Tensor, dim: isize, log: bo
             })
         })
     }, else unreachable!("checked to be float"));
-    Ok(dx.transpose(d, -1)?.contiguous())
+    Ok(dx.transpose(d, -1)?.contiguous()?)
 }
 
 /// One lane of the backward in `T`'s math type (SIMD kernels for f32).

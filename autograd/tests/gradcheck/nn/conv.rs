@@ -160,7 +160,7 @@ pub fn max_pool2d_case(n: u32) -> Checked {
         let (y, idx) = seen_var(&x)?.max_pool2d_with_indices(&p).map_err(fail)?;
         let plane = x.shape[1] * x.shape[2];
         let seen = x.seen();
-        let idx = idx.contiguous().to_vec::<i64>().map_err(fail)?;
+        let idx = idx.contiguous().unwrap().to_vec::<i64>().map_err(fail)?;
         let per = idx.len() / x.shape[0];
         let want: Vec<f64> = idx
             .iter()

@@ -43,7 +43,7 @@ pub fn index_select_case(n: u32) -> Checked {
         if !want.is_empty() {
             let want = Tensor::cat(&want, d as isize)
                 .map_err(fail)?
-                .contiguous()
+                .contiguous().unwrap()
                 .to_vec::<f64>()
                 .map_err(fail)?;
             close(y.tensor(), &want, 0.0)?;
@@ -169,7 +169,7 @@ pub fn embedding_case(n: u32) -> Checked {
         let used_pad = padding_idx.is_some_and(|p| idx.contains(&(p as i64)));
         let report = if used_pad {
             let g = seen_var(&w)?;
-            let leaf = tessera_autograd::Var::leaf(g.tensor().contiguous());
+            let leaf = tessera_autograd::Var::leaf(g.tensor().contiguous().unwrap());
             let y = leaf.embedding(&index, padding_idx).map_err(fail)?;
             let grads = y
                 .backward_with(&y.tensor().ones_like(None).map_err(fail)?)

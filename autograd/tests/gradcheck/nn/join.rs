@@ -106,7 +106,7 @@ pub fn split_case(n: u32) -> Checked {
         for (p, q) in a.iter().zip(&b) {
             close(
                 p.tensor(),
-                &q.tensor().contiguous().to_vec::<f64>().map_err(fail)?,
+                &q.tensor().contiguous().unwrap().to_vec::<f64>().map_err(fail)?,
                 0.0,
             )?;
         }

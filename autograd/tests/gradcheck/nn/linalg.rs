@@ -191,7 +191,7 @@ fn fused_linear_matches_composed() {
         fused.backward_with(&g).unwrap(),
         composed.backward_with(&g).unwrap(),
     );
-    let vals = |t: &Tensor| t.contiguous().to_vec::<f64>().unwrap();
+    let vals = |t: &Tensor| t.contiguous().unwrap().to_vec::<f64>().unwrap();
     let near = |a: Vec<f64>, b: Vec<f64>| {
         assert_eq!(a.len(), b.len());
         for (p, q) in a.iter().zip(&b) {

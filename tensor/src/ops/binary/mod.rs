@@ -193,7 +193,7 @@ pub(crate) fn promoted(a: &Tensor, b: &Tensor, non_float: Option<DType>) -> (Ten
             dtype = f;
         }
     }
-    (a.to_dtype(dtype), b.to_dtype(dtype))
+    (a.to_dtype(dtype)?, b.to_dtype(dtype)?)
 }
 
 #[cfg(test)]

@@ -33,10 +33,8 @@ pub fn conv2d_backward_input(
     check_operands(OP, grad_out, weight)?;
     let g = Geom::new(OP, input_shape, weight.shape(), p)?;
     check_grad_out(OP, grad_out, &g)?;
-    Ok(
-        crate::with_float_dtype!(grad_out.dtype(), S => input_grad::<S>(grad_out, weight, &g),
-        else unreachable!("check_operands admits only floats")),
-    )
+    crate::with_float_dtype!(grad_out.dtype(), S => input_grad::<S>(grad_out, weight, &g),
+    else unreachable!("check_operands admits only floats"))
 }
 
 /// The gradient of `conv2d(input, weight)` with respect to a weight of shape
@@ -55,10 +53,8 @@ pub fn conv2d_backward_weight(
     check_operands(OP, grad_out, input)?;
     let g = Geom::new(OP, input.shape(), weight_shape, p)?;
     check_grad_out(OP, grad_out, &g)?;
-    Ok(
-        crate::with_float_dtype!(grad_out.dtype(), S => weight_grad::<S>(grad_out, input, &g, g.kk() <= super::dot::MAX_TAPS),
-        else unreachable!("check_operands admits only floats")),
-    )
+    crate::with_float_dtype!(grad_out.dtype(), S => weight_grad::<S>(grad_out, input, &g, g.kk() <= super::dot::MAX_TAPS),
+    else unreachable!("check_operands admits only floats"))
 }
 
 /// The gradient with respect to the bias: `grad_out` `[N, O, ...]` summed
@@ -77,19 +73,17 @@ pub fn conv2d_backward_bias(grad_out: &Tensor) -> Result<Tensor> {
     }
     let (n, o) = (grad_out.shape()[0], grad_out.shape()[1]);
     let l: usize = grad_out.shape()[2..].iter().product();
-    Ok(
-        crate::with_float_dtype!(grad_out.dtype(), S => bias_grad::<S>(grad_out, n, o, l),
-        else unreachable!("check_operands admits only floats")),
-    )
+    crate::with_float_dtype!(grad_out.dtype(), S => bias_grad::<S>(grad_out, n, o, l),
+    else unreachable!("check_operands admits only floats"))
 }
 
 /// Sums `[n, o, l]` over `n` and `l`, per channel in a fixed order.
-fn bias_grad<S: FloatElement>(grad_out: &Tensor, n: usize, o: usize, l: usize) -> Tensor
+fn bias_grad<S: FloatElement>(grad_out: &Tensor, n: usize, o: usize, l: usize) -> Result<Tensor>
 where
     S::Math: crate::Element,
 {
     // Borrowed when already contiguous f32/f64: no copy of the whole gradient.
-    let grad_out = grad_out.contiguous();
+    let grad_out = grad_out.contiguous()?;
     let go = math_cow::<S>(&grad_out);
     let zero = <S::Math as FloatMath>::ZERO;
     let sums: Vec<S> = (0..o)
@@ -114,7 +108,7 @@ where
             S::from_math(acc.iter().fold(zero, |s, &v| s + v))
         })
         .collect();
-    Tensor::build::<S>(&[o], |out| out.copy_from_slice(&sums))
+    Ok(Tensor::build::<S>(&[o], |out| out.copy_from_slice(&sums)))
 }
 
 fn check_grad_out(op: &'static str, grad_out: &Tensor, g: &Geom) -> Result<()> {
@@ -131,11 +125,11 @@ fn check_grad_out(op: &'static str, grad_out: &Tensor, g: &Geom) -> Result<()> {
     Ok(())
 }
 
-fn input_grad<S: FloatElement>(grad_out: &Tensor, w: &Tensor, g: &Geom) -> Tensor
+fn input_grad<S: FloatElement>(grad_out: &Tensor, w: &Tensor, g: &Geom) -> Result<Tensor>
 where
     S::Math: GemmScalar + FloatElement<Math = S::Math>,
 {
-    let grad_out = grad_out.contiguous();
+    let grad_out = grad_out.contiguous()?;
     let go = math_cow::<S>(&grad_out);
     let wm = math_vec::<S>(w);
     let (kk, l) = (g.kk(), g.l());
@@ -196,13 +190,13 @@ where
 
 /// The weight gradient by long dot products over `N·OH·OW` (`dot`, for
 /// few taps) or by per-sample GEMMs.
-pub(super) fn weight_grad<S: FloatElement>(grad_out: &Tensor, x: &Tensor, g: &Geom, dot: bool) -> Tensor
+pub(super) fn weight_grad<S: FloatElement>(grad_out: &Tensor, x: &Tensor, g: &Geom, dot: bool) -> Result<Tensor>
 where
     S::Math: GemmScalar + FloatElement<Math = S::Math>,
 {
-    let grad_out = grad_out.contiguous();
+    let grad_out = grad_out.contiguous()?;
     let go = math_cow::<S>(&grad_out);
-    let x = x.contiguous();
+    let x = x.contiguous()?;
     let xs = x.as_slice::<S>().expect("contiguous and dtype-checked");
     let (kk, l) = (g.kk(), g.l());
     if dot {

@@ -103,10 +103,8 @@ impl Tensor {
                 ));
             }
         }
-        Ok(
-            crate::with_float_dtype!(self.dtype(), S => forward::<S>(self, weight, bias, &g),
-            else unreachable!("check_operands admits only floats")),
-        )
+        crate::with_float_dtype!(self.dtype(), S => forward::<S>(self, weight, bias, &g),
+        else unreachable!("check_operands admits only floats"))
     }
 }
 
@@ -234,11 +232,11 @@ fn weight_ref<'a, T>(wm: &'a [T], g: &Geom, grp: usize, t: bool) -> MatRef<'a, T
     }
 }
 
-fn forward<S: FloatElement>(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, g: &Geom) -> Tensor
+fn forward<S: FloatElement>(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, g: &Geom) -> Result<Tensor>
 where
     S::Math: GemmScalar + FloatElement<Math = S::Math>,
 {
-    let x = x.contiguous();
+    let x = x.contiguous()?;
     let xs = x.as_slice::<S>().expect("contiguous and dtype-checked");
     let wm = math_vec::<S>(w);
     let bm = bias.map(math_vec::<S>);

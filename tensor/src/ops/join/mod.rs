@@ -56,7 +56,7 @@ impl Tensor {
         shape[d] = total;
         let parts: Vec<Tensor> = tensors
             .iter()
-            .map(|t| t.borrow().to_dtype(dtype).contiguous())
+            .map(|t| t.borrow().to_dtype(dtype)?.contiguous()?)
             .collect();
         Ok(crate::with_dtype!(dtype, E => cat_kernel::<E>(&parts, d, &shape)))
     }

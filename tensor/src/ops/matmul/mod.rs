@@ -195,13 +195,13 @@ impl Tensor {
             let mut c: Vec<T> = if beta == 0.0 {
                 vec![<T as Element>::ZERO; m * n]
             } else {
-                init.to_dtype(<T as Element>::DTYPE).contiguous().to_vec::<T>()?
+                init.to_dtype(<T as Element>::DTYPE)?.contiguous()?.to_vec::<T>()?
             };
             let shp = GemmShape { m, n, k, alpha: <T as crate::FloatMath>::of(alpha), beta: <T as crate::FloatMath>::of(beta) };
             let (ra, rb) = (mat_ref::<S>(a, a.layout()), mat_ref::<S>(b, b.layout()));
             let cm = MatMut { data: &mut c, off: 0, rs: n as isize, cs: 1 };
             gemm::gemm::<S>(shp, ra, rb, cm, Epilogue::none(), Isa::best(), true);
-            Tensor::from_vec(c, &[m, n])?.to_dtype(S::DTYPE)
+            Tensor::from_vec(c, &[m, n])?.to_dtype(S::DTYPE)?
         }, else unreachable!("check_operands admits only floats")))
     }
 }
@@ -287,7 +287,7 @@ fn gemm_fresh<S: FloatElement>(
     w: &Tensor,
     epi: Epilogue<S::Math>,
     shape: &[usize],
-) -> Tensor
+) -> Result<Tensor>
 where
     S::Math: GemmScalar,
 {
@@ -336,7 +336,7 @@ fn batched_typed<S: FloatElement>(
     lb: &Layout,
     batch: &[usize],
     (m, n, k): (usize, usize, usize),
-) -> Tensor
+) -> Result<Tensor>
 where
     S::Math: GemmScalar,
 {

@@ -21,7 +21,7 @@ impl Tensor {
         let mut shape = self.shape().to_vec();
         let nd = shape.len();
         shape[nd - 2..].copy_from_slice(&out);
-        let x = self.contiguous();
+        let x = self.contiguous()?;
         Ok(crate::with_float_dtype!(self.dtype(), S => {
             let xs = x.as_slice::<S>()?;
             fill_planes::<S>(&shape, out[0] * out[1], |pl, o| {

@@ -310,12 +310,12 @@ fn invalid_arguments_are_errors() {
         .unwrap()
         .max_pool2d(&Pool2dParams::new(2))
         .is_err());
-    assert!(x.to_dtype(DType::I64).avg_pool2d(&Pool2dParams::new(2)).is_err());
+    assert!(x.to_dtype(DType::I64).unwrap().avg_pool2d(&Pool2dParams::new(2)).is_err());
     assert!(x.avg_pool2d(&Pool2dParams::new(2).dilation(2)).is_err());
     let (y, i) = x.max_pool2d(&Pool2dParams::new(2)).unwrap();
     assert!(max_pool2d_backward(&y, &i, &[2, 5, 5]).is_ok_and(|t| t.shape() == [2, 5, 5]));
     assert!(max_pool2d_backward(&y, &i, &[3, 4, 4]).is_err());
-    assert!(max_pool2d_backward(&y, &i.to_dtype(DType::F32), &[2, 4, 4]).is_err());
+    assert!(max_pool2d_backward(&y, &i.to_dtype(DType::F32).unwrap(), &[2, 4, 4]).is_err());
     let bad = Tensor::from_vec(vec![99i64; 8], &[2, 2, 2]).unwrap();
     assert!(max_pool2d_backward(&y, &bad, &[2, 4, 4]).is_err());
     assert!(avg_pool2d_backward(&y, &[2, 4, 4], &Pool2dParams::new(3)).is_err());

@@ -16,8 +16,8 @@ use crate::{dim_index, dim_indices, DType, Error, Result, Tensor};
 pub(crate) fn sum(t: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor> {
     let ds = resolve("sum", t, dims)?;
     let work = if ds.len() > 1 { DType::F32 } else { t.dtype() };
-    let y = over_dims("sum", &t.try_to_dtype(work)?, &ds, Reduction::Sum, t.dtype())?;
-    squeeze(y.try_to_dtype(t.dtype())?, &ds, keepdim)
+    let y = over_dims("sum", &t.to_dtype(work)?, &ds, Reduction::Sum, t.dtype())?;
+    squeeze(y.to_dtype(t.dtype())?, &ds, keepdim)
 }
 
 /// The mean over `dims`: the f32 sum divided by the count, rounded once.
@@ -28,12 +28,12 @@ pub(crate) fn mean(t: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor> 
     let n: usize = ds.iter().map(|&d| t.shape()[d]).product();
     let s = over_dims(
         "mean",
-        &t.try_to_dtype(DType::F32)?,
+        &t.to_dtype(DType::F32)?,
         &ds,
         Reduction::Sum,
         t.dtype(),
     )?;
-    let m = s.div_scalar(n as f64)?.try_to_dtype(t.dtype())?;
+    let m = s.div_scalar(n as f64)?.to_dtype(t.dtype())?;
     squeeze(m, &ds, keepdim)
 }
 

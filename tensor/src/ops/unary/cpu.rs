@@ -17,7 +17,7 @@ pub(crate) fn float_input(t: &Tensor) -> Tensor {
     if t.dtype().is_float() {
         t.clone()
     } else {
-        t.to_dtype(DType::F32)
+        t.to_dtype(DType::F32)?
     }
 }
 
