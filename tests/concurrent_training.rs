@@ -19,7 +19,8 @@ struct Run {
 }
 
 fn bits(t: &Tensor) -> Vec<u32> {
-    t.contiguous().unwrap()
+    t.contiguous()
+        .unwrap()
         .to_vec::<f32>()
         .unwrap()
         .iter()

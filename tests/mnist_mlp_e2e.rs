@@ -13,7 +13,8 @@ use tessera::tensor::{manual_seed, DType, Tensor};
 fn normalized(m: &Mnist) -> Tensor {
     m.images_tensor()
         .unwrap()
-        .to_dtype(DType::F32).unwrap()
+        .to_dtype(DType::F32)
+        .unwrap()
         .mul_scalar(1.0 / (255.0 * 0.3081))
         .unwrap()
         .add_scalar(-0.1307 / 0.3081)

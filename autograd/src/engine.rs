@@ -84,7 +84,7 @@ impl Var {
         }
         let one = Tensor::from_vec(vec![1.0f64], &[])?
             .to_dtype(self.dtype())?
-            .reshape(&self.shape().iter().map(|&n| n as isize).collect::<Vec<_>>())?;
+            .reshape(self.shape())?;
         self.backward_with(&one)
     }
 

@@ -59,7 +59,10 @@ pub fn gradcheck(
             format!("inputs must be float64, got {}", bad.dtype()),
         ));
     }
-    let inputs: Vec<Tensor> = inputs.iter().map(Tensor::contiguous).collect();
+    let inputs = inputs
+        .iter()
+        .map(Tensor::contiguous)
+        .collect::<Result<Vec<Tensor>>>()?;
     let leaves: Vec<Var> = inputs.iter().cloned().map(Var::leaf).collect();
     let out = f(&leaves)?;
     if out.dtype() != DType::F64 {

@@ -35,9 +35,9 @@ pub use ops::attention::{scaled_dot_product_attention, AttnMask, AttnOptions};
 pub use ops::loss::{CrossEntropyOptions, Reduction, Target};
 pub use ops::registry::DIFFERENTIABLE_OPS;
 pub use ops::sum_to;
-pub use tessera_tensor::BatchNormOutput;
 pub use param::Parameter;
 pub use record::{record, record_multi};
+pub use tessera_tensor::BatchNormOutput;
 pub use var::{Var, VarId};
 
 #[cfg(test)]

@@ -8,7 +8,8 @@ fn leaf(shape: &[usize], dtype: DType) -> Var {
     Var::leaf(
         Tensor::from_vec((0..n).map(|i| i as f64 * 0.1 + 0.5).collect(), shape)
             .unwrap()
-            .to_dtype(dtype).unwrap(),
+            .to_dtype(dtype)
+            .unwrap(),
     )
 }
 

@@ -83,7 +83,8 @@ impl Input {
         let stored = Tensor::rand(&self.arrange.stored(&self.shape), DType::F64)?
             .mul_scalar(6.0)?
             .sub_scalar(3.0)?
-            .to_dtype(self.dtype).unwrap();
+            .to_dtype(self.dtype)
+            .unwrap();
         let leaves = [Var::leaf(stored.clone()), Var::leaf(stored)];
         let views = [self.arrange.apply(&leaves[0])?, self.arrange.apply(&leaves[1])?];
         Ok((leaves, views))
@@ -126,7 +127,12 @@ fn fail(e: tessera_tensor::Error) -> TestCaseError {
 }
 
 fn values(t: &Tensor) -> Vec<f64> {
-    t.to_dtype(DType::F64).unwrap().contiguous().unwrap().to_vec::<f64>().expect("f64")
+    t.to_dtype(DType::F64)
+        .unwrap()
+        .contiguous()
+        .unwrap()
+        .to_vec::<f64>()
+        .expect("f64")
 }
 
 /// Asserts `got` equals `want` elementwise within `tol·(1 + |want|)`.
@@ -154,7 +160,8 @@ fn compare(fused: &Var, composed: &Var, pairs: &[(&Var, &Var)], seed: u64, tol: 
     manual_seed(seed ^ 0x9e37_79b9);
     let g = Tensor::randn(fused.shape(), DType::F64)
         .map_err(fail)?
-        .to_dtype(fused.dtype()).unwrap();
+        .to_dtype(fused.dtype())
+        .unwrap();
     let gf = fused.backward_with(&g).map_err(fail)?;
     let gc = composed.backward_with(&g).map_err(fail)?;
     for (k, (a, b)) in pairs.iter().enumerate() {
@@ -326,7 +333,8 @@ fn layer_norm_matches_its_composition() {
                 }
                 let t = Tensor::randn(&ns, DType::F64)?
                     .add_scalar(shift)?
-                    .to_dtype(inp.dtype).unwrap();
+                    .to_dtype(inp.dtype)
+                    .unwrap();
                 Ok(Some([Var::leaf(t.clone()), Var::leaf(t)]))
             };
             let w = param(with_w, 1.0).map_err(fail)?;
@@ -347,9 +355,9 @@ fn layer_norm_matches_its_composition() {
 
 /// `t` (`[C]`) shaped to broadcast along dim 1 of a rank-`nd` value.
 fn per_channel(t: &Var, nd: usize) -> Result<Var> {
-    let mut shape = vec![1isize; nd];
-    shape[1] = -1;
-    t.reshape(&shape)
+    let mut shape = vec![Some(1); nd];
+    shape[1] = None;
+    t.reshape(shape)
 }
 
 /// Optional weight and bias `[c]` as two pairs of identical leaves (fused,
@@ -362,7 +370,8 @@ fn affine(c: usize, dtype: DType, seed: u64, with_w: bool, with_b: bool) -> Resu
         }
         let t = Tensor::randn(&[c], DType::F64)?
             .add_scalar(shift)?
-            .to_dtype(dtype).unwrap();
+            .to_dtype(dtype)
+            .unwrap();
         Ok(Some([Var::leaf(t.clone()), Var::leaf(t)]))
     };
     Ok([param(with_w, 1.0)?, param(with_b, 0.0)?])
@@ -398,11 +407,15 @@ fn batch_norm_matches_its_composition_in_training_and_eval() {
             let [w, b] = affine(c, inp.dtype, inp.seed, with_w, with_b).map_err(fail)?;
             let (wf, bf) = (w.as_ref().map(|p| &p[0]), b.as_ref().map(|p| &p[0]));
             let (wc, bc) = (w.as_ref().map(|p| &p[1]), b.as_ref().map(|p| &p[1]));
-            let rm = Tensor::randn(&[c], DType::F64).map_err(fail)?.to_dtype(inp.dtype).unwrap();
+            let rm = Tensor::randn(&[c], DType::F64)
+                .map_err(fail)?
+                .to_dtype(inp.dtype)
+                .unwrap();
             let rv = Tensor::rand(&[c], DType::F64)
                 .and_then(|t| t.add_scalar(0.5))
                 .map_err(fail)?
-                .to_dtype(inp.dtype).unwrap();
+                .to_dtype(inp.dtype)
+                .unwrap();
             let eps = 1e-5;
             let fused = xf
                 .batch_norm(Some(&rm), Some(&rv), wf, bf, training, 0.1, eps)
@@ -448,11 +461,10 @@ fn group_norm_matches_its_composition() {
             let fused = xf
                 .group_norm(groups, w.as_ref().map(|p| &p[0]), b.as_ref().map(|p| &p[0]), eps)
                 .map_err(fail)?;
-            let shape: Vec<isize> = inp.shape.iter().map(|&n| n as isize).collect();
             let normalized = xc
-                .reshape(&[shape[0], groups as isize, -1])
+                .reshape((inp.shape[0], groups, ()))
                 .and_then(|g| normalize_composed(&g, &[-1], eps))
-                .and_then(|y| y.reshape(&shape))
+                .and_then(|y| y.reshape(&inp.shape))
                 .map_err(fail)?;
             let composed = scale_shift(normalized, w.as_ref().map(|p| &p[1]), b.as_ref().map(|p| &p[1]))
                 .map_err(fail)?;

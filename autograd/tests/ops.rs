@@ -107,7 +107,8 @@ fn gradients_come_back_in_the_input_dtype() {
         let x = Var::leaf(
             Tensor::from_vec(vec![0.5f64, 1.5, -2.0, 3.0], &[2, 2])
                 .unwrap()
-                .to_dtype(dtype).unwrap(),
+                .to_dtype(dtype)
+                .unwrap(),
         );
         let y = x
             .softmax(-1)

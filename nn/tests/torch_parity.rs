@@ -30,8 +30,20 @@ fn group(all: &HashMap<String, Tensor>, prefix: &str) -> HashMap<String, Tensor>
 
 fn assert_close(got: &Tensor, want: &Tensor, what: &str) {
     assert_eq!(got.shape(), want.shape(), "{what}: shape");
-    let g = got.to_dtype(DType::F32).unwrap().contiguous().unwrap().to_vec::<f32>().unwrap();
-    let w = want.to_dtype(DType::F32).unwrap().contiguous().unwrap().to_vec::<f32>().unwrap();
+    let g = got
+        .to_dtype(DType::F32)
+        .unwrap()
+        .contiguous()
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let w = want
+        .to_dtype(DType::F32)
+        .unwrap()
+        .contiguous()
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
     let worst = g.iter().zip(&w).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     assert!(worst <= TOL, "{what}: max |tessera − torch| = {worst}");
 }

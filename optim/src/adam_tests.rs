@@ -125,7 +125,12 @@ fn half_precision_parameters_follow_f32_within_rounding() {
             o32.step(&g32).unwrap();
         }
         assert_eq!(o16.state_buffer(0, 0, "exp_avg").unwrap().dtype(), dtype);
-        let a = p16.tensor().to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
+        let a = p16
+            .tensor()
+            .to_dtype(DType::F32)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
         let b = p32.tensor().to_vec::<f32>().unwrap();
         let tol = if dtype == DType::F16 { 4e-3 } else { 3e-2 };
         for (x, y) in a.iter().zip(&b) {

@@ -124,8 +124,7 @@ impl GradScaler {
             ));
         }
         let seed = Tensor::scalar(self.scale()).to_dtype(loss.dtype())?;
-        let shape: Vec<isize> = loss.shape().iter().map(|&n| n as isize).collect();
-        loss.backward_with(&seed.reshape(&shape)?)
+        loss.backward_with(&seed.reshape(loss.shape())?)
     }
 
     /// Divides every gradient by S in place and records whether any element

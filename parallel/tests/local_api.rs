@@ -195,7 +195,8 @@ fn point_to_point_slices_bytes_and_tensors() {
         assert_eq!(got.dtype(), DType::U8);
         let want = Tensor::from_vec((0..6u8).map(|i| i + prev as u8).collect::<Vec<_>>(), &[2, 3])?
             .t()?
-            .contiguous().unwrap();
+            .contiguous()
+            .unwrap();
         assert_eq!(got.to_vec::<u8>()?, want.to_vec::<u8>()?);
         // A count mismatch is an error, and so is a wait past the timeout.
         c.send_slice(&[1f32; 4], next, 4)?;

@@ -388,7 +388,7 @@ impl Tensor {
     /// Removes every size-1 dimension (a view). Never fails on a tensor;
     /// `Result` as on `Var`, where recording the op may.
     pub fn squeeze_all(&self) -> Result<Tensor> {
-        Ok(self.with_layout(self.layout.squeeze_all()?))
+        Ok(self.with_layout(self.layout.squeeze_all()))
     }
 
     /// Inserts a size-1 dimension at `dim` (a view).

@@ -31,11 +31,19 @@ fn f32_to_f16_rounds_ties_to_even() {
         (5.0 * e(-25), e(-23)),
     ];
     let input: Vec<f32> = cases.iter().map(|c| c.0).collect();
-    let got = f32s(&input).to_dtype(DType::F16).unwrap().to_vec::<f16>().unwrap();
+    let got = f32s(&input)
+        .to_dtype(DType::F16)
+        .unwrap()
+        .to_vec::<f16>()
+        .unwrap();
     for ((x, want), g) in cases.iter().zip(got) {
         assert_eq!(g.to_f32(), *want, "f16({x:e})");
     }
-    let nan = f32s(&[f32::NAN]).to_dtype(DType::F16).unwrap().to_vec::<f16>().unwrap();
+    let nan = f32s(&[f32::NAN])
+        .to_dtype(DType::F16)
+        .unwrap()
+        .to_vec::<f16>()
+        .unwrap();
     assert!(nan[0].is_nan());
 }
 
@@ -52,12 +60,17 @@ fn f32_to_bf16_rounds_ties_to_even() {
         (e(-133), e(-133)), // bf16 keeps f32's subnormal range
     ];
     let input: Vec<f32> = cases.iter().map(|c| c.0).collect();
-    let got = f32s(&input).to_dtype(DType::BF16).unwrap().to_vec::<bf16>().unwrap();
+    let got = f32s(&input)
+        .to_dtype(DType::BF16)
+        .unwrap()
+        .to_vec::<bf16>()
+        .unwrap();
     for ((x, want), g) in cases.iter().zip(got) {
         assert_eq!(g.to_f32(), *want, "bf16({x:e})");
     }
     let nan = f32s(&[f32::NAN, -f32::NAN])
-        .to_dtype(DType::BF16).unwrap()
+        .to_dtype(DType::BF16)
+        .unwrap()
         .to_vec::<bf16>()
         .unwrap();
     assert!(nan.iter().all(|x| x.is_nan()), "NaN must not round to infinity");
@@ -70,10 +83,16 @@ fn f64_to_half_types_round_through_f32_like_pytorch() {
     // lands on the even neighbour 1.0; so do we (checked against torch 2.x).
     let x = 1.0 + 2f64.powi(-11) + 2f64.powi(-40);
     let t = Tensor::from_vec(vec![x], &[1]).unwrap();
-    assert_eq!(t.to_dtype(DType::F16).unwrap().to_vec::<f16>().unwrap()[0].to_f64(), 1.0);
+    assert_eq!(
+        t.to_dtype(DType::F16).unwrap().to_vec::<f16>().unwrap()[0].to_f64(),
+        1.0
+    );
     let y = 1.0 + 2f64.powi(-8) + 2f64.powi(-40);
     let t = Tensor::from_vec(vec![y], &[1]).unwrap();
-    assert_eq!(t.to_dtype(DType::BF16).unwrap().to_vec::<bf16>().unwrap()[0].to_f64(), 1.0);
+    assert_eq!(
+        t.to_dtype(DType::BF16).unwrap().to_vec::<bf16>().unwrap()[0].to_f64(),
+        1.0
+    );
     // Away from such double ties, f64 rounds to the nearest half value.
     let z = 1.0 + 2f64.powi(-11) + 2f64.powi(-20);
     let t = Tensor::from_vec(vec![z], &[1]).unwrap();
@@ -156,7 +175,10 @@ fn integer_casts_are_exact_beyond_f64_precision() {
     assert_eq!(via_i64.to_vec::<u32>().unwrap(), vec![u32::MAX, 0, 123_456_789]);
     // Out-of-range integers saturate (documented; PyTorch would wrap).
     let s = Tensor::from_vec(vec![300i64, -1, 5_000_000_000], &[3]).unwrap();
-    assert_eq!(s.to_dtype(DType::U8).unwrap().to_vec::<u8>().unwrap(), vec![255, 0, 255]);
+    assert_eq!(
+        s.to_dtype(DType::U8).unwrap().to_vec::<u8>().unwrap(),
+        vec![255, 0, 255]
+    );
     assert_eq!(
         s.to_dtype(DType::U32).unwrap().to_vec::<u32>().unwrap(),
         vec![300, 0, u32::MAX]

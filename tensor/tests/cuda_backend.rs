@@ -36,7 +36,12 @@ fn randn(shape: &[usize], dtype: DType, seed: u64) -> Tensor {
 }
 
 fn f64s(t: &Tensor) -> Vec<f64> {
-    t.cpu().unwrap().to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap()
+    t.cpu()
+        .unwrap()
+        .to_dtype(DType::F64)
+        .unwrap()
+        .to_vec::<f64>()
+        .unwrap()
 }
 
 /// Asserts `gpu` (on the device) equals `cpu` elementwise within
@@ -395,8 +400,8 @@ fn layer_norm_forward_and_backward_match_the_cpu() {
                     (None, None)
                 };
                 let what = format!("{dtype} {shape:?} affine {affine}");
-                let c = x.layer_norm(&[k], cw, cb, 1e-5).unwrap();
-                let g = gx.layer_norm(&[k], gw_, gb_, 1e-5).unwrap();
+                let c = x.layer_norm_forward(&[k], cw, cb, 1e-5).unwrap();
+                let g = gx.layer_norm_forward(&[k], gw_, gb_, 1e-5).unwrap();
                 assert_close(&format!("y {what}"), &c.0, &g.0, 4.0 * tol(dtype), 1.0);
                 assert_close(&format!("mean {what}"), &c.1, &g.1, 1e-4, 1.0);
                 assert_close(&format!("rstd {what}"), &c.2, &g.2, 1e-3, 0.0);
@@ -482,11 +487,11 @@ fn embedding_matches_the_cpu() {
         let g = w
             .to_device(DEV)
             .unwrap()
-            .embedding(&idx.to_device(DEV).unwrap())
+            .embedding(&idx.to_device(DEV).unwrap(), None)
             .unwrap();
         assert_close(
             &format!("embedding {dtype}"),
-            &w.embedding(&idx).unwrap(),
+            &w.embedding(&idx, None).unwrap(),
             &g,
             0.0,
             0.0,
@@ -497,7 +502,7 @@ fn embedding_matches_the_cpu() {
         .to_device(DEV)
         .unwrap();
     let w = randn(&[7, 3], DType::F32, 18).to_device(DEV).unwrap();
-    assert!(matches!(w.embedding(&bad), Err(Error::Index { .. })));
+    assert!(matches!(w.embedding(&bad, None), Err(Error::Index { .. })));
 }
 
 #[test]
@@ -566,7 +571,10 @@ fn the_gpu_generator_reference_is_the_cpu_generator() {
                 let got = Tensor::normal_with(&[n], mean, std, dtype, &mut g).unwrap();
                 let want = philox::normal(seed, start, n, mean, std);
                 let want = Tensor::from_vec(want, &[n]).unwrap().to_dtype(dtype).unwrap();
-                let (got, want) = (got.to_dtype(DType::F64).unwrap(), want.to_dtype(DType::F64).unwrap());
+                let (got, want) = (
+                    got.to_dtype(DType::F64).unwrap(),
+                    want.to_dtype(DType::F64).unwrap(),
+                );
                 assert_eq!(
                     got.to_vec::<f64>().unwrap(),
                     want.to_vec::<f64>().unwrap(),
@@ -593,7 +601,8 @@ fn gpu_errors_name_the_op_and_device() {
         assert!(e.to_string().contains("cuda:0"), "{e}");
     }
     let e = g
-        .to_dtype(DType::F64).unwrap()
+        .to_dtype(DType::F64)
+        .unwrap()
         .matmul(&g.to_dtype(DType::F64).unwrap().t().unwrap())
         .unwrap_err();
     assert!(e.to_string().contains("matmul"), "{e}");

@@ -21,9 +21,9 @@ impl Var {
         let (shape, index) = (self.shape().to_vec(), index.clone());
         record_op(reg::INDEX_SELECT, y, &[self], move |g, _| {
             // Spread the 1-d index along `dim` of the gradient, then add.
-            let mut unit = vec![1isize; g.ndim()];
-            unit[d] = index.numel() as isize;
-            let idx = index.reshape(&unit)?.broadcast_to(g.shape())?;
+            let mut unit = vec![1; g.ndim()];
+            unit[d] = index.numel();
+            let idx = index.reshape(unit)?.broadcast_to(g.shape())?;
             Ok(vec![Some(zeros(g, &shape)?.scatter_add(d as isize, &idx, g)?)])
         })
     }

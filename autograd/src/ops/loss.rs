@@ -122,7 +122,7 @@ impl Var {
                 ),
             ));
         }
-        let c = |t: Tensor| Var::constant(t.to_dtype(dtype)?);
+        let c = |t: Tensor| t.to_dtype(dtype).map(Var::constant);
         let y = target.to_dtype(DType::F64)?;
         let log_weight = match pos_weight {
             Some(pw) => y
@@ -145,11 +145,11 @@ impl Var {
         let x = self.tensor().to_dtype(DType::F64)?;
         let sign = x.map::<f64, f64>(|v| if v >= 0.0 { 1.0 } else { -1.0 });
         let neg = x.map::<f64, f64>(|v| if v < 0.0 { 1.0 } else { 0.0 });
-        let abs = self.mul(&c(sign))?;
-        let softplus_neg = abs.neg()?.exp()?.log1p()?.sub(&self.mul(&c(neg))?)?;
+        let abs = self.mul(&c(sign)?)?;
+        let softplus_neg = abs.neg()?.exp()?.log1p()?.sub(&self.mul(&c(neg)?)?)?;
         let loss = self
-            .mul(&c(y.rsub_scalar(1.0)?))?
-            .add(&softplus_neg.mul(&c(log_weight))?)?;
+            .mul(&c(y.rsub_scalar(1.0)?)?)?
+            .add(&softplus_neg.mul(&c(log_weight)?)?)?;
         reduce(loss, reduction, None)
     }
 }

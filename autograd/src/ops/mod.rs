@@ -55,7 +55,6 @@ mod linalg;
 pub mod loss;
 mod shape;
 
-
 use tessera_tensor::strided::Coalesced;
 use tessera_tensor::{dim_indices, with_dtype, Error, Layout, Result, Tensor};
 
@@ -89,8 +88,7 @@ pub fn sum_to(grad: &Tensor, shape: &[usize]) -> Result<Tensor> {
         }
         dims.push((lead + i) as isize);
     }
-    let isize_shape: Vec<isize> = shape.iter().map(|&n| n as isize).collect();
-    grad.sum(&dims, true)?.reshape(&isize_shape)
+    grad.sum(&dims, true)?.reshape(shape)
 }
 
 /// The gradient of a reduction over `dims` (empty = all) broadcast back to

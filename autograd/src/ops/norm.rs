@@ -136,9 +136,12 @@ impl Var {
         eps: f64,
     ) -> Result<Var> {
         let p = Params::new(reg::GROUP_NORM, self, weight, bias)?;
-        let (y, mean, rstd) =
-            self.tensor()
-                .group_norm_forward(num_groups, weight.map(Var::tensor), bias.map(Var::tensor), eps)?;
+        let (y, mean, rstd) = self.tensor().group_norm_forward(
+            num_groups,
+            weight.map(Var::tensor),
+            bias.map(Var::tensor),
+            eps,
+        )?;
         let x = self.tensor().clone();
         let (w, hw, hb) = (p.weight, p.has_weight, p.has_bias);
         record_op(reg::GROUP_NORM, y, &p.inputs, move |g, needs| {

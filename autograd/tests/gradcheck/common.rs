@@ -116,8 +116,10 @@ pub fn check_with(
 /// elementwise within `tol·(1 + |want|)` (NaN matches NaN).
 pub fn close(got: &Tensor, want: &[f64], tol: f64) -> std::result::Result<(), TestCaseError> {
     let got = got
-        .to_dtype(tessera_tensor::DType::F64).unwrap()
-        .contiguous().unwrap()
+        .to_dtype(tessera_tensor::DType::F64)
+        .unwrap()
+        .contiguous()
+        .unwrap()
         .to_vec::<f64>()
         .map_err(fail)?;
     prop_assert_eq!(got.len(), want.len());
@@ -259,7 +261,8 @@ impl Input {
             .apply(&v)
             .expect("arrangement")
             .tensor()
-            .contiguous().unwrap()
+            .contiguous()
+            .unwrap()
             .to_vec::<f64>()
             .expect("f64")
     }

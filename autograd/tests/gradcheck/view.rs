@@ -35,10 +35,10 @@ fn input_and_dim(min_size: usize) -> impl Strategy<Value = (Input, usize)> {
 
 fn reshape(n: u32) -> Checked {
     prop(n, (input_ranked(0..=4, 0..=5), any::<bool>()), |(inp, flat)| {
-        let target: Vec<isize> = if flat {
-            vec![-1]
+        let target: Vec<Option<usize>> = if flat {
+            vec![None]
         } else {
-            inp.shape.iter().rev().map(|&s| s as isize).collect()
+            inp.shape.iter().rev().map(|&s| Some(s)).collect()
         };
         check_view(&inp, &target, |x, t| x.reshape(t))
     })
@@ -54,7 +54,7 @@ fn view(n: u32) -> Checked {
         })
     });
     prop(n, contiguous, |inp| {
-        check_view(&inp, &(), |x, _| x.view(&[-1])?.exp())
+        check_view(&inp, &(), |x, _| x.view(((),))?.exp())
     })
 }
 
@@ -178,10 +178,10 @@ fn expand(n: u32) -> Checked {
     });
     prop(n, s, |(inp, out, keep)| {
         let lead = out.len() - inp.shape.len();
-        let target: Vec<isize> = out
+        let target: Vec<Option<usize>> = out
             .iter()
             .enumerate()
-            .map(|(d, &s)| if keep && d >= lead { -1 } else { s as isize })
+            .map(|(d, &s)| if keep && d >= lead { None } else { Some(s) })
             .collect();
         check_view(&inp, &target, |x, t| x.expand(t))?;
         check_view(&inp, &out, |x, o| x.broadcast_to(o))

@@ -75,7 +75,8 @@ impl Tensor {
         momentum: f64,
         eps: f64,
     ) -> Result<BatchNormOutput<Tensor>> {
-        let out = self.batch_norm_forward(running_mean, running_var, weight, bias, training, momentum, eps)?;
+        let out =
+            self.batch_norm_forward(running_mean, running_var, weight, bias, training, momentum, eps)?;
         Ok(BatchNormOutput {
             y: out.y,
             running_mean: out.running_mean,
@@ -151,7 +152,7 @@ impl Tensor {
         }, else return Err(Error::dtype(OP, format!("expects a float tensor, got {}", self.dtype()))));
         let running = |v: Option<Vec<f64>>, like: Option<&Tensor>| {
             v.zip(like)
-                .map(|(v, t)| Tensor::from_slice(&v, &[c]).map(|r| r.to_dtype(t.dtype())?))
+                .map(|(v, t)| Tensor::from_slice(&v, &[c]).and_then(|r| r.to_dtype(t.dtype())))
         };
         Ok(BatchNormForward {
             y,

@@ -60,7 +60,11 @@ impl Tensor {
     /// takes. Errors for non-float logits, non-i64 targets, mismatched
     /// shapes, a target outside `0..C` that is not `ignore_index`, or ε
     /// outside [0, 1].
-    pub fn cross_entropy_forward(&self, target: &Tensor, opts: CrossEntropyOptions) -> Result<(Tensor, Tensor)> {
+    pub fn cross_entropy_forward(
+        &self,
+        target: &Tensor,
+        opts: CrossEntropyOptions,
+    ) -> Result<(Tensor, Tensor)> {
         cpu_only!("cross_entropy", self, target);
         const OP: &str = "cross_entropy";
         let (rows, targets) = prepare(OP, self, target, &opts)?;
@@ -211,12 +215,9 @@ fn prepare(
     }
     let c = if x.ndim() == 1 { x.shape()[0] } else { x.shape()[1] };
     let rows = match x.ndim() {
-        1 => x.reshape(&[1, c as isize])?.contiguous()?,
+        1 => x.reshape([1, c])?.contiguous()?,
         2 => x.contiguous()?,
-        nd => x
-            .permute(&moved_last(nd))?
-            .reshape(&[-1, c as isize])?
-            .contiguous()?,
+        nd => x.permute(&moved_last(nd))?.reshape(((), c))?.contiguous()?,
     };
     let targets = target.contiguous()?.to_vec::<i64>()?;
     if let Some(&bad) = targets
@@ -241,9 +242,9 @@ fn moved_last(nd: usize) -> Vec<isize> {
 /// `[N·d…, C]` rows back in the logits' shape.
 fn restore(rows: Tensor, shape: &[usize]) -> Result<Tensor> {
     match shape.len() {
-        1 | 2 => rows.reshape(&shape.iter().map(|&s| s as isize).collect::<Vec<_>>()),
+        1 | 2 => rows.reshape(shape),
         nd => {
-            let mut moved: Vec<isize> = shape.iter().map(|&s| s as isize).collect();
+            let mut moved = shape.to_vec();
             let c = moved.remove(1);
             moved.push(c);
             let mut inverse = vec![0isize; nd];

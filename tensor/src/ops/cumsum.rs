@@ -22,10 +22,10 @@ impl Tensor {
     fn scan(&self, op: &'static str, dim: isize, prod: bool) -> Result<Tensor> {
         if self.ndim() == 0 {
             dim_index(op, dim, 1)?;
-            return self.reshape(&[1])?.scan(op, 0, prod)?.reshape(&[]);
+            return self.reshape([1])?.scan(op, 0, prod)?.reshape([]);
         }
         let d = dim_index(op, dim, self.ndim())?;
-        Ok(crate::with_float_dtype!(self.dtype(), T => {
+        crate::with_float_dtype!(self.dtype(), T => {
             map_lanes::<T, T>(self, d, |src, off, stride, out| {
                 type M = <T as FloatElement>::Math;
                 let mut acc = if prod { <M as FloatMath>::ONE } else { <M as FloatMath>::ZERO };
@@ -43,7 +43,7 @@ impl Tensor {
                     out[i] = acc;
                 });
             })
-        })))
+        }))
     }
 }
 

@@ -5,17 +5,18 @@
 use rayon::prelude::*;
 
 use crate::strided::{chunk_len, Coalesced, PAR_THRESHOLD};
-use crate::{Element, Layout, Tensor};
+use crate::{Element, Layout, Result, Tensor};
 
 /// A tensor shaped like `x` whose every lane along `dim` (a resolved index,
 /// `dim < x.ndim()`) is written by `f(src, off, stride, out)`: the lane's
 /// input is `src[off + i·stride]` for `i < out.len()`, `src` being `x`'s
-/// storage slice. `T` must be `x`'s dtype.
+/// storage slice. `T` must be `x`'s dtype. Errors when the copy that
+/// moves the lane dim back into place fails.
 pub(crate) fn map_lanes<T: Element, U: Element>(
     x: &Tensor,
     dim: usize,
     f: impl Fn(&[T], usize, isize, &mut [U]) + Sync,
-) -> Tensor {
+) -> Result<Tensor> {
     let (shape, strides) = (x.shape(), x.strides());
     let n = shape[dim];
     let mut other_shape = shape.to_vec();
@@ -53,7 +54,7 @@ pub(crate) fn map_lanes<T: Element, U: Element>(
     });
     let nd = shape.len();
     if dim + 1 == nd {
-        return built;
+        return Ok(built);
     }
     // Built dims are [others..., dim]; move the lane dim back into place.
     let perm: Vec<isize> = (0..nd)
@@ -66,5 +67,5 @@ pub(crate) fn map_lanes<T: Element, U: Element>(
     built
         .permute(&perm)
         .expect("a permutation of the built dims")
-        .contiguous()?
+        .contiguous()
 }

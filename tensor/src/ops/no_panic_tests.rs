@@ -47,7 +47,7 @@ proptest! {
         let _ = x.masked_fill(&src.to_dtype(DType::Bool).unwrap(), 2.0);
         let _ = ix.one_hot(None);
         let _ = ix.one_hot(Some(k));
-        let _ = x.embedding(&ix);
+        let _ = x.embedding(&ix, None);
         let _ = embedding_backward(&x, &ix, k, Some(k / 2));
         let _ = embedding_backward(&x, &ix, k, None);
         let _ = Tensor::cat(&[&x, &src], dim);

@@ -175,7 +175,8 @@ fn bernoulli_scalar_and_tensor_probabilities() {
         .unwrap()
         .t()
         .unwrap()
-        .contiguous().unwrap()
+        .contiguous()
+        .unwrap()
         .t()
         .unwrap();
     let s = p.bernoulli_with(g).unwrap();

@@ -42,8 +42,7 @@ impl Tensor {
         }
         crate::tensor::checked_numel(OP, &shape)?;
         let tiled = self.with_layout(Layout::new(big_shape, big_strides, self.layout().offset()));
-        let shape: Vec<isize> = shape.iter().map(|&n| n as isize).collect();
-        tiled.contiguous()?.reshape(&shape)
+        tiled.contiguous()?.reshape(shape)
     }
 }
 

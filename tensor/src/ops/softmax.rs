@@ -28,19 +28,19 @@ impl Tensor {
         on_cuda!(self.is_cuda() => cuda::softmax(self, op, dim, log));
         if self.ndim() == 0 {
             dim_index(op, dim, 1)?;
-            return self.reshape(&[1])?.softmax_impl(op, 0, log)?.reshape(&[]);
+            return self.reshape([1])?.softmax_impl(op, 0, log)?.reshape([]);
         }
         let d = dim_index(op, dim, self.ndim())?;
         if self.dtype() == DType::F32 {
             let level = Level::best();
-            return Ok(map_lanes::<f32, f32>(self, d, |src, off, stride, out| {
+            return map_lanes::<f32, f32>(self, d, |src, off, stride, out| {
                 with_lane(src, off, stride, out.len(), |x| {
                     kernels::softmax(level, x, out, log)
                 })
-            }));
+            });
         }
         crate::with_float_dtype!(self.dtype(), T => {
-            Ok(map_lanes::<T, T>(self, d, |src, off, stride, out| softmax_lane(src, off, stride, out, log)))
+            map_lanes::<T, T>(self, d, |src, off, stride, out| softmax_lane(src, off, stride, out, log))
         }, else Err(Error::dtype(op, format!("expects a float tensor, got {}", self.dtype()))))
     }
 }

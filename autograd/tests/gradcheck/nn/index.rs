@@ -43,7 +43,8 @@ pub fn index_select_case(n: u32) -> Checked {
         if !want.is_empty() {
             let want = Tensor::cat(&want, d as isize)
                 .map_err(fail)?
-                .contiguous().unwrap()
+                .contiguous()
+                .unwrap()
                 .to_vec::<f64>()
                 .map_err(fail)?;
             close(y.tensor(), &want, 0.0)?;
@@ -206,7 +207,9 @@ pub fn topk_case(n: u32) -> Checked {
     let s = (1usize..=3, 1usize..=5, any::<bool>())
         .prop_flat_map(|(r, c, largest)| (distinct_input(vec![r, c]), 0..=c, Just(largest)));
     prop(n, s, |(x, k, largest)| {
-        let report = check(&[x.leaf()], |xs| Ok(view(&x, &xs[0])?.topk(k, -1, largest)?.0))?;
+        let report = check(&[x.leaf()], |xs| {
+            Ok(view(&x, &xs[0])?.topk(k, -1, largest, true)?.0)
+        })?;
         let seen = x.seen();
         let c = x.shape[1];
         let want: Vec<f64> = seen
@@ -218,7 +221,7 @@ pub fn topk_case(n: u32) -> Checked {
                 r
             })
             .collect();
-        let (y, idx) = seen_var(&x)?.topk(k, -1, largest).map_err(fail)?;
+        let (y, idx) = seen_var(&x)?.topk(k, -1, largest, true).map_err(fail)?;
         close(y.tensor(), &want, 0.0)?;
         prop_assert_eq!(idx.dtype(), DType::I64);
         Ok(report)

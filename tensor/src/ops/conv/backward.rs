@@ -190,7 +190,12 @@ where
 
 /// The weight gradient by long dot products over `N·OH·OW` (`dot`, for
 /// few taps) or by per-sample GEMMs.
-pub(super) fn weight_grad<S: FloatElement>(grad_out: &Tensor, x: &Tensor, g: &Geom, dot: bool) -> Result<Tensor>
+pub(super) fn weight_grad<S: FloatElement>(
+    grad_out: &Tensor,
+    x: &Tensor,
+    g: &Geom,
+    dot: bool,
+) -> Result<Tensor>
 where
     S::Math: GemmScalar + FloatElement<Math = S::Math>,
 {

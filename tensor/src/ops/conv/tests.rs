@@ -196,7 +196,7 @@ proptest! {
         // Both weight-gradient paths, whichever the dispatch picks here.
         let geom = super::Geom::new("t", &xs, &ws, &case.p).unwrap();
         for dot in [false, true] {
-            let gw = crate::with_float_dtype!(dtype, S => super::backward::weight_grad::<S>(&go, &x, &geom, dot),
+            let gw = crate::with_float_dtype!(dtype, S => super::backward::weight_grad::<S>(&go, &x, &geom, dot).unwrap(),
                 else unreachable!());
             assert_close(&values_f64(&gw), &dw, tol, if dot { "grad weight (dot)" } else { "grad weight (gemm)" })?;
         }
@@ -328,14 +328,21 @@ fn depthwise_half_and_thread_determinism() {
     assert_eq!(bits(&many.2), bits(&one.2));
     // bf16 computes in f32 and rounds once.
     let yb = x
-        .to_dtype(DType::BF16).unwrap()
+        .to_dtype(DType::BF16)
+        .unwrap()
         .conv2d(&w.to_dtype(DType::BF16).unwrap(), None, &p)
         .unwrap();
     assert_eq!(yb.dtype(), DType::BF16);
     let y32 = x
-        .to_dtype(DType::BF16).unwrap()
-        .to_dtype(DType::F32).unwrap()
-        .conv2d(&w.to_dtype(DType::BF16).unwrap().to_dtype(DType::F32).unwrap(), None, &p)
+        .to_dtype(DType::BF16)
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap()
+        .conv2d(
+            &w.to_dtype(DType::BF16).unwrap().to_dtype(DType::F32).unwrap(),
+            None,
+            &p,
+        )
         .unwrap();
     assert_eq!(values_f64(&yb), values_f64(&y32.to_dtype(DType::BF16).unwrap()));
 }

@@ -21,7 +21,10 @@ impl Tensor {
             if p >= rows {
                 return Err(Error::index(
                     OP,
-                    format!("padding_idx {p} is out of range for a table of shape {:?}", self.shape()),
+                    format!(
+                        "padding_idx {p} is out of range for a table of shape {:?}",
+                        self.shape()
+                    ),
                 ));
             }
         }

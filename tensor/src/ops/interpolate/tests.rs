@@ -140,7 +140,8 @@ fn invalid_arguments_are_errors() {
         .interpolate_bilinear(Some([2, 2]), None, false)
         .is_err());
     assert!(x
-        .to_dtype(DType::U8).unwrap()
+        .to_dtype(DType::U8)
+        .unwrap()
         .interpolate_bilinear(Some([2, 2]), None, false)
         .is_err());
     let g = tensor_of::<f32>(&rand_f64(2, 4), &[1, 1, 2, 2]);

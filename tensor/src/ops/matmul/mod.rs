@@ -95,7 +95,7 @@ impl Tensor {
         };
         let la = a.layout().broadcast_to(&full(m, k))?;
         let lb = b.layout().broadcast_to(&full(k, n))?;
-        let out = batched(self.dtype(), &a, &la, &b, &lb, &batch, (m, n, k));
+        let out = batched(self.dtype(), &a, &la, &b, &lb, &batch, (m, n, k))?;
         let mut shape = batch;
         if na > 1 {
             shape.push(m);
@@ -144,12 +144,12 @@ impl Tensor {
             return Err(shape_err());
         }
         let lead: usize = self.shape()[..self.ndim() - 1].iter().product();
-        let x = self.reshape(&[lead as isize, in_f as isize])?;
+        let x = self.reshape([lead, in_f])?;
         let rows = x.shape()[0];
         let mut shape = self.shape()[..self.ndim() - 1].to_vec();
         shape.push(out_f);
         let wt = weight.t()?;
-        Ok(crate::with_float_dtype!(self.dtype(), S => {
+        crate::with_float_dtype!(self.dtype(), S => {
             let bias_m = bias.map(math_vec::<S>);
             let epi = Epilogue {
                 bias: bias_m.as_deref().map_or(Bias::None, Bias::Col),
@@ -157,7 +157,7 @@ impl Tensor {
             };
             let shp = GemmShape { m: rows, n: out_f, k: in_f, alpha: ONE::<S>(), beta: ZERO::<S>() };
             gemm_fresh::<S>(shp, &x, &wt, epi, &shape)
-        }, else unreachable!("check_operands admits only floats")))
+        }, else unreachable!("check_operands admits only floats"))
     }
 
     /// `beta·self + alpha·(a·b)` for matrices `a` `[m, k]` and `b` `[k, n]`,
@@ -315,7 +315,8 @@ where
 /// The batched product of `a` seen through `la` (`[batch.., m, k]`) and `b`
 /// through `lb` (`[batch.., k, n]`) into a fresh contiguous
 /// `[batch.., m, n]` tensor of `dtype`. Many small products run one per
-/// thread; large ones run one after another, each on all threads.
+/// thread; large ones run one after another, each on all threads. Errors
+/// when a copy of an operand fails.
 fn batched(
     dtype: DType,
     a: &Tensor,
@@ -324,7 +325,7 @@ fn batched(
     lb: &Layout,
     batch: &[usize],
     mnk: (usize, usize, usize),
-) -> Tensor {
+) -> Result<Tensor> {
     crate::with_float_dtype!(dtype, S => batched_typed::<S>(a, la, b, lb, batch, mnk),
         else unreachable!("check_operands admits only floats"))
 }

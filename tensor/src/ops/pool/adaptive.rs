@@ -66,7 +66,7 @@ pub fn adaptive_avg_pool2d_backward(grad_out: &Tensor, input_shape: &[usize]) ->
         ));
     }
     let (oh, ow) = (grad_out.shape()[nd - 2], grad_out.shape()[nd - 1]);
-    Ok(crate::with_float_dtype!(grad_out.dtype(), S => {
+    crate::with_float_dtype!(grad_out.dtype(), S => {
         let go = crate::ops::matmul::math_vec::<S>(grad_out);
         scatter_planes::<S>(input_shape, h * w, oh * ow, |pl, gi| {
             for oy in 0..oh {
@@ -83,7 +83,7 @@ pub fn adaptive_avg_pool2d_backward(grad_out: &Tensor, input_shape: &[usize]) ->
                 }
             }
         })
-    }, else unreachable!("checked float")))
+    }, else unreachable!("checked float"))
 }
 
 /// `(planes, H, W)` of a 3-D/4-D shape with non-empty spatial dimensions.

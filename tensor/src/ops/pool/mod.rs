@@ -175,7 +175,7 @@ pub fn max_pool2d_backward(grad_out: &Tensor, indices: &Tensor, input_shape: &[u
                 }
             }
         })
-    }, else unreachable!("checked float"));
+    }, else unreachable!("checked float"))?;
     if bad.into_inner() {
         let bad = idx
             .iter()
@@ -201,7 +201,7 @@ pub fn avg_pool2d_backward(grad_out: &Tensor, input_shape: &[usize], p: &Pool2dP
     let g = Window::from_shape(OP, input_shape, p)?;
     g.check_avg(OP)?;
     g.check_grad(OP, grad_out)?;
-    Ok(crate::with_float_dtype!(grad_out.dtype(), S => {
+    crate::with_float_dtype!(grad_out.dtype(), S => {
         let go = crate::ops::matmul::math_vec::<S>(grad_out);
         let l = g.oh * g.ow;
         scatter_planes::<S>(input_shape, g.h * g.w, l, |pl, gi| {
@@ -218,7 +218,7 @@ pub fn avg_pool2d_backward(grad_out: &Tensor, input_shape: &[usize], p: &Pool2dP
                 }
             }
         })
-    }, else unreachable!("checked float")))
+    }, else unreachable!("checked float"))
 }
 
 /// The validated geometry of one pooling.
