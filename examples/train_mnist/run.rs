@@ -13,8 +13,8 @@ use tessera::nn::{models::mnist_cnn, state_dict, Module, Sequential};
 use tessera::optim::{LrScheduler, OneCycleLR, OneCycleOptions, Optimizer, Sgd, SgdOptions, StateDict};
 use tessera::tensor::{rng, DType, Tensor};
 
-use crate::cli::Args;
-use crate::progress::Bar;
+use super::cli::Args;
+use super::progress::Bar;
 
 type BoxResult<T> = Result<T, Box<dyn std::error::Error>>;
 

@@ -2,7 +2,7 @@
 //! broken kernel of `emu/faults.cu` fails with a message naming block and
 //! thread, and the fixed twin passes.
 
-mod common;
+use crate::common;
 
 use common::emu::Emu;
 use common::Exec;

@@ -5,7 +5,7 @@ use proptest::prelude::*;
 use tessera_autograd::Var;
 use tessera_tensor::{broadcast_shapes, Result, Tensor};
 
-use crate::common::{check, close, fail, input, input_pair, prop, Checked, Domain, Input};
+use crate::gradcheck::common::{check, close, fail, input, input_pair, prop, Checked, Domain, Input};
 
 /// The flat index in a tensor of `shape` that broadcasts to element `flat`
 /// of `out`.

@@ -3,7 +3,7 @@
 //! checked against naive f64 references; outputs that must be deterministic
 //! must also agree bit for bit across orders.
 
-mod common;
+use crate::common;
 
 use common::{cases_basic as b, cases_mma as m, run_emu};
 

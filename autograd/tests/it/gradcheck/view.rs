@@ -6,7 +6,7 @@ use proptest::test_runner::TestCaseError;
 use tessera_autograd::{GradcheckReport, Var};
 use tessera_tensor::{broadcast_shapes, Result};
 
-use crate::common::{
+use crate::gradcheck::common::{
     broadcast_pair, check, close, dim_of, input_of, prop, shape, shape_in, Arrange, Checked, Domain, Input,
 };
 
@@ -47,7 +47,7 @@ fn reshape(n: u32) -> Checked {
 fn view(n: u32) -> Checked {
     let contiguous = shape().prop_flat_map(|s| {
         let n = s.iter().product();
-        crate::common::values(n, Domain::Any).prop_map(move |values| Input {
+        crate::gradcheck::common::values(n, Domain::Any).prop_map(move |values| Input {
             shape: s.clone(),
             arrange: Arrange::Contiguous,
             values,
@@ -80,13 +80,17 @@ fn transpose(n: u32) -> Checked {
             let x = inp
                 .arrange
                 .apply(&Var::constant(inp.leaf()))
-                .map_err(crate::common::fail)?;
+                .map_err(crate::gradcheck::common::fail)?;
             let (r, c) = (inp.shape[0], inp.shape[1]);
             let seen = inp.seen();
             let want: Vec<f64> = (0..c)
                 .flat_map(|j| (0..r).map(|i| seen[i * c + j]).collect::<Vec<_>>())
                 .collect();
-            close(x.t().map_err(crate::common::fail)?.tensor(), &want, 0.0)?;
+            close(
+                x.t().map_err(crate::gradcheck::common::fail)?.tensor(),
+                &want,
+                0.0,
+            )?;
         }
         Ok(report)
     })
@@ -141,14 +145,16 @@ fn select(n: u32) -> Checked {
             let x = inp
                 .arrange
                 .apply(&Var::constant(inp.leaf()))
-                .map_err(crate::common::fail)?;
+                .map_err(crate::gradcheck::common::fail)?;
             let k = if index < 0 {
                 index + inp.shape[0] as isize
             } else {
                 index
             } as usize;
             close(
-                x.select(0, index).map_err(crate::common::fail)?.tensor(),
+                x.select(0, index)
+                    .map_err(crate::gradcheck::common::fail)?
+                    .tensor(),
                 &[inp.seen()[k]],
                 0.0,
             )?;
@@ -213,7 +219,7 @@ fn unsqueeze(n: u32) -> Checked {
 
 fn contiguous(n: u32) -> Checked {
     let s = shape_in(1..=4, 2..=4).prop_flat_map(|s| {
-        crate::common::values(s.iter().product(), Domain::Any).prop_map(move |values| Input {
+        crate::gradcheck::common::values(s.iter().product(), Domain::Any).prop_map(move |values| Input {
             shape: s.clone(),
             arrange: Arrange::Flipped,
             values,

@@ -3,7 +3,7 @@
 
 use tessera_autograd::{checkpoint, Var};
 
-use crate::common::{check, input, prop, Checked, Domain};
+use crate::gradcheck::common::{check, input, prop, Checked, Domain};
 
 fn checkpointed(n: u32) -> Checked {
     prop(n, input(Domain::Any), |inp| {

@@ -5,7 +5,7 @@ use proptest::prelude::*;
 use tessera_autograd::{GradcheckOptions, Var};
 use tessera_tensor::{erf, DType, GeluApprox, Result};
 
-use crate::common::{check, check_with, close, input, prop, Checked, Domain, Input};
+use crate::gradcheck::common::{check, check_with, close, input, prop, Checked, Domain, Input};
 
 /// Gradchecks `f` on random inputs from `domain` and compares its forward
 /// with `reference` applied to each element.
@@ -20,9 +20,13 @@ fn unary(
         let x = inp
             .arrange
             .apply(&Var::constant(inp.leaf()))
-            .map_err(crate::common::fail)?;
+            .map_err(crate::gradcheck::common::fail)?;
         let want: Vec<f64> = inp.seen().into_iter().map(&reference).collect();
-        close(f(&x).map_err(crate::common::fail)?.tensor(), &want, 1e-12)?;
+        close(
+            f(&x).map_err(crate::gradcheck::common::fail)?.tensor(),
+            &want,
+            1e-12,
+        )?;
         Ok(report)
     })
 }

@@ -4,7 +4,7 @@ use proptest::prelude::*;
 use tessera_autograd::Var;
 
 use super::{bcast_offset, indices, seen_var, view};
-use crate::common::{check, close, fail, input_of, prop, Checked, Domain};
+use crate::gradcheck::common::{check, close, fail, input_of, prop, Checked, Domain};
 
 /// Batch shapes that broadcast together: suffixes of a common shape of rank
 /// 0–2 (sizes 1–3) with some dims set to 1.

@@ -19,7 +19,7 @@ struct Budget {
 }
 
 fn budgets() -> Vec<Budget> {
-    let text = include_str!("../kernel-budgets.txt");
+    let text = include_str!("../../kernel-budgets.txt");
     text.lines()
         .map(|l| l.split('#').next().unwrap_or("").trim())
         .filter(|l| !l.is_empty())

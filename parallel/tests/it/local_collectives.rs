@@ -1,6 +1,6 @@
 //! Every collective on the `local` backend against its single-process oracle.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

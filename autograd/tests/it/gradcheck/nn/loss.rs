@@ -7,7 +7,7 @@ use tessera_autograd::{CrossEntropyOptions, Reduction, Target, Var};
 use tessera_tensor::Tensor;
 
 use super::{seen_var, view};
-use crate::common::{check, close, fail, input_of, prop, tensor, Checked, Domain};
+use crate::gradcheck::common::{check, close, fail, input_of, prop, tensor, Checked, Domain};
 
 const REDUCTIONS: [Reduction; 3] = [Reduction::None, Reduction::Mean, Reduction::Sum];
 

@@ -20,7 +20,7 @@ use proptest::prelude::*;
 use tessera_autograd::Var;
 use tessera_tensor::Result;
 
-use crate::common::{arrange, fail, Input};
+use crate::gradcheck::common::{arrange, fail, Input};
 
 cases! {
     matmul: ["matmul"] => matmul_case;

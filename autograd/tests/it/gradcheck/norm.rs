@@ -6,7 +6,9 @@ use proptest::prelude::*;
 use tessera_autograd::Var;
 use tessera_tensor::Tensor;
 
-use crate::common::{check, close, fail, input_of, prop, shape_in, tensor, values, Checked, Domain, Input};
+use crate::gradcheck::common::{
+    check, close, fail, input_of, prop, shape_in, tensor, values, Checked, Domain, Input,
+};
 
 /// An input, optional weight and bias values of `param_len(shape)` each.
 fn with_params(

@@ -5,11 +5,11 @@
 //! slice of `datasets/mnist` to stay short.
 
 #[allow(dead_code)]
-#[path = "../examples/train_mnist/cli.rs"]
+#[path = "../../examples/train_mnist/cli.rs"]
 mod cli;
-#[path = "../examples/train_mnist/progress.rs"]
+#[path = "../../examples/train_mnist/progress.rs"]
 mod progress;
-#[path = "../examples/train_mnist/run.rs"]
+#[path = "../../examples/train_mnist/run.rs"]
 mod run;
 
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! the collective suite at n = 1.
 #![cfg(feature = "cuda")]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

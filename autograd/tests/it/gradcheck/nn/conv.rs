@@ -6,7 +6,7 @@ use tessera_tensor::ops::conv::Conv2dParams;
 use tessera_tensor::ops::pool::Pool2dParams;
 
 use super::{distinct_input, seen_var, view};
-use crate::common::{check, close, fail, input_of, prop, Checked, Domain, Input};
+use crate::gradcheck::common::{check, close, fail, input_of, prop, Checked, Domain, Input};
 
 /// Naive f64 conv2d: `x` `[n, c, h, w]`, `w` `[o, c/g, kh, kw]`.
 fn naive_conv(

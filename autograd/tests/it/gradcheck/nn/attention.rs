@@ -6,7 +6,7 @@ use tessera_autograd::{scaled_dot_product_attention, AttnMask, AttnOptions, Grad
 use tessera_tensor::{manual_seed, Tensor};
 
 use super::{seen_var, view};
-use crate::common::{check, close, fail, input_of, prop, Checked, Domain, Input};
+use crate::gradcheck::common::{check, close, fail, input_of, prop, Checked, Domain, Input};
 
 /// Naive attention for one batch of `q` `[l, e]`, `k` `[s, e]`, `v`
 /// `[s, ev]` with an additive bias `[l, s]` (−∞ masks).

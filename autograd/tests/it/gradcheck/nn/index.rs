@@ -4,7 +4,7 @@ use proptest::prelude::*;
 use tessera_tensor::{DType, Tensor};
 
 use super::{distinct_input, seen_var, view};
-use crate::common::{check, close, fail, input_of, prop, Checked, Domain};
+use crate::gradcheck::common::{check, close, fail, input_of, prop, Checked, Domain};
 
 /// An i64 tensor of `shape` holding `values`.
 fn long(values: Vec<i64>, shape: &[usize]) -> Tensor {

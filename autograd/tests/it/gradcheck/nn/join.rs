@@ -6,7 +6,7 @@ use tessera_autograd::Var;
 use tessera_tensor::{manual_seed, PadMode, Tensor};
 
 use super::{seen_var, view};
-use crate::common::{check, close, fail, input_of, prop, Checked, Domain, Input};
+use crate::gradcheck::common::{check, close, fail, input_of, prop, Checked, Domain, Input};
 
 /// Three inputs that agree outside dim `d` (of rank 1–3), with their own
 /// sizes along it.

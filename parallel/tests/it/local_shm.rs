@@ -2,7 +2,7 @@
 //! for every dtype, operator and awkward length (several tiles per chunk
 //! included), agreement checks, and failures that end in errors, not hangs.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -36,8 +36,8 @@ pub const CASES_PER_OP: u32 = 32;
 macro_rules! cases {
     ($($name:ident: [$($op:expr),* $(,)?] => $check:ident;)*) => {
         /// This module's gradcheck cases.
-        pub const CASES: &[$crate::common::Case] = &[$(
-            $crate::common::Case { name: stringify!($name), ops: &[$($op),*], check: $check },
+        pub const CASES: &[$crate::gradcheck::common::Case] = &[$(
+            $crate::gradcheck::common::Case { name: stringify!($name), ops: &[$($op),*], check: $check },
         )*];
 
         #[allow(non_snake_case)]
@@ -45,11 +45,11 @@ macro_rules! cases {
             $(
                 #[test]
                 fn $name() {
-                    $crate::common::run_case(&$crate::common::Case {
+                    $crate::gradcheck::common::run_case(&$crate::gradcheck::common::Case {
                         name: stringify!($name),
                         ops: &[$($op),*],
                         check: super::$check,
-                    }, $crate::common::CASES_PER_OP);
+                    }, $crate::gradcheck::common::CASES_PER_OP);
                 }
             )*
         }

@@ -2,7 +2,7 @@
 //! the emulator. Without a device each test prints
 //! `skipped: no CUDA device (<reason>)` and passes.
 
-mod common;
+use crate::common;
 
 use common::gpu_exec::GpuExec;
 use common::{cases_basic as b, cases_mma as m};

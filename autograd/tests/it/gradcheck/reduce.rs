@@ -5,7 +5,7 @@ use proptest::prelude::*;
 use tessera_autograd::{GradcheckReport, Var};
 use tessera_tensor::Result;
 
-use crate::common::{check, close, fail, input_of, prop, shape_in, Checked, Domain, Input};
+use crate::gradcheck::common::{check, close, fail, input_of, prop, shape_in, Checked, Domain, Input};
 
 /// An input with sizes in `sizes`, a random list of dims to reduce (empty =
 /// all; some given negative) and keepdim.

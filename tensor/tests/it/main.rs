@@ -1,0 +1,9 @@
+//! The integration tests of tessera-tensor: one test binary per crate (linking the
+//! crate graph once), one module per topic. A test that needs process-global
+//! state of its own (a byte counter, a global allocator) is a separate file in
+//! `tests/` that says why in its first line.
+
+mod casts;
+mod cuda_backend;
+mod no_panic;
+mod safetensors_torch;
