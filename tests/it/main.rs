@@ -1,8 +1,9 @@
-//! The integration tests of the tessera facade (whole-stack tests): one test binary per crate (linking the
-//! crate graph once), one module per topic. A test that needs process-global
-//! state of its own (a byte counter, a global allocator) is a separate file in
-//! `tests/` that says why in its first line.
+//! The integration tests of the tessera facade (whole-stack tests): one test
+//! binary per crate (linking the crate graph once), one module per topic. A
+//! test that needs process-global state of its own (a byte counter, a global
+//! allocator) is a separate file in `tests/` that says why in its first line.
 
 mod concurrent_training;
 mod mnist_mlp_e2e;
+mod prelude;
 mod train_mnist_resume;

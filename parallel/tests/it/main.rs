@@ -1,7 +1,7 @@
-//! The integration tests of tessera-parallel: one test binary per crate (linking the
-//! crate graph once), one module per topic. A test that needs process-global
-//! state of its own (a byte counter, a global allocator) is a separate file in
-//! `tests/` that says why in its first line.
+//! The integration tests of tessera-parallel: one test binary per crate (the crate
+//! graph is linked once), one module per topic. A test that needs
+//! process-global state of its own (the live-byte counter, a global
+//! allocator) is a separate file in `tests/` that says why in its first line.
 
 mod common;
 mod env;
