@@ -195,7 +195,7 @@ fn to_additive(m: &Tensor, dtype: DType) -> Result<Tensor> {
         let neg = Tensor::full(m.shape(), f64::NEG_INFINITY, dtype)?;
         Tensor::where_(m, &neg, &zeros)
     } else {
-        Ok(m.to_dtype(dtype)?)
+        m.to_dtype(dtype)
     }
 }
 

@@ -10,6 +10,8 @@ fn message(e: Error) -> String {
 }
 
 #[test]
+// `&[2, 3]` is one of the spellings under test.
+#[allow(clippy::needless_borrows_for_generic_args)]
 fn every_spelling_converts() {
     let v = vec![2usize, 3];
     let d = |dims: &[Option<usize>]| dims.to_vec();

@@ -84,7 +84,7 @@ fn ops_on_shapes_that_do_not_fit() {
         m.contains("add") && m.contains("[2, 3]") && m.contains("[4]"),
         "{m}"
     );
-    let m = message(a.reshape(&[5]).expect_err("bad reshape must fail"));
+    let m = message(a.reshape([5]).expect_err("bad reshape must fail"));
     assert!(m.contains("reshape"), "{m}");
     assert!(a.sum(&[2], false).is_err());
     assert!(a.narrow(1, 2, 5).is_err());

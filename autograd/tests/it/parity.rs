@@ -145,7 +145,7 @@ macro_rules! parity {
     (@body $ops:ident; $($f:ident: $fcall:expr $(=> $fret:ty)?;)*; $($i:ident: $icall:expr => $iret:ty;)*) => {{
         let mut out = Vec::new();
         $(
-            let r: Result<parity!(@ret $($fret)?)> = (|| $fcall)();
+            let r: Result<parity!(@ret $($fret)?)> = attempt(|| $fcall);
             out.push((stringify!($f), match r {
                 Ok(v) => v.shown(),
                 Err(e) => format!("Err({e})"),
@@ -159,6 +159,11 @@ macro_rules! parity {
     }};
     (@ret) => { S };
     (@ret $t:ty) => { $t };
+}
+
+/// Runs `f`: lets a table entry use `?` on the operands it builds.
+fn attempt<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    f()
 }
 
 parity! {

@@ -439,7 +439,7 @@ pub(super) fn cases() -> Vec<Case> {
     add("chunk", V, &[&m], op(|x| ok(x[0].chunk(2, 0))));
     add("reshape", V, &[&m], op(|x| ok(x[0].reshape((4, ())))));
     add("reshape", C, &[&m.t().unwrap()], op(|x| ok(x[0].reshape(((),)))));
-    add("view", V, &[&m], op(|x| ok(x[0].view(&[2, 6]))));
+    add("view", V, &[&m], op(|x| ok(x[0].view([2, 6]))));
     add("flatten", V, &[&x4], op(|x| ok(x[0].flatten(1, 2))));
     add("transpose", V, &[&m], op(|x| ok(x[0].transpose(0, 1))));
     add("t", V, &[&m], op(|x| ok(x[0].t())));

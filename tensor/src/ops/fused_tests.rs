@@ -215,24 +215,24 @@ fn cross_entropy_spatial_shapes_and_errors() {
         ..Default::default()
     };
     let (loss, lse) = x.cross_entropy_forward(&t, opts).unwrap();
-    let rows = x.permute(&[0, 2, 1]).unwrap().reshape(&[8, 3]).unwrap();
+    let rows = x.permute(&[0, 2, 1]).unwrap().reshape([8, 3]).unwrap();
     let (want, _) = rows
-        .cross_entropy_forward(&t.reshape(&[8]).unwrap(), opts)
+        .cross_entropy_forward(&t.reshape([8]).unwrap(), opts)
         .unwrap();
-    close(&loss.reshape(&[8]).unwrap(), &want, 1e-6, "spatial loss");
+    close(&loss.reshape([8]).unwrap(), &want, 1e-6, "spatial loss");
     let dl = rand_tensor(14, &[2, 4], 1.0);
     let g = Tensor::cross_entropy_backward(&dl, &x, &t, &lse, opts).unwrap();
     let gr = Tensor::cross_entropy_backward(
-        &dl.reshape(&[8]).unwrap(),
+        &dl.reshape([8]).unwrap(),
         &rows,
-        &t.reshape(&[8]).unwrap(),
+        &t.reshape([8]).unwrap(),
         &lse,
         opts,
     )
     .unwrap();
     close(
         &g,
-        &gr.reshape(&[2, 4, 3]).unwrap().permute(&[0, 2, 1]).unwrap(),
+        &gr.reshape([2, 4, 3]).unwrap().permute(&[0, 2, 1]).unwrap(),
         1e-6,
         "spatial grad",
     );
@@ -240,7 +240,7 @@ fn cross_entropy_spatial_shapes_and_errors() {
     let (l1, _) = x
         .narrow(0, 0, 1)
         .unwrap()
-        .reshape(&[12])
+        .reshape([12])
         .unwrap()
         .cross_entropy_forward(&Tensor::scalar(3i64), CrossEntropyOptions::default())
         .unwrap();
@@ -274,7 +274,7 @@ fn cross_entropy_spatial_shapes_and_errors() {
     assert!(x
         .cross_entropy_forward(&t.to_dtype(crate::DType::F32).unwrap(), d)
         .is_err());
-    assert!(x.cross_entropy_forward(&t.reshape(&[8]).unwrap(), d).is_err());
+    assert!(x.cross_entropy_forward(&t.reshape([8]).unwrap(), d).is_err());
     assert!(x
         .cross_entropy_forward(
             &t,

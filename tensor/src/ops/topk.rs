@@ -76,7 +76,7 @@ impl Tensor {
             });
             (values, indices)
         });
-        let back = |t: Tensor| -> Result<Tensor> { Ok(t.transpose(d as isize, last)?.contiguous()?) };
+        let back = |t: Tensor| -> Result<Tensor> { t.transpose(d as isize, last)?.contiguous() };
         Ok((back(values)?, back(indices)?))
     }
 }

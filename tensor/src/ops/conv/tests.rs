@@ -413,7 +413,7 @@ fn invalid_arguments_are_errors() {
     assert!(x
         .conv2d(&w, Some(&tensor_of::<f32>(&[0.0; 5], &[5])), &ok)
         .is_err());
-    assert!(x.reshape(&[8, 5, 5]).unwrap().conv2d(&w, None, &ok).is_err());
+    assert!(x.reshape([8, 5, 5]).unwrap().conv2d(&w, None, &ok).is_err());
     assert!(x.conv2d(&w.to_dtype(DType::F64).unwrap(), None, &ok).is_err());
     let go = tensor_of::<f32>(&rand_f64(3, 2 * 6 * 9), &[2, 6, 3, 3]);
     assert!(conv2d_backward_input(&go, &w, &[2, 4, 6, 6], &ok).is_err());

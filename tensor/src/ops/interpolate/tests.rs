@@ -135,7 +135,7 @@ fn invalid_arguments_are_errors() {
     assert!(x.interpolate_bilinear(None, Some([1e300, 2.0]), false).is_err());
     assert!(x.interpolate_bilinear(Some([0, 2]), None, false).is_err());
     assert!(x
-        .reshape(&[4, 4])
+        .reshape([4, 4])
         .unwrap()
         .interpolate_bilinear(Some([2, 2]), None, false)
         .is_err());

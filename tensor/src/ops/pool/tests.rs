@@ -302,7 +302,7 @@ fn invalid_arguments_are_errors() {
     assert!(x.max_pool2d(&Pool2dParams::new(2).padding(2)).is_err());
     assert!(x.max_pool2d(&Pool2dParams::new(5)).is_err());
     assert!(x
-        .reshape(&[32])
+        .reshape([32])
         .unwrap()
         .max_pool2d(&Pool2dParams::new(2))
         .is_err());

@@ -81,8 +81,8 @@ pub(crate) fn argmax(t: &Tensor, dim: Option<isize>, keepdim: bool) -> Result<Te
     let y = out.into_tensor(&shape);
     match dim {
         Some(_) if t.ndim() > 0 => squeeze(y, &[d], keepdim),
-        _ if keepdim => y.reshape(&vec![1; t.ndim()]),
-        _ => y.reshape(&[]),
+        _ if keepdim => y.reshape(vec![1; t.ndim()]),
+        _ => y.reshape([]),
     }
 }
 
