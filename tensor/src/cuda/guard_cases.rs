@@ -225,6 +225,12 @@ pub(super) fn cases() -> Vec<Case> {
         op(|x| ok(conv2d_backward_bias(&x[0]))),
     );
     add("max_pool2d", C, &[&x4], op(move |x| ok(x[0].max_pool2d(&pool))));
+    add(
+        "max_pool2d_with_indices",
+        C,
+        &[&x4],
+        op(move |x| ok(x[0].max_pool2d_with_indices(&pool))),
+    );
     add("avg_pool2d", C, &[&x4], op(move |x| ok(x[0].avg_pool2d(&pool))));
     add(
         "max_pool2d_backward",
@@ -282,6 +288,12 @@ pub(super) fn cases() -> Vec<Case> {
         op(|x| ok(x[0].layer_norm(&[4], Some(&x[1]), Some(&x[2]), 1e-5))),
     );
     add(
+        "layer_norm_forward",
+        C,
+        &[&m, &f(&[4]), &f(&[4])],
+        op(|x| ok(x[0].layer_norm_forward(&[4], Some(&x[1]), Some(&x[2]), 1e-5))),
+    );
+    add(
         "layer_norm_backward",
         C,
         &[&m, &m, &ln_mean, &ln_rstd, &f(&[4])],
@@ -302,6 +314,22 @@ pub(super) fn cases() -> Vec<Case> {
         &[&x4, &f(&[3]), &f(&[3]), &f(&[3]), &f(&[3])],
         op(|x| {
             ok(x[0].batch_norm(
+                Some(&x[1]),
+                Some(&x[2]),
+                Some(&x[3]),
+                Some(&x[4]),
+                true,
+                0.1,
+                1e-5,
+            ))
+        }),
+    );
+    add(
+        "batch_norm_forward",
+        C,
+        &[&x4, &f(&[3]), &f(&[3]), &f(&[3]), &f(&[3])],
+        op(|x| {
+            ok(x[0].batch_norm_forward(
                 Some(&x[1]),
                 Some(&x[2]),
                 Some(&x[3]),
@@ -334,6 +362,12 @@ pub(super) fn cases() -> Vec<Case> {
         op(|x| ok(x[0].group_norm(3, Some(&x[1]), Some(&x[2]), 1e-5))),
     );
     add(
+        "group_norm_forward",
+        C,
+        &[&x4, &f(&[3]), &f(&[3])],
+        op(|x| ok(x[0].group_norm_forward(3, Some(&x[1]), Some(&x[2]), 1e-5))),
+    );
+    add(
         "group_norm_backward",
         C,
         &[&x4, &x4, &gn_mean, &gn_rstd, &f(&[3])],
@@ -349,7 +383,7 @@ pub(super) fn cases() -> Vec<Case> {
         }),
     );
     add(
-        "cross_entropy",
+        "cross_entropy_forward",
         C,
         &[&m, &target],
         op(move |x| ok(x[0].cross_entropy_forward(&x[1], ce))),
