@@ -14,9 +14,15 @@
 //! schedule, random state, epoch); `--resume` continues from it to the same
 //! final weights as an uninterrupted run. The final weights are also saved
 //! as `OUT/model.safetensors`, a PyTorch-loadable state dict.
+//!
+//! `--pipeline-stages P --micro-batches M --schedule gpipe|1f1b|interleaved`
+//! trains the same model as a P-stage pipeline on P threads (the
+//! `tessera-parallel` pipeline engine); see `train_mnist/pipeline.rs`.
 
 #[path = "train_mnist/cli.rs"]
 mod cli;
+#[path = "train_mnist/pipeline.rs"]
+mod pipeline;
 #[path = "train_mnist/progress.rs"]
 mod progress;
 #[path = "train_mnist/run.rs"]
@@ -34,7 +40,12 @@ fn main() {
             std::process::exit(2);
         }
     };
-    if let Err(e) = run::train(&args).map(drop) {
+    let trained = if args.pipeline_stages > 1 {
+        pipeline::train(&args)
+    } else {
+        run::train(&args)
+    };
+    if let Err(e) = trained.map(drop) {
         eprintln!("error: {e}");
         std::process::exit(1);
     }

@@ -140,7 +140,11 @@ inline unsigned atomicCAS(unsigned* p, unsigned c, unsigned v) { unsigned o = *p
 #include <type_traits>
 #include <utility>
 namespace emu {
-void register_kernel(const char* name, void (*invoker)(void**));
+using Invoker = void (*)(void**);
+// Adds a kernel to the registry that `emu_launch` looks names up in, with
+// the byte size of each parameter so a launch with the wrong arguments is an
+// error instead of a read past the argument array.
+void register_kernel(const char* name, Invoker invoker, const size_t* param_sizes, size_t n_params);
 // Calls a kernel with arguments packed as cuLaunchKernel packs them: one
 // pointer per parameter, pointing at the parameter's bytes.
 template <class... A, size_t... I>
@@ -150,13 +154,17 @@ void call_packed(void (*k)(A...), void** args, std::index_sequence<I...>) {
     k(std::get<I>(vals)...);
 }
 template <class... A>
-void call(void (*k)(A...), void** args) {
-    call_packed(k, args, std::index_sequence_for<A...>{});
+void add(const char* name, void (*)(A...), Invoker invoker) {
+    static const size_t sizes[sizeof...(A) + 1] = {sizeof(std::decay_t<A>)..., 0};
+    register_kernel(name, invoker, sizes, sizeof...(A));
 }
-struct Registrar {
-    Registrar(const char* name, void (*invoker)(void**)) { register_kernel(name, invoker); }
-};
+template <class... A>
+constexpr size_t arity(void (*)(A...)) { return sizeof...(A); }
+template <auto K>
+void invoke_kernel(void** args) {
+    call_packed(K, args, std::make_index_sequence<arity(K)>{});
+}
 }  // namespace emu
-#define EMU_REGISTER(name)                                       \
-    static void emu_invoke_##name(void** a) { emu::call(&name, a); } \
-    static emu::Registrar emu_registrar_##name(#name, emu_invoke_##name);
+// One line per kernel in the registration function that the build script
+// generates for each kernel family.
+#define EMU_KERNEL(name) emu::add(#name, &name, &emu::invoke_kernel<&name>);

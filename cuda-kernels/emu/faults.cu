@@ -61,3 +61,15 @@ extern "C" __global__ void fault_cp_async_no_wait(const float* in, float* out) {
 extern "C" __global__ void fault_out_of_bounds(float* out, int n) {
     if (threadIdx.x == 0) out[n] = 1.0f;
 }
+
+// A race between blocks: each block's thread 0 takes the next ticket from a
+// plain (non-atomic) counter after the block slots, so the tickets record
+// the order the blocks ran in.
+extern "C" __global__ void fault_block_order(float* out) {
+    unsigned n = gridDim.x * gridDim.y;
+    if (threadIdx.x == 0) {
+        float ticket = out[n];
+        out[blockIdx.y * gridDim.x + blockIdx.x] = ticket;
+        out[n] = ticket + 1.0f;
+    }
+}

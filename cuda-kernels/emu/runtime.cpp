@@ -1,6 +1,8 @@
 // Runtime of the CUDA CPU emulator: fibers, the block scheduler, warp
 // collectives (shuffles, votes, mma.sync, ldmatrix) and the C ABI entry point
-// `emu_launch` that the Rust tests call through dlopen.
+// `emu_launch` that the Rust side (src/emu/) calls. The build script compiles
+// it with the kernel families into one static library, together with a
+// generated `register_all` that adds every kernel to the registry.
 #include "cuda_emu.h"
 
 #include <setjmp.h>
@@ -9,18 +11,39 @@
 
 #include <cstdio>
 #include <map>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
 namespace emu {
 
-using Invoker = void (*)(void**);
-std::map<std::string, Invoker>& registry() {
-    static std::map<std::string, Invoker> r;
+struct Kernel {
+    Invoker invoke;
+    std::vector<size_t> param_sizes;
+};
+// Defined by the build script's generated registration unit.
+void register_all();
+
+namespace {
+std::map<std::string, Kernel>* filling = nullptr;
+}
+
+void register_kernel(const char* name, Invoker f, const size_t* sizes, size_t n) {
+    (*filling)[name] = Kernel{f, std::vector<size_t>(sizes, sizes + n)};
+}
+
+// Filled on first use (thread-safe: a function-local static).
+const std::map<std::string, Kernel>& registry() {
+    static const std::map<std::string, Kernel> r = [] {
+        std::map<std::string, Kernel> m;
+        filling = &m;
+        register_all();
+        filling = nullptr;
+        return m;
+    }();
     return r;
 }
-void register_kernel(const char* name, Invoker f) { registry()[name] = f; }
 
 enum class State { Ready, Barrier, Warp, Done };
 
@@ -57,15 +80,32 @@ struct Sched {
     ucontext_t main;
     jmp_buf main_jb;
     std::vector<Thread> threads;
-    std::vector<char*> stacks;
     Invoker kernel = nullptr;
     void** args = nullptr;
     std::string error;
-    ~Sched() {
+};
+thread_local Sched* sched = nullptr;
+
+// Fiber stacks, kept per OS thread from one launch to the next: mapping and
+// first touching 256 stacks cost more than a small kernel's whole run.
+struct StackPool {
+    std::vector<char*> stacks;
+    // Grows the pool to `n` stacks; false when the system refuses memory.
+    bool reserve(size_t n) {
+        while (stacks.size() < n) {
+            void* mem = mmap(nullptr, STACK + GUARD, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (mem == MAP_FAILED) return false;
+            // The lowest page traps a stack overflow instead of corrupting the next stack.
+            mprotect(mem, GUARD, PROT_NONE);
+            stacks.push_back((char*)mem);
+        }
+        return true;
+    }
+    ~StackPool() {
         for (char* s : stacks) munmap(s, STACK + GUARD);
     }
 };
-thread_local Sched* sched = nullptr;
+thread_local StackPool stack_pool;
 
 std::string coords(const Thread& t) {
     char b[160];
@@ -216,19 +256,26 @@ bool resolve_warp(int w, int nthreads) {
     Thread* lanes[32] = {};
     for (int l = 0; l < 32 && w * 32 + l < nthreads; ++l) lanes[l] = &sched->threads[w * 32 + l];
     bool released = false;
+    // Lanes in the mask of a lane already judged wait in that same
+    // collective (or the judgement reported the mismatch), so one judgement
+    // covers them: without this, every arrival re-checked every waiting
+    // lane against every other, which dominated the emulator's run time.
+    unsigned judged = 0;
     for (int l = 0; l < 32; ++l) {
         Thread* t = lanes[l];
-        if (!t || t->state != State::Warp) continue;
+        if (!t || t->state != State::Warp || (judged >> l & 1)) continue;
+        judged |= t->mask | 1u << l;
         bool ready = true;
         for (int k = 0; k < 32 && ready; ++k) {
             if (!(t->mask >> k & 1)) continue;
             Thread* o = lanes[k];
-            std::string why;
-            if (!o) why = "names lane " + std::to_string(k) + " beyond the block";
-            else if (o->state == State::Done) why = "waits for lane " + std::to_string(k) + ", which exited";
-            else if (o->state == State::Warp && (o->op != t->op || o->mask != t->mask))
-                why = "meets lane " + std::to_string(k) + " in a different warp op (line " + std::to_string(o->line) + ")";
-            if (!why.empty()) {
+            bool missing = !o, exited = o && o->state == State::Done;
+            bool other_op = o && o->state == State::Warp && (o->op != t->op || o->mask != t->mask);
+            if (missing || exited || other_op) {
+                std::string why = missing  ? "names lane " + std::to_string(k) + " beyond the block"
+                                  : exited ? "waits for lane " + std::to_string(k) + ", which exited"
+                                           : "meets lane " + std::to_string(k) + " in a different warp op (line " +
+                                                 std::to_string(o->line) + ")";
                 sched->error = "warp collective at line " + std::to_string(t->line) + " of " + coords(*t) + " " + why;
                 return false;
             }
@@ -366,63 +413,92 @@ static bool run_block(int nthreads, std::mt19937_64& rng, int mode) {
 
 }  // namespace emu
 
-// Launches a registered kernel over the whole grid. `mode` picks the thread
-// order: 0 forward, 1 reverse, otherwise random with `mode` as the seed.
-// Returns null on success, else a message (owned by the calling OS thread).
+// Launches a registered kernel over the whole grid, on the calling OS
+// thread, returning when every block has finished. `args` holds `nargs`
+// pointers to the parameters' bytes and `arg_sizes` their sizes, which must
+// match the kernel's parameters. `mode` picks the thread order: 0 forward,
+// 1 reverse, otherwise random with `mode` as the seed. Returns null on
+// success, else a message (owned by the calling OS thread, valid until its
+// next launch).
 extern "C" const char* emu_launch(const char* name, const unsigned* grid, const unsigned* block, size_t smem,
-                                  void** args, uint64_t mode) {
+                                  void** args, const size_t* arg_sizes, size_t nargs, uint64_t mode) {
     using namespace emu;
     static thread_local std::string err;
     auto it = registry().find(name);
     if (it == registry().end()) return (err = std::string("unknown kernel ") + name).c_str();
-    int nthreads = (int)(block[0] * block[1] * block[2]);
-    if (nthreads <= 0 || nthreads > 1024) return (err = "block size must be 1..=1024").c_str();
+    const Kernel& k = it->second;
+    bool sizes_match = nargs == k.param_sizes.size();
+    for (size_t i = 0; sizes_match && i < nargs; ++i) sizes_match = arg_sizes[i] == k.param_sizes[i];
+    if (!sizes_match) {
+        auto list = [](const size_t* v, size_t n) {
+            std::string out = "[";
+            for (size_t i = 0; i < n; ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+            return out + "]";
+        };
+        err = std::string("kernel ") + name + " takes " + std::to_string(k.param_sizes.size()) +
+              " parameters of byte sizes " + list(k.param_sizes.data(), k.param_sizes.size()) + ", the launch gave " +
+              std::to_string(nargs) + " of sizes " + list(arg_sizes, nargs);
+        return err.c_str();
+    }
+    uint64_t nthreads64 = (uint64_t)block[0] * block[1] * block[2];
+    if (nthreads64 == 0 || nthreads64 > 1024) return (err = "block size must be 1..=1024 threads").c_str();
+    int nthreads = (int)nthreads64;
     if (smem > 232448) return (err = "dynamic shared memory above 227 KiB").c_str();
+    if (!stack_pool.reserve(nthreads)) return (err = "mmap of a fiber stack failed").c_str();
     Sched s;
     sched = &s;
-    s.kernel = it->second;
+    s.kernel = k.invoke;
     s.args = args;
     s.threads.resize(nthreads);
-    for (int i = 0; i < nthreads; ++i) {
-        char* mem = (char*)mmap(nullptr, STACK + GUARD, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (mem == MAP_FAILED) return (err = "mmap of a fiber stack failed").c_str();
-        mprotect(mem, GUARD, PROT_NONE);
-        s.stacks.push_back(mem);
-    }
+    // One getcontext per launch: makecontext on a copy is all a fiber needs.
+    ucontext_t tmpl;
+    getcontext(&tmpl);
     std::vector<unsigned char> dyn(smem + 16);
     std::mt19937_64 rng(mode);
     Block b;
     b.gdim = {grid[0], grid[1], grid[2]};
     b.bdim = {block[0], block[1], block[2]};
     cur_block = &b;
-    for (unsigned bz = 0; bz < grid[2]; ++bz)
-        for (unsigned by = 0; by < grid[1]; ++by)
-            for (unsigned bx = 0; bx < grid[0]; ++bx) {
-                b.bid = {bx, by, bz};
-                // Poison: reading dynamic shared memory before writing it gives NaNs.
-                memset(dyn.data(), 0xff, dyn.size());
-                b.dyn_smem = dyn.data();
-                for (int i = 0; i < nthreads; ++i) {
-                    Thread& t = s.threads[i];
-                    t = Thread();
-                    t.linear = i;
-                    t.tid = {i % block[0], (i / block[0]) % block[1], i / (block[0] * block[1])};
-                    getcontext(&t.ctx);
-                    t.ctx.uc_stack.ss_sp = s.stacks[i] + GUARD;
-                    t.ctx.uc_stack.ss_size = STACK;
-                    t.ctx.uc_link = nullptr;
-                    makecontext(&t.ctx, (void (*)())fiber_main, 0);
-                }
-                bool ok = run_block(nthreads, rng, mode >= 2 ? 2 : (int)mode);
-                if (!ok) {
-                    err = s.error;
-                    // Unwind the fibers still parked so their stacks are left cleanly.
-                    for (auto& t : s.threads)
-                        if (t.state != State::Done) resume(t);
-                    sched = nullptr;
-                    return err.c_str();
-                }
-            }
+    // Blocks run one after another, in the thread order's sense too:
+    // forward, reverse, or (random) the affine permutation i -> a*i + c mod
+    // n with a coprime to n, so a kernel that relies on an order between
+    // blocks shows it without materialising a list of up to 2^63 blocks.
+    const uint64_t nblocks = (uint64_t)grid[0] * grid[1] * grid[2];
+    uint64_t mul = 1, add = 0;
+    if (mode >= 2 && nblocks > 1) {
+        mul = rng() % nblocks | 1;
+        while (std::gcd(mul, nblocks) != 1) mul += 2;
+        add = rng() % nblocks;
+    }
+    for (uint64_t seq = 0; seq < nblocks; ++seq) {
+        uint64_t l = mode == 1                  ? nblocks - 1 - seq
+                     : mode >= 2 && nblocks > 1 ? (uint64_t)(((unsigned __int128)mul * seq + add) % nblocks)
+                                                : seq;
+        b.bid = {(unsigned)(l % grid[0]), (unsigned)(l / grid[0] % grid[1]), (unsigned)(l / ((uint64_t)grid[0] * grid[1]))};
+        // Poison: reading dynamic shared memory before writing it gives NaNs.
+        memset(dyn.data(), 0xff, dyn.size());
+        b.dyn_smem = dyn.data();
+        for (int i = 0; i < nthreads; ++i) {
+            Thread& t = s.threads[i];
+            t = Thread();
+            t.linear = i;
+            t.tid = {i % block[0], (i / block[0]) % block[1], i / (block[0] * block[1])};
+            t.ctx = tmpl;
+            t.ctx.uc_stack.ss_sp = stack_pool.stacks[i] + GUARD;
+            t.ctx.uc_stack.ss_size = STACK;
+            t.ctx.uc_link = nullptr;
+            makecontext(&t.ctx, (void (*)())fiber_main, 0);
+        }
+        bool ok = run_block(nthreads, rng, mode >= 2 ? 2 : (int)mode);
+        if (!ok) {
+            err = s.error;
+            // Unwind the fibers still parked so their stacks are left cleanly.
+            for (auto& t : s.threads)
+                if (t.state != State::Done) resume(t);
+            sched = nullptr;
+            return err.c_str();
+        }
+    }
     sched = nullptr;
     return nullptr;
 }

@@ -30,6 +30,25 @@ pub enum Error {
         /// The driver's message.
         msg: String,
     },
+    /// The device could not hold an allocation of `bytes` bytes.
+    #[error("out of memory on the CUDA device allocating {bytes} bytes: {msg}")]
+    OutOfMemory {
+        /// The size asked for.
+        bytes: usize,
+        /// The runtime's message.
+        msg: String,
+    },
+    /// The CPU emulator of the device caught a fault the hardware would not
+    /// report (or would report as a crash): a kernel writing outside its
+    /// buffers, a divergent barrier, a deadlock, a copy outside any
+    /// allocation, a launch whose arguments do not match the kernel.
+    #[error("CUDA emulator, {op}: {msg}")]
+    Emulator {
+        /// What was being done (`launch`, `copy_htod`, ...).
+        op: &'static str,
+        /// What went wrong, with the kernel name and thread coordinates.
+        msg: String,
+    },
     /// A launch was given arguments that do not fit (shapes, lengths, sizes).
     #[error("{op}: {msg}")]
     Arg {

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 /// The usage text printed on a bad flag or `--help`.
 pub const USAGE: &str = "usage: train_mnist [--epochs N] [--batch-size N] [--lr F] [--seed N] \
 [--threads N] [--data DIR] [--out DIR] [--resume] [--target PERCENT]
+[--pipeline-stages P --micro-batches M --schedule gpipe|1f1b|deepspeed|interleaved [--chunks V]]
 
   --epochs      epochs to train (10)
   --batch-size  samples per step (128)
@@ -21,7 +22,17 @@ pub const USAGE: &str = "usage: train_mnist [--epochs N] [--batch-size N] [--lr 
   --train-limit / --test-limit N
                 use only the first N images of a split (quick checks)
   --stop-after N
-                stop after N epochs as if interrupted (tests --resume)";
+                stop after N epochs as if interrupted (tests --resume)
+  --pipeline-stages P
+                train as a P-stage pipeline on P threads (1: off). The
+                layers are split evenly by count; stage 0 reads the images,
+                the last stage the labels. Drops the last partial batch.
+  --micro-batches M
+                micro-batches per batch in pipeline mode (4); the batch
+                size must be divisible by M
+  --schedule S  pipeline schedule: gpipe, 1f1b (default), deepspeed,
+                interleaved (M divisible by P)
+  --chunks V    model chunks per stage of the interleaved schedule (2)";
 
 /// The parsed flags.
 #[derive(Debug, Clone)]
@@ -38,6 +49,10 @@ pub struct Args {
     pub train_limit: Option<usize>,
     pub test_limit: Option<usize>,
     pub stop_after: Option<usize>,
+    pub pipeline_stages: usize,
+    pub micro_batches: usize,
+    pub schedule: String,
+    pub chunks: usize,
 }
 
 impl Args {
@@ -57,6 +72,10 @@ impl Args {
             train_limit: None,
             test_limit: None,
             stop_after: None,
+            pipeline_stages: 1,
+            micro_batches: 4,
+            schedule: "1f1b".into(),
+            chunks: 2,
         };
         let mut it = args.flat_map(|s| match s.split_once('=') {
             Some((k, v)) if s.starts_with("--") => vec![k.to_string(), v.to_string()],
@@ -84,11 +103,29 @@ impl Args {
                 "--train-limit" => a.train_limit = Some(value.parse().map_err(|e| bad(format!("{e}")))?),
                 "--test-limit" => a.test_limit = Some(value.parse().map_err(|e| bad(format!("{e}")))?),
                 "--stop-after" => a.stop_after = Some(value.parse().map_err(|e| bad(format!("{e}")))?),
+                "--pipeline-stages" => a.pipeline_stages = value.parse().map_err(|e| bad(format!("{e}")))?,
+                "--micro-batches" => a.micro_batches = value.parse().map_err(|e| bad(format!("{e}")))?,
+                "--schedule" => a.schedule = value,
+                "--chunks" => a.chunks = value.parse().map_err(|e| bad(format!("{e}")))?,
                 _ => return Err(format!("unknown flag {flag}")),
             }
         }
         if a.epochs == 0 || a.batch_size == 0 || a.threads == Some(0) {
             return Err("--epochs, --batch-size and --threads must be positive".into());
+        }
+        if a.pipeline_stages == 0 || a.micro_batches == 0 || a.chunks == 0 {
+            return Err("--pipeline-stages, --micro-batches and --chunks must be positive".into());
+        }
+        if a.pipeline_stages > 1 {
+            if !a.batch_size.is_multiple_of(a.micro_batches) {
+                return Err(format!(
+                    "--batch-size {} is not divisible by --micro-batches {}",
+                    a.batch_size, a.micro_batches
+                ));
+            }
+            if a.resume || a.stop_after.is_some() {
+                return Err("--resume and --stop-after are not supported with --pipeline-stages".into());
+            }
         }
         if !(a.lr.is_finite() && a.lr > 0.0) {
             return Err(format!("--lr must be a positive number, got {}", a.lr));

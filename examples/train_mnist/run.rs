@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
-use tessera::autograd::{no_grad, CrossEntropyOptions, Target, Var};
+use tessera::autograd::{no_grad, CrossEntropyOptions, Parameter, Target, Var};
 use tessera::data::formats::Mnist;
 use tessera::data::{DataLoader, VecDataset};
 use tessera::nn::{models::mnist_cnn, state_dict, Module, Sequential};
@@ -16,15 +16,15 @@ use tessera::tensor::{rng, DType, Tensor};
 use super::cli::Args;
 use super::progress::Bar;
 
-type BoxResult<T> = Result<T, Box<dyn std::error::Error>>;
+pub(crate) type BoxResult<T> = Result<T, Box<dyn std::error::Error>>;
 
 const WEIGHT_DECAY: f64 = 5e-4;
 
 /// A split held in memory: normalized f32 images `[N, 1, 28, 28]` and i64
 /// labels `[N]`.
-struct Split {
-    images: Tensor,
-    labels: Tensor,
+pub(crate) struct Split {
+    pub images: Tensor,
+    pub labels: Tensor,
 }
 
 /// The figures of one epoch that do not depend on timing.
@@ -48,42 +48,12 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
     let fashion = args.data.to_string_lossy().contains("fashion");
     let target = args.target.unwrap_or(if fashion { 90.0 } else { 98.0 });
 
-    let train_raw = Mnist::open(&args.data, true)?;
-    let test_raw = Mnist::open(&args.data, false)?;
-    // Normalize with the training set's own mean and std.
-    let (mean, std) = pixel_stats(train_raw.pixels());
-    let train = load_split(&train_raw, mean, std, args.train_limit)?;
-    let test = load_split(&test_raw, mean, std, args.test_limit)?;
-    // The loader batches and shuffles sample positions; the pixels are
-    // already in one normalized tensor.
-    let loader = DataLoader::builder(VecDataset::new(
-        (0..train.labels.shape()[0] as i64).collect::<Vec<_>>(),
-    ))
-    .batch_size(args.batch_size)
-    .shuffle(true)
-    .seed(args.seed)
-    .build()?;
+    let Data { train, test, loader } = load_data(args)?;
     let steps_per_epoch = loader.len();
-    eprintln!(
-        "data {}: {} train / {} test images, {} threads",
-        args.data.display(),
-        train.labels.shape()[0],
-        test.labels.shape()[0],
-        rayon::current_num_threads()
-    );
 
     rng::manual_seed(args.seed);
     let mut model = mnist_cnn()?;
-    let mut opt = Sgd::new(
-        model.parameters(),
-        SgdOptions {
-            lr: args.lr,
-            momentum: 0.9,
-            nesterov: true,
-            weight_decay: WEIGHT_DECAY,
-            ..Default::default()
-        },
-    )?;
+    let mut opt = optimizer(model.parameters(), args.lr)?;
     let total_steps = (args.epochs * steps_per_epoch) as u64;
     let mut sched = OneCycleLR::new(&mut opt, OneCycleOptions::new(args.lr, total_steps))?;
 
@@ -189,6 +159,56 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
     Ok(records)
 }
 
+/// SGD with Nesterov momentum 0.9 and weight decay over `params`.
+pub(crate) fn optimizer(params: Vec<Parameter>, lr: f64) -> BoxResult<Sgd> {
+    let o = SgdOptions {
+        lr,
+        momentum: 0.9,
+        nesterov: true,
+        weight_decay: WEIGHT_DECAY,
+        ..Default::default()
+    };
+    Ok(Sgd::new(params, o)?)
+}
+
+/// The training and test splits in memory and the loader of training
+/// batches (positions into the training split).
+pub(crate) struct Data {
+    pub train: Split,
+    pub test: Split,
+    pub loader: DataLoader<VecDataset<i64>>,
+}
+
+/// Loads and normalizes the data `args` names (with the training set's own
+/// mean and std) and builds the shuffling loader. Pipeline mode drops the
+/// last partial batch when it does not split into the micro-batches.
+pub(crate) fn load_data(args: &Args) -> BoxResult<Data> {
+    let train_raw = Mnist::open(&args.data, true)?;
+    let test_raw = Mnist::open(&args.data, false)?;
+    // Normalize with the training set's own mean and std.
+    let (mean, std) = pixel_stats(train_raw.pixels());
+    let train = load_split(&train_raw, mean, std, args.train_limit)?;
+    let test = load_split(&test_raw, mean, std, args.test_limit)?;
+    // The loader batches and shuffles sample positions; the pixels are
+    // already in one normalized tensor.
+    let n = train.labels.shape()[0];
+    let ragged = args.pipeline_stages > 1 && !(n % args.batch_size).is_multiple_of(args.micro_batches);
+    let loader = DataLoader::builder(VecDataset::new((0..n as i64).collect::<Vec<_>>()))
+        .batch_size(args.batch_size)
+        .shuffle(true)
+        .seed(args.seed)
+        .drop_last(ragged)
+        .build()?;
+    eprintln!(
+        "data {}: {} train / {} test images, {} threads",
+        args.data.display(),
+        train.labels.shape()[0],
+        test.labels.shape()[0],
+        rayon::current_num_threads()
+    );
+    Ok(Data { train, test, loader })
+}
+
 /// The mean and standard deviation of the pixels scaled to [0, 1].
 fn pixel_stats(pixels: &[u8]) -> (f64, f64) {
     let mut hist = [0u64; 256];
@@ -225,14 +245,14 @@ fn load_split(raw: &Mnist, mean: f64, std: f64, limit: Option<usize>) -> BoxResu
     })
 }
 
-fn count_correct(logits: &Tensor, labels: &Tensor) -> BoxResult<usize> {
+pub(crate) fn count_correct(logits: &Tensor, labels: &Tensor) -> tessera::tensor::Result<usize> {
     let pred = logits.argmax(Some(1), false)?.to_vec::<i64>()?;
     let y = labels.to_vec::<i64>()?;
     Ok(pred.iter().zip(&y).filter(|(a, b)| a == b).count())
 }
 
 /// Test accuracy in eval mode, in batches of `batch`.
-fn evaluate(model: &Sequential, split: &Split, batch: usize) -> BoxResult<f64> {
+pub(crate) fn evaluate(model: &Sequential, split: &Split, batch: usize) -> BoxResult<f64> {
     let n = split.labels.shape()[0];
     let mut correct = 0;
     for start in (0..n).step_by(batch) {

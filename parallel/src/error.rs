@@ -97,6 +97,18 @@ pub enum CommError {
     /// A tensor operation failed (building or reading a payload tensor).
     #[error(transparent)]
     Tensor(#[from] tessera_tensor::Error),
+    /// An instruction of a pipeline schedule failed on a stage: a layer's
+    /// forward or backward (a shape mismatch between stages shows here), or
+    /// the transfer of an activation or a gradient (a dead peer).
+    #[error("pipeline stage {stage}: {instr}: {source}")]
+    Pipeline {
+        /// The pipeline stage (rank in the pipeline group) that failed.
+        stage: usize,
+        /// The instruction, with its micro-batch and model chunk.
+        instr: String,
+        /// The underlying failure.
+        source: Box<CommError>,
+    },
 }
 
 /// `Result` with [`CommError`].
@@ -124,6 +136,9 @@ impl CommError {
     /// True for failures of the group itself (timeout, closed peer, abort,
     /// mismatch, I/O), as opposed to invalid arguments and setup errors.
     pub fn is_fatal(&self) -> bool {
+        if let CommError::Pipeline { source, .. } = self {
+            return source.is_fatal();
+        }
         matches!(
             self,
             CommError::Mismatch { .. }
@@ -147,6 +162,10 @@ impl CommError {
             | CommError::Unavailable { op, .. }
             | CommError::Io { op, .. } => *op = name,
             CommError::Tensor(_) => {}
+            CommError::Pipeline { source, .. } => {
+                let inner = std::mem::replace(source.as_mut(), CommError::arg("", ""));
+                **source = inner.in_op(name);
+            }
         }
         self
     }

@@ -41,6 +41,7 @@ mod mailbox;
 #[cfg(feature = "cuda")]
 pub mod nccl;
 mod op;
+pub mod pipeline;
 mod ring;
 mod shm;
 pub mod tcp;

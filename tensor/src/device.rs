@@ -9,7 +9,9 @@ pub enum Device {
     /// Host memory, computed by the rayon + SIMD CPU backend.
     #[default]
     Cpu,
-    /// The CUDA device with this ordinal.
+    /// The CUDA device with this ordinal: a GPU, or with the feature
+    /// `cuda-emu` the CPU emulator of one where no GPU is present (or
+    /// `TESSERA_CUDA_EMU=1`).
     #[cfg(feature = "cuda")]
     Cuda(usize),
 }

@@ -58,3 +58,5 @@ pub use simd::Level as SimdLevel;
 pub use special::erf;
 pub use storage::{live_bytes, Storage};
 pub use tensor::Tensor;
+#[cfg(feature = "cuda")]
+pub use tessera_cuda_kernels::MemoryStats;

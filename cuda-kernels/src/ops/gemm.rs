@@ -96,16 +96,7 @@ fn extent(
 /// m/n/k above i32::MAX, batch above 65535.
 pub fn gemm<T: Half>(g: &GemmShape, a: DevPtr<T>, b: DevPtr<T>, c: DevPtr<T>) -> Result<Launch> {
     const OP: &str = "gemm";
-    let (ar, ac) = if g.trans_a { (g.k, g.m) } else { (g.m, g.k) };
-    let (br, bc) = if g.trans_b { (g.n, g.k) } else { (g.k, g.n) };
-    check_len(OP, "A", &a, extent(OP, "A", g.batch, g.stride_a, ar, ac, g.lda)?)?;
-    check_len(OP, "B", &b, extent(OP, "B", g.batch, g.stride_b, br, bc, g.ldb)?)?;
-    check_len(
-        OP,
-        "C",
-        &c,
-        extent(OP, "C", g.batch, g.stride_c, g.m, g.n, g.ldc)?,
-    )?;
+    check_operands(OP, g, &a, &b, &c)?;
     if g.batch > 65_535 {
         return Err(Error::arg(OP, format!("batch {} above 65535", g.batch)));
     }
@@ -144,4 +135,48 @@ pub fn gemm<T: Half>(g: &GemmShape, a: DevPtr<T>, b: DevPtr<T>, c: DevPtr<T>) ->
             Arg::i32(aligned as i32),
         ],
     })
+}
+
+/// Checks the f32 GEMM `g` of [`crate::Runtime::sgemm`] (cuBLAS on a GPU):
+/// the same layout rules as [`gemm`], and every size within cuBLAS's `i32`.
+///
+/// Errors: leading dimensions below the row lengths, buffers too short,
+/// m/n/k/ld/batch above i32::MAX.
+pub fn check_sgemm(g: &GemmShape, a: &DevPtr<f32>, b: &DevPtr<f32>, c: &DevPtr<f32>) -> Result<()> {
+    const OP: &str = "sgemm";
+    check_operands(OP, g, a, b, c)?;
+    for (what, v) in [
+        ("m", g.m),
+        ("n", g.n),
+        ("k", g.k),
+        ("lda", g.lda),
+        ("ldb", g.ldb),
+        ("ldc", g.ldc),
+        ("batch", g.batch),
+    ] {
+        to_i32(OP, what, v)?;
+    }
+    for (what, v) in [
+        ("stride_a", g.stride_a),
+        ("stride_b", g.stride_b),
+        ("stride_c", g.stride_c),
+    ] {
+        to_i64(OP, what, v)?;
+    }
+    Ok(())
+}
+
+/// Checks that A, B and C hold what `g` reaches in them.
+fn check_operands<T>(
+    op: &'static str,
+    g: &GemmShape,
+    a: &DevPtr<T>,
+    b: &DevPtr<T>,
+    c: &DevPtr<T>,
+) -> Result<()> {
+    let (ar, ac) = if g.trans_a { (g.k, g.m) } else { (g.m, g.k) };
+    let (br, bc) = if g.trans_b { (g.n, g.k) } else { (g.k, g.n) };
+    check_len(op, "A", a, extent(op, "A", g.batch, g.stride_a, ar, ac, g.lda)?)?;
+    check_len(op, "B", b, extent(op, "B", g.batch, g.stride_b, br, bc, g.ldb)?)?;
+    check_len(op, "C", c, extent(op, "C", g.batch, g.stride_c, g.m, g.n, g.ldc)?)
 }

@@ -33,9 +33,10 @@ emu_tests! {
 }
 
 mod strided_views {
-    use super::common::emu::Emu;
+    use super::common::exec::RtExec;
     use super::common::Exec;
     use proptest::prelude::*;
+    use tessera_cuda_kernels::emu::ThreadOrder;
     use tessera_cuda_kernels::ops::elementwise::{binary, BinaryOp, Operand};
 
     /// Strides of a view of a contiguous buffer of `shape` with its
@@ -87,7 +88,7 @@ mod strided_views {
             let a: Vec<f32> = (0..la).map(|i| i as f32 * 0.5).collect();
             let b: Vec<f32> = (0..lb).map(|i| 1000.0 + i as f32).collect();
             let numel: usize = shape.iter().product();
-            let e = Emu::new(0);
+            let e = RtExec::emu(ThreadOrder::Forward);
             let (pa, pb, y) = (e.upload(&a), e.upload(&b), e.upload(&vec![0f32; numel]));
             let l = binary(BinaryOp::Add, Operand { ptr: pa, offset: oa, strides: &sa }, Operand { ptr: pb, offset: ob, strides: &sb }, y, &shape).unwrap();
             e.go(&[l]);

@@ -4,8 +4,9 @@
 
 use crate::common;
 
-use common::emu::Emu;
-use common::Exec;
+use common::exec::RtExec;
+use common::{Exec, ORDERS};
+use tessera_cuda_kernels::emu::ThreadOrder;
 use tessera_cuda_kernels::{Arg, DevPtr, Launch, Module};
 
 fn launch(kernel: &str, block: u32, smem: u32, args: Vec<Arg>) -> Launch {
@@ -20,17 +21,19 @@ fn launch(kernel: &str, block: u32, smem: u32, args: Vec<Arg>) -> Launch {
     }
 }
 
-fn run(e: &Emu, kernel: &str, block: u32, smem: u32, out: DevPtr<f32>) -> Result<(), String> {
+fn run(e: &RtExec, kernel: &str, block: u32, smem: u32, out: DevPtr<f32>) -> Result<(), String> {
     e.run(&launch(kernel, block, smem, vec![Arg::ptr(out)]))
 }
 
 fn expect_err(kernel: &str, block: u32, needle: &str) {
-    for mode in [0, 1, 7] {
-        let e = Emu::new(mode);
+    for order in ORDERS {
+        let e = RtExec::emu(order);
         let out = e.upload(&vec![0f32; block as usize]);
         let err = run(&e, kernel, block, 0, out).expect_err(kernel);
+        // The first block to run (and fail) depends on the order.
+        let coords = ["block (0,0,0) thread (", "block (1,0,0) thread ("];
         assert!(
-            err.contains(needle) && err.contains("block (0,0,0) thread ("),
+            err.contains(needle) && coords.iter().any(|c| err.contains(c)),
             "{kernel}: {err}"
         );
     }
@@ -40,8 +43,8 @@ fn expect_err(kernel: &str, block: u32, needle: &str) {
 fn missing_barrier_changes_with_thread_order() {
     let want: Vec<f32> = (0..64).rev().map(|t| t as f32).collect();
     let mut wrong = 0;
-    for mode in [0, 1, 3] {
-        let e = Emu::new(mode);
+    for order in ORDERS {
+        let e = RtExec::emu(order);
         let out = e.upload(&vec![0f32; 64]);
         run(&e, "fault_missing_barrier", 64, 256, out).unwrap();
         wrong += (e.download(out) != want) as usize;
@@ -49,7 +52,7 @@ fn missing_barrier_changes_with_thread_order() {
         run(&e, "fault_fixed_barrier", 64, 256, fixed).unwrap();
         assert_eq!(e.download(fixed), want, "{}", e.name());
     }
-    assert_eq!(wrong, 3, "every order must expose the missing barrier");
+    assert_eq!(wrong, ORDERS.len(), "every order must expose the missing barrier");
 }
 
 #[test]
@@ -74,7 +77,7 @@ fn deadlock_is_reported() {
 
 #[test]
 fn cp_async_read_before_wait_sees_no_data() {
-    let e = Emu::new(0);
+    let e = RtExec::emu(ThreadOrder::Forward);
     let input = e.upload(&vec![2f32; 128]);
     let out = e.upload(&[0f32; 32]);
     e.run(&launch(
@@ -92,7 +95,7 @@ fn cp_async_read_before_wait_sees_no_data() {
 
 #[test]
 fn out_of_bounds_write_is_reported() {
-    let e = Emu::new(0);
+    let e = RtExec::emu(ThreadOrder::Forward);
     let out = e.upload(&[0f32; 8]);
     let err = e
         .run(&launch(
@@ -107,7 +110,7 @@ fn out_of_bounds_write_is_reported() {
 
 #[test]
 fn bad_launches_are_errors() {
-    let e = Emu::new(0);
+    let e = RtExec::emu(ThreadOrder::Forward);
     let out = e.upload(&[0f32; 8]);
     assert!(e
         .run(&launch("no_such_kernel", 32, 0, vec![]))
@@ -116,4 +119,36 @@ fn bad_launches_are_errors() {
     assert!(run(&e, "fault_fixed_barrier", 2048, 0, out)
         .unwrap_err()
         .contains("block size"));
+}
+
+/// Blocks run in the thread order's sense too: forward, reverse, or a
+/// random permutation, so a kernel relying on an order between blocks
+/// gives different results.
+#[test]
+fn block_order_follows_the_thread_order() {
+    let mut seen = Vec::new();
+    for order in ORDERS {
+        let e = RtExec::emu(order);
+        let out = e.upload(&[0f32; 17]);
+        let mut l = launch("fault_block_order", 32, 0, vec![Arg::ptr(out)]);
+        l.grid = [8, 2, 1];
+        e.run(&l).unwrap();
+        let tickets: Vec<usize> = e.download(out)[..16].iter().map(|&t| t as usize).collect();
+        let mut sorted = tickets.clone();
+        sorted.sort_unstable();
+        assert_eq!(
+            sorted,
+            (0..16).collect::<Vec<_>>(),
+            "{}: every block once",
+            e.name()
+        );
+        match order {
+            ThreadOrder::Forward => assert_eq!(tickets, (0..16).collect::<Vec<_>>()),
+            ThreadOrder::Reverse => assert_eq!(tickets, (0..16).rev().collect::<Vec<_>>()),
+            ThreadOrder::Random(_) => {}
+        }
+        seen.push(tickets);
+    }
+    assert_ne!(seen[2], seen[0], "a random order is not the forward one");
+    assert_ne!(seen[2], seen[3], "two seeds give two orders");
 }

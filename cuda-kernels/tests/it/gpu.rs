@@ -4,12 +4,12 @@
 
 use crate::common;
 
-use common::gpu_exec::GpuExec;
+use common::exec::RtExec;
 use common::{cases_basic as b, cases_mma as m};
 use tessera_cuda_kernels::{Error, Gpu};
 
-fn device() -> Option<GpuExec> {
-    match GpuExec::open() {
+fn device() -> Option<RtExec> {
+    match RtExec::gpu() {
         Ok(g) => Some(g),
         Err(why) => {
             println!("skipped: no CUDA device ({why})");

@@ -539,11 +539,12 @@ pub(super) fn cases() -> Vec<Case> {
             r
         }),
     );
-    add("zeros_like", C, &[&m], op(|x| ok(x[0].zeros_like(None))));
-    add("ones_like", C, &[&m], op(|x| ok(x[0].ones_like(DType::F16))));
-    add("full_like", C, &[&m], op(|x| ok(x[0].full_like(2.5, None))));
-    add("rand_like", C, &[&m], op(|x| ok(x[0].rand_like(None))));
-    add("randn_like", C, &[&m], op(|x| ok(x[0].randn_like(DType::BF16))));
+    // `*_like` read only their operand's metadata and create on its device.
+    add("zeros_like", N, &[&m], op(|x| ok(x[0].zeros_like(None))));
+    add("ones_like", N, &[&m], op(|x| ok(x[0].ones_like(DType::F16))));
+    add("full_like", N, &[&m], op(|x| ok(x[0].full_like(2.5, None))));
+    add("rand_like", N, &[&m], op(|x| ok(x[0].rand_like(None))));
+    add("randn_like", N, &[&m], op(|x| ok(x[0].randn_like(DType::BF16))));
     add("bernoulli", C, &[&m], op(|x| ok(x[0].bernoulli())));
     add(
         "bernoulli_with",
@@ -551,8 +552,8 @@ pub(super) fn cases() -> Vec<Case> {
         &[&m],
         op(|x| ok(x[0].bernoulli_with(&mut Generator::new(1)))),
     );
-    // Creation on a GPU: no operand, but `cuda:0` must be an `Err` here
-    // (no driver), never a panic or a CPU tensor.
+    // Creation on a GPU: no operand; `cuda:0` must work where a device (or
+    // the emulator) is present and be an `Err` elsewhere, never a panic.
     add("zeros", N, &[], op(move |_| ok(Tensor::zeros(&[2, 3], cuda))));
     add("ones", N, &[], op(move |_| ok(Tensor::ones(&[2], cuda))));
     add("full", N, &[], op(move |_| ok(Tensor::full(&[2], 1.5, cuda))));

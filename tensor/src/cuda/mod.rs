@@ -2,6 +2,12 @@
 //! the helpers the per-op `cuda.rs` files launch `tessera-cuda-kernels`
 //! kernels with.
 //!
+//! A device is a `tessera_cuda_kernels::Runtime` opened by
+//! `runtime::open`: the CUDA driver on a GPU, or (feature `cuda-emu`) the
+//! CPU emulator of the device where none is present, so this backend runs
+//! in tests without a GPU. Its memory comes from a caching allocator
+//! ([`crate::Device::memory_stats`], [`crate::Device::empty_cache`]).
+//!
 //! Every GPU op runs on its device's one stream, so launches, copies and
 //! frees are ordered without explicit synchronisation; only a copy to the
 //! host waits. An op on a GPU tensor without a CUDA path returns an
@@ -17,6 +23,7 @@ mod guard;
 mod guard_cases;
 #[cfg(test)]
 mod guard_tests;
+mod memory;
 mod transfer;
 
 use std::sync::Arc;
@@ -67,6 +74,10 @@ pub(crate) fn common_device(op: &'static str, ts: &[&Tensor]) -> Result<Arc<Devi
     let first = ts.first().ok_or_else(|| Error::arg(op, "no operands"))?;
     for t in ts {
         first.device().same_as(t.device(), op)?;
+    }
+    // Every operand's pointer is taken later: each must have memory.
+    for t in ts {
+        device_buffer(op, t)?;
     }
     state_of(op, first)
 }
@@ -203,7 +214,7 @@ pub(crate) fn launch(op: &'static str, state: &DeviceState, launches: &[Launch])
         // SAFETY: the wrappers that built `l` checked every pointer against
         // the length of the buffer it came from (see above); outputs are
         // fresh buffers nothing else reads or writes.
-        unsafe { state.gpu.launch(l) }.map_err(kernel_err(op, state.device()))?;
+        unsafe { state.launch(op, l) }?;
     }
     Ok(())
 }

@@ -642,3 +642,102 @@ fn mixed_devices_are_an_error_naming_both() {
     assert_eq!(a.cpu().unwrap().to_vec::<f32>().unwrap(), vec![1.0, 2.0]);
     assert!(a.cpu().unwrap().shares_storage(&a));
 }
+
+/// The emulated device (feature `cuda-emu`, no GPU) under other thread
+/// orders than the default forward one: a kernel with a missing barrier
+/// or an order-dependent reduction gives other results under reverse or
+/// random scheduling. The bodies are the tests above, so each order is
+/// checked against the CPU. On a real GPU the orders do not apply.
+#[cfg(feature = "cuda-emu")]
+#[test]
+fn emulated_thread_orders_match_the_cpu() {
+    use tessera_cuda_kernels::emu::{with_thread_order, ThreadOrder};
+    use tessera_cuda_kernels::runtime::{selected, RuntimeKind};
+    if !gpu() {
+        return;
+    }
+    if selected().ok() != Some(RuntimeKind::Emulator) {
+        println!("skipped: cuda:0 is a real GPU, thread orders are the emulator's");
+        return;
+    }
+    for order in [ThreadOrder::Reverse, ThreadOrder::Random(0x7e55e7a)] {
+        with_thread_order(order, || {
+            unary_ops_match_the_cpu();
+            binary_ops_broadcast_like_the_cpu();
+            reductions_match_the_cpu();
+            softmax_matches_the_cpu();
+            layer_norm_forward_and_backward_match_the_cpu();
+            matmul_matches_the_cpu();
+            embedding_matches_the_cpu();
+        });
+    }
+}
+
+/// The caching allocator behind GPU storage: a dropped tensor's block is
+/// reused by the next of its size class without a device allocation, the
+/// counters follow, and `empty_cache` gives the cache back. Runs on
+/// `cuda:1`, which no other test uses, so the counters are this test's own
+/// (the emulator has two devices; a one-GPU machine skips).
+#[test]
+fn the_caching_allocator_reuses_freed_device_memory() {
+    let dev = Device::Cuda(1);
+    if let Err(e) = Tensor::zeros(&[1], DType::F32).and_then(|t| t.to_device(dev)) {
+        println!("skipped: no second CUDA device ({e})");
+        return;
+    }
+    dev.empty_cache().unwrap();
+    dev.reset_peak_memory_stats().unwrap();
+    let s0 = dev.memory_stats().unwrap();
+    assert_eq!(s0.cached(), 0);
+
+    let t = Tensor::zeros(&[1000], DType::F32)
+        .unwrap()
+        .to_device(dev)
+        .unwrap();
+    let s1 = dev.memory_stats().unwrap();
+    assert_eq!(
+        s1.allocated - s0.allocated,
+        4096,
+        "1000 f32 round up to a 4 KiB class"
+    );
+    assert_eq!(s1.reserved - s0.reserved, 4096);
+    drop(t);
+    let s2 = dev.memory_stats().unwrap();
+    assert_eq!(
+        (s2.allocated, s2.reserved),
+        (s0.allocated, s1.reserved),
+        "freed into the cache"
+    );
+
+    // Same class: the cached block, no device allocation, fresh contents.
+    let host = Tensor::arange(0.0, 1020.0, 1.0, DType::F32).unwrap();
+    let u = host.to_device(dev).unwrap();
+    let s3 = dev.memory_stats().unwrap();
+    assert_eq!(s3.cache_hits, s2.cache_hits + 1);
+    assert_eq!(s3.device_allocations, s2.device_allocations);
+    assert_eq!(f64s(&u), f64s(&host));
+    // A device-to-device copy between GPUs keeps the values.
+    if gpu() {
+        let on0 = u.to_device(DEV).unwrap();
+        assert_eq!(on0.device(), DEV);
+        assert_eq!(f64s(&on0.to_device(dev).unwrap()), f64s(&host));
+    }
+    drop(u);
+    assert!(dev.memory_stats().unwrap().peak_allocated >= s1.allocated);
+    dev.empty_cache().unwrap();
+    let s4 = dev.memory_stats().unwrap();
+    assert_eq!((s4.allocated, s4.cached()), (s0.allocated, 0));
+    dev.synchronize().unwrap();
+
+    let e = Device::Cpu.memory_stats().unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Device {
+                op: "memory_stats",
+                ..
+            }
+        ),
+        "{e}"
+    );
+}

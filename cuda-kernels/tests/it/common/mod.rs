@@ -5,10 +5,11 @@
 
 pub mod cases_basic;
 pub mod cases_mma;
-pub mod emu;
-pub mod gpu_exec;
+pub mod exec;
 
+use exec::RtExec;
 use half::{bf16, f16};
+use tessera_cuda_kernels::emu::ThreadOrder;
 use tessera_cuda_kernels::ops::Float;
 use tessera_cuda_kernels::{DevPtr, Launch};
 
@@ -132,14 +133,22 @@ impl Digest {
     }
 }
 
+/// The thread orders every emulator test runs under.
+pub const ORDERS: [ThreadOrder; 4] = [
+    ThreadOrder::Forward,
+    ThreadOrder::Reverse,
+    ThreadOrder::Random(0x5eed),
+    ThreadOrder::Random(0xbeef),
+];
+
 /// Runs `case` on the emulator under forward, reverse and two random thread
 /// orders; each run checks itself against the reference, and when
 /// `deterministic` the outputs must also agree bit for bit across orders (a
 /// difference means a missing barrier).
-pub fn run_emu(name: &str, case: fn(&emu::Emu) -> Digest, deterministic: bool) {
+pub fn run_emu(name: &str, case: fn(&RtExec) -> Digest, deterministic: bool) {
     let mut first: Option<Digest> = None;
-    for mode in [0u64, 1, 0x5eed, 0xbeef] {
-        let e = emu::Emu::new(mode);
+    for order in ORDERS {
+        let e = RtExec::emu(order);
         let d = case(&e);
         match &first {
             None => first = Some(d),

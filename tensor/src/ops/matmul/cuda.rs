@@ -1,12 +1,9 @@
 //! GPU dispatch of matmul: f16/bf16 through the tensor-core GEMM of
-//! `tessera-cuda-kernels`, f32 through cuBLAS. Operands are used in place
+//! `tessera-cuda-kernels`, f32 through the runtime's vendor GEMM
+//! (cuBLAS). Operands are used in place
 //! when their matrices are row-major or transposed with one stride between
 //! batches; other views are copied contiguous first.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
-
-use cudarc::cublas::{result as blas, sys as blas_sys, CudaBlas};
 use tessera_cuda_kernels::ops::gemm::{gemm, GemmShape};
 use tessera_cuda_kernels::DevPtr;
 
@@ -195,37 +192,8 @@ fn run(
     }
 }
 
-/// cuBLAS handles, one per device, created on first use.
-static BLAS: OnceLock<Mutex<HashMap<usize, Arc<CudaBlas>>>> = OnceLock::new();
-
-fn blas_handle(op: &'static str, state: &DeviceState) -> Result<Arc<CudaBlas>> {
-    // SAFETY: only tries to dlopen libcublas by its usual names; cudarc
-    // panics on first use when it is absent.
-    if !unsafe { blas_sys::is_culib_present() } {
-        return Err(Error::device(
-            op,
-            format!(
-                "f32 matmul on {} needs cuBLAS, and libcublas.so could not be loaded",
-                state.device()
-            ),
-        ));
-    }
-    let map = BLAS.get_or_init(|| Mutex::new(HashMap::new()));
-    let mut map = map
-        .lock()
-        .map_err(|_| Error::device(op, "a thread panicked while holding the cuBLAS registry"))?;
-    if let Some(h) = map.get(&state.ordinal) {
-        return Ok(h.clone());
-    }
-    let h = Arc::new(
-        CudaBlas::new(state.gpu.stream().clone())
-            .map_err(|e| Error::device(op, format!("cuBLAS on {}: {e}", state.device())))?,
-    );
-    map.insert(state.ordinal, h.clone());
-    Ok(h)
-}
-
-/// Row-major C = op(A)·op(B) as column-major Cᵀ = op(B)ᵀ·op(A)ᵀ.
+/// Row-major f32 C = op(A)·op(B) by the device's vendor GEMM (cuBLAS on a
+/// GPU, a reference GEMM on the emulator).
 fn sgemm(
     op: &'static str,
     state: &DeviceState,
@@ -234,46 +202,8 @@ fn sgemm(
     b: &Operand,
     out: &Output,
 ) -> Result<()> {
-    let h = blas_handle(op, state)?;
-    let int = |what: &str, v: usize| {
-        i32::try_from(v).map_err(|_| Error::arg(op, format!("{what} = {v} exceeds cuBLAS's i32 range")))
-    };
-    let long = |what: &str, v: usize| {
-        i64::try_from(v).map_err(|_| Error::arg(op, format!("{what} = {v} exceeds i64")))
-    };
-    let t = |trans: bool| {
-        if trans {
-            blas_sys::cublasOperation_t::CUBLAS_OP_T
-        } else {
-            blas_sys::cublasOperation_t::CUBLAS_OP_N
-        }
-    };
-    let (alpha, beta) = (1.0f32, 0.0f32);
-    let (pa, pb, pc) = (a.ptr::<f32>(), b.ptr::<f32>(), out.ptr::<f32>());
-    // SAFETY: the operand views were checked by `Operand::of` to lie in
-    // their storage (layouts of live tensors), C is a fresh buffer of
+    // SAFETY: the operand views lie in their storage (layouts of live
+    // tensors, checked against `g` by the runtime), C is a fresh buffer of
     // batch·m·n elements; everything runs on the device's one stream.
-    unsafe {
-        blas::sgemm_strided_batched(
-            *h.handle(),
-            t(g.trans_b),
-            t(g.trans_a),
-            int("n", g.n)?,
-            int("m", g.m)?,
-            int("k", g.k)?,
-            &alpha,
-            pb.addr() as *const f32,
-            int("ldb", g.ldb)?,
-            long("stride_b", g.stride_b)?,
-            pa.addr() as *const f32,
-            int("lda", g.lda)?,
-            long("stride_a", g.stride_a)?,
-            &beta,
-            pc.addr() as *mut f32,
-            int("ldc", g.ldc)?,
-            long("stride_c", g.stride_c)?,
-            int("batch", g.batch)?,
-        )
-    }
-    .map_err(|e| Error::device(op, format!("cuBLAS sgemm on {}: {e}", state.device())))
+    unsafe { state.runtime().sgemm(g, a.ptr(), b.ptr(), out.ptr()) }.map_err(kernel_err(op, state.device()))
 }

@@ -1,18 +1,26 @@
-//! The device handle: a CUDA context and stream, the per-architecture module
-//! cache, and the launch of a [`Launch`] through the driver API.
+//! The device handle of a real GPU: a CUDA context and stream, the
+//! per-architecture module cache, the launch of a [`Launch`] through the
+//! driver API, and the [`Runtime`] over them (memory in `memory.rs`, the
+//! cuBLAS GEMM in `blas.rs`).
+
+mod blas;
+mod memory;
 
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use cudarc::cublas::CudaBlas;
 use cudarc::driver::{
-    sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
+    sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr, PinnedHostSlice,
 };
 
 use crate::launch::{DevPtr, Launch};
 use crate::module::Module;
 use crate::nvrtc::compile_cubin;
+use crate::ops::gemm::GemmShape;
+use crate::runtime::{DeviceInfo, Runtime, RuntimeKind};
 use crate::{Error, Result};
 
 /// Shared memory a block may use without opting in.
@@ -22,15 +30,27 @@ const DEFAULT_SMEM_LIMIT: u32 = 48 * 1024;
 pub struct Gpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
-    arch: String,
+    info: DeviceInfo,
     modules: Mutex<HashMap<Module, Arc<CudaModule>>>,
     functions: Mutex<HashMap<String, CudaFunction>>,
+    /// Pinned host memory small copies go through (see `memory.rs`).
+    staging: Mutex<Option<PinnedHostSlice<u8>>>,
+    /// The cuBLAS handle, created on the first f32 GEMM.
+    blas: Mutex<Option<Arc<CudaBlas>>>,
 }
 
 /// Whether libcuda can be loaded. cudarc panics on first use when it cannot.
 pub fn driver_available() -> bool {
     // SAFETY: only tries to dlopen the library by its usual names.
     unsafe { sys::is_culib_present() }
+}
+
+/// The number of GPUs the driver reports (0 without a driver).
+pub fn device_count() -> usize {
+    if !driver_available() {
+        return 0;
+    }
+    CudaContext::device_count().map_or(0, |n| n.max(0) as usize)
 }
 
 fn driver_err(op: &'static str) -> impl Fn(cudarc::driver::DriverError) -> Error {
@@ -57,19 +77,38 @@ impl Gpu {
         let (major, minor) = ctx
             .compute_capability()
             .map_err(driver_err("compute_capability"))?;
+        let attr = |a| {
+            ctx.attribute(a)
+                .map(|v| v.max(0) as u32)
+                .map_err(driver_err("device attribute"))
+        };
+        use sys::CUdevice_attribute as A;
+        let info = DeviceInfo {
+            ordinal,
+            kind: RuntimeKind::Driver,
+            name: ctx.name().map_err(driver_err("device name"))?,
+            compute_capability: (major.max(0) as u32, minor.max(0) as u32),
+            total_memory: ctx.total_mem().map_err(driver_err("total memory"))?,
+            multiprocessors: attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+            max_threads_per_block: attr(A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+            max_shared_memory_per_block: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
+            warp_size: attr(A::CU_DEVICE_ATTRIBUTE_WARP_SIZE)?,
+        };
         let stream = ctx.default_stream();
         Ok(Gpu {
             ctx,
             stream,
-            arch: format!("sm_{major}{minor}"),
+            info,
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
+            staging: Mutex::new(None),
+            blas: Mutex::new(None),
         })
     }
 
     /// The device architecture, e.g. `sm_90`.
-    pub fn arch(&self) -> &str {
-        &self.arch
+    pub fn arch(&self) -> String {
+        self.info.arch()
     }
 
     /// The stream every launch goes to.
@@ -128,13 +167,13 @@ impl Gpu {
                 "{}-{:016x}-{}.cubin",
                 m.file_name(),
                 m.source_hash(),
-                self.arch
+                self.arch()
             ))
         });
         if let Some(bytes) = path.as_ref().and_then(|p| std::fs::read(p).ok()) {
             return Ok(bytes);
         }
-        let compiled = compile_cubin(m, &self.arch, false)?;
+        let compiled = compile_cubin(m, &self.arch(), false)?;
         if let Some(p) = path {
             // The disk cache is an optimisation: failing to write it is not an error.
             let _ = p.parent().map(std::fs::create_dir_all);
@@ -158,7 +197,8 @@ impl Gpu {
         Ok(f)
     }
 
-    /// Launches `l` on the stream (asynchronously).
+    /// Launches `l` on the stream (asynchronously); a grid with a zero
+    /// dimension does nothing.
     ///
     /// Errors: compilation or driver failures.
     ///
@@ -168,6 +208,9 @@ impl Gpu {
     /// kernel finishes; buffers the kernel writes must not be read or written
     /// by anything else meanwhile.
     pub unsafe fn launch(&self, l: &Launch) -> Result<()> {
+        if l.grid.contains(&0) {
+            return Ok(());
+        }
         let f = self.function(l)?;
         if l.shared_mem > DEFAULT_SMEM_LIMIT {
             f.set_attribute(
@@ -188,6 +231,55 @@ impl Gpu {
             &mut params,
         )
         .map_err(driver_err("launch_kernel"))
+    }
+}
+
+impl Runtime for Gpu {
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn alloc(&self, bytes: usize) -> Result<u64> {
+        self.alloc_bytes(bytes)
+    }
+
+    unsafe fn free(&self, addr: u64) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.free_bytes(addr) }
+    }
+
+    unsafe fn copy_htod(&self, dst: u64, src: &[u8]) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.htod(dst, src) }
+    }
+
+    unsafe fn copy_dtoh(&self, src: u64, dst: &mut [u8]) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.dtoh(src, dst) }
+    }
+
+    unsafe fn copy_dtod(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.dtod(dst, src, bytes) }
+    }
+
+    unsafe fn memset(&self, dst: u64, value: u8, bytes: usize) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.fill(dst, value, bytes) }
+    }
+
+    unsafe fn launch(&self, l: &Launch) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { Gpu::launch(self, l) }
+    }
+
+    unsafe fn sgemm(&self, g: &GemmShape, a: DevPtr<f32>, b: DevPtr<f32>, c: DevPtr<f32>) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.cublas_sgemm(g, a, b, c) }
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        Gpu::synchronize(self)
     }
 }
 

@@ -1,0 +1,150 @@
+//! The pipeline bubble, measured on the pipeline engine against the
+//! formula (spec §5.5): `(p − 1)/(m + p − 1)` for GPipe and 1F1B,
+//! `(p − 1)/(v·m + p − 1)` for interleaved 1F1B (v = 2).
+//!
+//! Workload: the real engine (`PipelineEngine::train_batch` on `local`
+//! threads, real autograd, real point-to-point messages), with every
+//! virtual stage one layer whose forward and whose backward **sleep** a
+//! fixed time (`stage_ms / v` each, see [`stage_ms`]) instead of computing. Sleeping stages
+//! make the measurement reflect the schedule rather than how the machine's
+//! cores are shared (this machine has 2 cores for up to 4 stage threads and
+//! other jobs); a sleep overshoots by tens of microseconds, which counts as
+//! busy time, and message latency counts as idle time.
+//!
+//! Measured bubble: with `T` the span from the earliest stage's start to the
+//! latest stage's last pass and `busy_s` the time stage s spent in passes,
+//! the mean over stages of `(T − busy_s)/T`; the median of [`REPEATS`]
+//! batches. Lines: `bench\tpipeline_bubble_<schedule>_p<P>_m<M>\ttessera\t
+//! measured|theory\t<x>\tfraction`, plus `rel_error` (measured/theory − 1).
+
+use std::time::{Duration, Instant};
+
+use tessera_autograd::{record, Parameter, Var};
+use tessera_nn::Module;
+use tessera_optim::{Sgd, SgdOptions};
+use tessera_parallel::pipeline::{LossFn, Partition, PipelineEngine, PipelineModule, Schedule, StepReport};
+use tessera_parallel::{Communicator, LocalGroup};
+use tessera_tensor::{DType, Tensor};
+
+/// Forward plus backward time of one stage per micro-batch is `2 ·
+/// stage_ms` milliseconds: 30 by default, `TESSERA_BENCH_STAGE_MS` to
+/// change. Thread wake-ups after a message count as idle time; on a loaded
+/// machine they take up to milliseconds, so longer stages measure the
+/// schedule more exactly.
+fn stage_ms() -> f64 {
+    std::env::var("TESSERA_BENCH_STAGE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&ms: &f64| ms > 0.0)
+        .unwrap_or(30.0)
+}
+const REPEATS: usize = 3;
+
+/// A layer of known cost: the identity, whose forward sleeps `fwd` and
+/// whose backward sleeps `bwd`. Its one parameter makes the output require
+/// a gradient even on the first stage.
+struct Sleep {
+    fwd: Duration,
+    bwd: Duration,
+    w: Parameter,
+}
+
+impl Module for Sleep {
+    tessera_nn::module_boilerplate!("Sleep");
+
+    fn forward(&self, x: &Var) -> tessera_tensor::Result<Var> {
+        std::thread::sleep(self.fwd);
+        let (bwd, w_shape) = (self.bwd, self.w.shape());
+        Ok(record(
+            "sleep",
+            x.tensor().clone(),
+            &[x, &self.w.var()],
+            move |g, _| {
+                std::thread::sleep(bwd);
+                Ok(vec![Some(g.clone()), Some(Tensor::zeros(&w_shape, DType::F32)?)])
+            },
+        ))
+    }
+
+    fn own_parameters(&self) -> Vec<(&'static str, Parameter)> {
+        vec![("w", self.w.clone())]
+    }
+}
+
+fn run(schedule: &Schedule, stage_ms: f64) -> f64 {
+    let (p, v) = (schedule.stages(), schedule.chunks());
+    let pass = Duration::from_secs_f64(stage_ms / 1e3 / v as f64);
+    let x = Tensor::zeros(&[schedule.micro_batches(), 4], DType::F32).unwrap();
+    let reports: Vec<Vec<StepReport>> = LocalGroup::run(p, |comm| {
+        let layers: Vec<Box<dyn Module>> = (0..p * v)
+            .map(|_| {
+                Box::new(Sleep {
+                    fwd: pass,
+                    bwd: pass,
+                    w: Parameter::new(Tensor::zeros(&[1], DType::F32).unwrap()),
+                }) as Box<dyn Module>
+            })
+            .collect();
+        let stage = PipelineModule::new(layers, p, v, &Partition::Layers)
+            .and_then(|m| m.into_stage(comm.rank()))
+            .unwrap();
+        let mut opt = Sgd::new(stage.parameters(), SgdOptions::default()).unwrap();
+        let loss: LossFn = Box::new(|y, _| y.mean(&[0, 1], false));
+        let mut engine = PipelineEngine::new(comm, schedule.clone(), stage, loss).unwrap();
+        (0..REPEATS)
+            .map(|_| {
+                comm.barrier().unwrap();
+                engine.train_batch(&x, &x, &mut opt).unwrap()
+            })
+            .collect()
+    })
+    .unwrap();
+    let mut bubbles: Vec<f64> = (0..REPEATS)
+        .map(|i| {
+            let start = reports.iter().map(|r| r[i].started).min().unwrap();
+            let end = reports.iter().map(|r| r[i].finished).max().unwrap();
+            let span = (end - start).as_secs_f64();
+            reports
+                .iter()
+                .map(|r| 1.0 - r[i].busy.as_secs_f64() / span)
+                .sum::<f64>()
+                / p as f64
+        })
+        .collect();
+    bubbles.sort_by(f64::total_cmp);
+    bubbles[REPEATS / 2]
+}
+
+fn main() {
+    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let ms = stage_ms();
+    println!(
+        "# workload: every virtual stage sleeps {ms} ms / v in forward and in backward (sleep, not compute: see the file's docs); median of {REPEATS} batches"
+    );
+    let t = Instant::now();
+    for name in ["gpipe", "1f1b", "interleaved"] {
+        for p in [2, 4] {
+            for m in [4, 8, 16] {
+                let workload = format!("pipeline_bubble_{name}_p{p}_m{m}");
+                if filter.as_ref().is_some_and(|f| !workload.contains(f.as_str())) {
+                    continue;
+                }
+                let schedule = match name {
+                    "gpipe" => Schedule::gpipe(p, m),
+                    "1f1b" => Schedule::one_f_one_b(p, m),
+                    _ => Schedule::interleaved(p, m, 2),
+                }
+                .unwrap();
+                let measured = run(&schedule, ms);
+                let theory = schedule.bubble_theory();
+                println!("bench\t{workload}\ttessera\tmeasured\t{measured:.4}\tfraction");
+                println!("bench\t{workload}\ttessera\ttheory\t{theory:.4}\tfraction");
+                println!(
+                    "bench\t{workload}\ttessera\trel_error\t{:.4}\tratio",
+                    measured / theory - 1.0
+                );
+            }
+        }
+    }
+    eprintln!("pipeline_bubble: {:.1} s", t.elapsed().as_secs_f64());
+}
