@@ -9,10 +9,11 @@
 //! ```
 //!
 //! `--data /usr/share/datasets/fashion-mnist` trains on Fashion-MNIST
-//! (target 90%). Each epoch appends a line to `OUT/metrics.jsonl` and
-//! atomically replaces `OUT/checkpoint.safetensors` (model, optimizer,
-//! schedule, random state, epoch); `--resume` continues from it to the same
-//! final weights as an uninterrupted run. The final weights are also saved
+//! (target 90%). Each epoch replaces `OUT/checkpoint.safetensors` (a
+//! `Checkpoint`: model, optimizer, schedule, random state, epoch; written
+//! atomically and durably, CRC-checked on load), then appends a line to
+//! `OUT/metrics.jsonl`; `--resume` continues from it to the same final
+//! weights as an uninterrupted run, with every epoch logged once. The final weights are also saved
 //! as `OUT/model.safetensors`, a PyTorch-loadable state dict.
 //!
 //! `--pipeline-stages P --micro-batches M --schedule gpipe|1f1b|interleaved`

@@ -15,13 +15,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use tessera::autograd::{CrossEntropyOptions, Target};
-use tessera::nn::{models::mnist_cnn, state_dict};
+use tessera::nn::{models::mnist_cnn, state_dict, Module};
 use tessera::optim::{LrScheduler, OneCycleLR, OneCycleOptions};
 use tessera::parallel::pipeline::{
     LossFn, Partition, PipelineEngine, PipelineModule, Schedule, ScheduleKind,
 };
 use tessera::parallel::{Communicator, LocalGroup};
-use tessera::tensor::{rng, DType, Tensor};
+use tessera::tensor::{rng, DType, StateDict, Tensor};
 
 use crate::cli::Args;
 use crate::run::{count_correct, evaluate, load_data, optimizer, BoxResult, EpochRecord, Split};
@@ -175,7 +175,7 @@ fn run_stage(
         comm.barrier()?;
         if let (Some(model), Some(log)) = (&eval_model, &mut log) {
             let params = std::mem::take(&mut *shared.params.lock().map_err(|_| "a stage panicked")?);
-            state_dict::load_state_dict(model, &params, true)?;
+            model.load_state_dict(&StateDict::from(params), true)?;
             let test_acc = 100.0 * evaluate(model, data.test, 1000)?;
             let (loss_sum, correct, seen) = *shared.epoch.lock().map_err(|_| "a stage panicked")?;
             let (train_loss, train_acc) = (loss_sum / seen as f64, 100.0 * correct as f64 / seen as f64);

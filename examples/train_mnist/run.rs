@@ -6,12 +6,14 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
+use serde_json::json;
+
 use tessera::autograd::{no_grad, CrossEntropyOptions, Parameter, Target, Var};
 use tessera::data::formats::Mnist;
 use tessera::data::{DataLoader, VecDataset};
 use tessera::nn::{models::mnist_cnn, state_dict, Module, Sequential};
-use tessera::optim::{LrScheduler, OneCycleLR, OneCycleOptions, Optimizer, Sgd, SgdOptions, StateDict};
-use tessera::tensor::{rng, DType, Tensor};
+use tessera::optim::{LrScheduler, OneCycleLR, OneCycleOptions, Optimizer, Sgd, SgdOptions};
+use tessera::tensor::{rng, Checkpoint, DType, Tensor};
 
 use super::cli::Args;
 use super::progress::Bar;
@@ -59,14 +61,20 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
 
     std::fs::create_dir_all(&args.out)?;
     let ckpt_path = args.out.join("checkpoint.safetensors");
+    let log_path = args.out.join("metrics.jsonl");
     let mut start_epoch = 0;
     let mut elapsed_before = 0.0;
     let mut reached: Option<(usize, f64)> = None;
     if args.resume {
-        let ck = load_checkpoint(&ckpt_path, &model, &mut opt, &mut sched)?;
-        start_epoch = ck.next_epoch;
-        elapsed_before = ck.elapsed;
-        reached = ck.reached;
+        let ck = Checkpoint::load(&ckpt_path)?;
+        model.load_state_dict(&ck.model, true)?;
+        opt.load_state_dict(ck.optimizer()?)?;
+        sched.load_state_dict(ck.scheduler()?)?;
+        ck.restore_default_rng()?;
+        start_epoch = ck.epoch as usize;
+        elapsed_before = ck.meta("elapsed")?;
+        reached = ck.meta("reached")?;
+        complete_log(&log_path, &ck)?;
         eprintln!("resumed from {} at epoch {start_epoch}", ckpt_path.display());
     }
     eprintln!(
@@ -78,10 +86,6 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
     );
 
     let ce = CrossEntropyOptions::default();
-    let mut log = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(args.out.join("metrics.jsonl"))?;
     let mut records = Vec::new();
     let end_epoch = args.stop_after.map_or(args.epochs, |s| s.min(args.epochs));
     for epoch in start_epoch..end_epoch {
@@ -121,18 +125,29 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
             train_acc,
             seen as f64 / train_secs
         );
-        writeln!(
-            log,
-            "{{\"epoch\":{},\"train_loss\":{:.6},\"train_acc\":{:.4},\"test_acc\":{:.4},\"lr\":{:e},\"samples_per_s\":{:.1},\"elapsed_s\":{:.3}}}",
-            epoch + 1,
-            loss_sum / seen as f64,
-            train_acc,
-            test_acc,
-            sched.get_lr()[0],
-            seen as f64 / train_secs,
-            elapsed
-        )?;
-        save_checkpoint(&ckpt_path, &model, &opt, &sched, epoch + 1, elapsed, reached)?;
+        let metrics = json!({
+            "epoch": epoch + 1,
+            "train_loss": loss_sum / seen as f64,
+            "train_acc": train_acc,
+            "test_acc": test_acc,
+            "lr": sched.get_lr()[0],
+            "samples_per_s": seen as f64 / train_secs,
+            "elapsed_s": elapsed,
+        })
+        .to_string();
+        // The checkpoint first, then the log: a kill while saving leaves
+        // the previous checkpoint and no line for this epoch, which the
+        // resumed run then trains and logs once; a kill between the two
+        // leaves a checkpoint carrying the line, which --resume appends.
+        Checkpoint::new(model.state_dict())
+            .at((epoch + 1) as u64, sched.last_epoch())
+            .with_optimizer(opt.state_dict())
+            .with_scheduler(sched.state_dict())
+            .with_meta("elapsed", elapsed)
+            .with_meta("reached", json!(reached))
+            .with_meta("metrics", metrics.clone())
+            .save(&ckpt_path)?;
+        append_line(&log_path, &metrics)?;
         records.push(EpochRecord {
             epoch: epoch + 1,
             train_loss: loss_sum / seen as f64,
@@ -264,68 +279,26 @@ pub(crate) fn evaluate(model: &Sequential, split: &Split, batch: usize) -> BoxRe
     Ok(correct as f64 / n.max(1) as f64)
 }
 
-/// What a checkpoint restores besides the model, optimizer and schedule.
-struct Resumed {
-    next_epoch: usize,
-    elapsed: f64,
-    reached: Option<(usize, f64)>,
-}
-
-/// Writes model, optimizer, schedule, random state and progress to a
-/// temporary file, then renames it over `path` (atomic on POSIX).
-fn save_checkpoint(
-    path: &Path,
-    model: &Sequential,
-    opt: &Sgd,
-    sched: &OneCycleLR,
-    next_epoch: usize,
-    elapsed: f64,
-    reached: Option<(usize, f64)>,
-) -> BoxResult<()> {
-    let mut sd = StateDict::new();
-    let mut m = StateDict::new();
-    m.tensors = model.state_dict().into_iter().collect();
-    sd.merge_prefixed("model.", m);
-    sd.merge_prefixed("optim.", opt.state_dict());
-    sd.merge_prefixed("sched.", sched.state_dict());
-    let rs = rng::default_state();
-    sd.set("rng_seed", rs.seed);
-    sd.set("rng_offset", rs.offset);
-    sd.set("epoch", next_epoch);
-    sd.set("elapsed", elapsed);
-    sd.set("reached", reached);
-    let tmp = path.with_extension("safetensors.tmp");
-    sd.save(&tmp)?;
-    std::fs::rename(&tmp, path)?;
+/// Appends `line` and a newline to the file at `path`, creating it.
+fn append_line(path: &Path, line: &str) -> BoxResult<()> {
+    let mut log = OpenOptions::new().create(true).append(true).open(path)?;
+    writeln!(log, "{line}")?;
     Ok(())
 }
 
-fn load_checkpoint(
-    path: &Path,
-    model: &Sequential,
-    opt: &mut Sgd,
-    sched: &mut OneCycleLR,
-) -> BoxResult<Resumed> {
-    let sd = StateDict::load(path)?;
-    state_dict::load_state_dict(model, &sd.prefixed("model.").tensors.into_iter().collect(), true)?;
-    opt.load_state_dict(&sd.prefixed("optim."))?;
-    sched.load_state_dict(&sd.prefixed("sched."))?;
-    const OP: &str = "load_checkpoint";
-    rng::set_default_state(rng::RngState {
-        seed: sd.get(OP, "rng_seed")?,
-        offset: sd.get(OP, "rng_offset")?,
-    });
-    let reached = match sd.get_str(OP, "reached")? {
-        "None" => None,
-        s => {
-            let inner = s.trim_start_matches("Some((").trim_end_matches("))");
-            let (e, t) = inner.split_once(", ").ok_or("corrupt 'reached' entry")?;
-            Some((e.parse()?, t.parse()?))
-        }
-    };
-    Ok(Resumed {
-        next_epoch: sd.get(OP, "epoch")?,
-        elapsed: sd.get(OP, "elapsed")?,
-        reached,
-    })
+/// Appends the checkpoint's metrics line when the log stops one epoch
+/// short of it (the run was killed after saving the checkpoint but before
+/// logging the epoch), so every epoch is logged exactly once.
+fn complete_log(path: &Path, ck: &Checkpoint) -> BoxResult<()> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let last_logged = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v["epoch"].as_u64())
+        .max()
+        .unwrap_or(0);
+    if last_logged + 1 == ck.epoch {
+        append_line(path, &ck.meta::<String>("metrics")?)?;
+    }
+    Ok(())
 }

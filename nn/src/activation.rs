@@ -3,18 +3,16 @@
 use tessera_autograd::Var;
 use tessera_tensor::{GeluApprox, Result};
 
-use crate::{module_boilerplate, Module};
+use crate::{Module, Training};
 
 /// Defines a parameter-free activation module calling one `Var` method.
 macro_rules! activation {
-    ($(#[$doc:meta])* $ty:ident, $name:literal, |$x:ident| $body:expr) => {
+    ($(#[$doc:meta])* $ty:ident, |$x:ident| $body:expr) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, Copy, Default)]
+        #[derive(Debug, Clone, Copy, Default, Module)]
         pub struct $ty;
 
         impl Module for $ty {
-            module_boilerplate!($name);
-
             fn forward(&self, $x: &Var) -> Result<Var> {
                 $body
             }
@@ -24,47 +22,45 @@ macro_rules! activation {
 
 activation!(
     /// `max(x, 0)` (`torch.nn.ReLU`).
-    ReLU, "ReLU", |x| x.relu()
+    ReLU, |x| x.relu()
 );
 activation!(
     /// `x · σ(x)` (`torch.nn.SiLU`).
-    SiLU, "SiLU", |x| x.silu()
+    SiLU, |x| x.silu()
 );
 activation!(
     /// `1 / (1 + e^-x)` (`torch.nn.Sigmoid`).
-    Sigmoid, "Sigmoid", |x| x.sigmoid()
+    Sigmoid, |x| x.sigmoid()
 );
 activation!(
     /// `tanh(x)` (`torch.nn.Tanh`).
-    Tanh, "Tanh", |x| x.tanh()
+    Tanh, |x| x.tanh()
 );
 
 /// GELU, exact (erf, PyTorch's default) or with the tanh approximation
 /// (`torch.nn.GELU(approximate=...)`).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, Module)]
 pub struct GELU {
     /// Exact (`None`) or tanh approximation.
+    #[module(skip)]
     pub approximate: GeluApprox,
 }
 
 impl Module for GELU {
-    module_boilerplate!("GELU");
-
     fn forward(&self, input: &Var) -> Result<Var> {
         input.gelu(self.approximate)
     }
 }
 
 /// Softmax along `dim` (`torch.nn.Softmax(dim)`).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Module)]
 pub struct Softmax {
     /// The dimension that sums to 1.
+    #[module(skip)]
     pub dim: isize,
 }
 
 impl Module for Softmax {
-    module_boilerplate!("Softmax");
-
     /// Errors when `dim` is out of range.
     fn forward(&self, input: &Var) -> Result<Var> {
         input.softmax(self.dim)
@@ -74,11 +70,12 @@ impl Module for Softmax {
 /// Zeroes each element with probability `p` in training mode and scales
 /// the rest by `1 / (1 − p)`; the identity in eval mode
 /// (`torch.nn.Dropout`). Masks come from the default generator.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Module)]
 pub struct Dropout {
     /// The drop probability.
+    #[module(skip)]
     pub p: f64,
-    training: bool,
+    training: Training,
 }
 
 impl Dropout {
@@ -91,25 +88,18 @@ impl Dropout {
                 format!("dropout probability has to be between 0 and 1, but got {p}"),
             ));
         }
-        Ok(Dropout { p, training: true })
+        Ok(Dropout {
+            p,
+            training: Training::default(),
+        })
     }
 }
 
 impl Module for Dropout {
-    module_boilerplate!("Dropout");
-
     fn forward(&self, input: &Var) -> Result<Var> {
-        if !self.training || self.p == 0.0 {
+        if !self.training.get() || self.p == 0.0 {
             return Ok(input.clone());
         }
         input.dropout(self.p, true)
-    }
-
-    fn set_own_training(&mut self, training: bool) {
-        self.training = training;
-    }
-
-    fn own_training(&self) -> Option<bool> {
-        Some(self.training)
     }
 }

@@ -3,7 +3,7 @@
 use tessera_autograd::{scaled_dot_product_attention, AttnMask, AttnOptions, Parameter, Var};
 use tessera_tensor::{DType, Error, Result, Tensor};
 
-use crate::{init, module_boilerplate, Linear, Module};
+use crate::{init, Linear, Module, Training};
 
 /// Multi-head attention over `[B, L, E]` inputs (`torch.nn.
 /// MultiheadAttention(E, heads, batch_first=True)`): a packed input
@@ -14,7 +14,7 @@ use crate::{init, module_boilerplate, Linear, Module};
 ///
 /// [`Module::forward`] is self-attention (`query = key = value = x`) without
 /// masks; [`MultiheadAttention::attend`] takes separate inputs and masks.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Module)]
 pub struct MultiheadAttention {
     /// The packed q/k/v projection, `[3E, E]`.
     pub in_proj_weight: Parameter,
@@ -23,10 +23,12 @@ pub struct MultiheadAttention {
     /// The output projection.
     pub out_proj: Linear,
     /// The number of heads.
+    #[module(skip)]
     pub num_heads: usize,
     /// Dropout probability on the attention weights (training only).
+    #[module(skip)]
     pub dropout: f64,
-    training: bool,
+    training: Training,
 }
 
 /// Masks for [`MultiheadAttention::attend`], with PyTorch's conventions.
@@ -76,7 +78,7 @@ impl MultiheadAttention {
             out_proj,
             num_heads,
             dropout,
-            training: true,
+            training: Training::default(),
         })
     }
 
@@ -126,7 +128,7 @@ impl MultiheadAttention {
             .map(Var::constant);
         let opts = AttnOptions {
             mask: mask.as_ref().map(AttnMask::Additive),
-            dropout_p: if self.training { self.dropout } else { 0.0 },
+            dropout_p: if self.training.get() { self.dropout } else { 0.0 },
             is_causal: masks.is_causal,
             scale: None,
         };
@@ -200,34 +202,8 @@ fn to_additive(m: &Tensor, dtype: DType) -> Result<Tensor> {
 }
 
 impl Module for MultiheadAttention {
-    module_boilerplate!("MultiheadAttention");
-
     /// Self-attention of `[B, L, E]` without masks.
     fn forward(&self, input: &Var) -> Result<Var> {
         self.attend(input, input, input, MhaMasks::default())
-    }
-
-    fn own_parameters(&self) -> Vec<(&'static str, Parameter)> {
-        let mut v = vec![("in_proj_weight", self.in_proj_weight.clone())];
-        if let Some(b) = &self.in_proj_bias {
-            v.push(("in_proj_bias", b.clone()));
-        }
-        v
-    }
-
-    fn children(&self) -> Vec<(String, &dyn Module)> {
-        vec![("out_proj".into(), &self.out_proj)]
-    }
-
-    fn children_mut(&mut self) -> Vec<(String, &mut dyn Module)> {
-        vec![("out_proj".into(), &mut self.out_proj)]
-    }
-
-    fn set_own_training(&mut self, training: bool) {
-        self.training = training;
-    }
-
-    fn own_training(&self) -> Option<bool> {
-        Some(self.training)
     }
 }

@@ -1,5 +1,5 @@
 //! [`Buffer`]: non-trainable module state shared by handle (BatchNorm's
-//! running statistics), PyTorch's `register_buffer`.
+//! running statistics), PyTorch's `register_buffer`, persistent or not.
 
 use std::sync::{Arc, RwLock};
 
@@ -9,17 +9,36 @@ use tessera_tensor::{Error, Result, Tensor};
 /// trained (BatchNorm's `running_mean`, `running_var`,
 /// `num_batches_tracked`). Clones share one value, so a module can update
 /// it during `forward(&self)` and a checkpoint sees the update.
+///
+/// A non-persistent buffer (PyTorch's `register_buffer(...,
+/// persistent=False)`, e.g. a relative-position index computed at
+/// construction) belongs to the module but is left out of its state dict.
 #[derive(Clone)]
 pub struct Buffer {
     value: Arc<RwLock<Tensor>>,
+    persistent: bool,
 }
 
 impl Buffer {
-    /// A buffer holding `tensor`.
+    /// A persistent buffer holding `tensor`.
     pub fn new(tensor: Tensor) -> Buffer {
         Buffer {
             value: Arc::new(RwLock::new(tensor)),
+            persistent: true,
         }
+    }
+
+    /// A buffer holding `tensor` that is not saved in the state dict.
+    pub fn non_persistent(tensor: Tensor) -> Buffer {
+        Buffer {
+            persistent: false,
+            ..Buffer::new(tensor)
+        }
+    }
+
+    /// True when the buffer is part of the state dict.
+    pub fn is_persistent(&self) -> bool {
+        self.persistent
     }
 
     /// The current value (a cheap clone sharing the storage).

@@ -7,9 +7,10 @@ use crate::Module;
 
 /// Modules applied in order, named `0`, `1`, ... in the state dict
 /// (`torch.nn.Sequential`).
-#[derive(Default)]
+#[derive(Default, Module)]
 pub struct Sequential {
     /// The layers, in order.
+    #[module(flatten)]
     pub layers: Vec<Box<dyn Module>>,
 }
 
@@ -42,8 +43,6 @@ impl Sequential {
 }
 
 impl Module for Sequential {
-    crate::module_boilerplate!("Sequential");
-
     /// Errors with the first layer's error, prefixed by nothing: the
     /// layer's own message names its op and shapes.
     fn forward(&self, input: &Var) -> Result<Var> {
@@ -53,21 +52,14 @@ impl Module for Sequential {
         }
         Ok(x)
     }
-
-    fn children(&self) -> Vec<(String, &dyn Module)> {
-        indexed(&self.layers)
-    }
-
-    fn children_mut(&mut self) -> Vec<(String, &mut dyn Module)> {
-        indexed_mut(&mut self.layers)
-    }
 }
 
 /// A list of modules, named `0`, `1`, ..., that the owner applies itself
 /// (`torch.nn.ModuleList`).
-#[derive(Default)]
+#[derive(Default, Module)]
 pub struct ModuleList {
     /// The modules.
+    #[module(flatten)]
     pub modules: Vec<Box<dyn Module>>,
 }
 
@@ -99,8 +91,6 @@ impl ModuleList {
 }
 
 impl Module for ModuleList {
-    crate::module_boilerplate!("ModuleList");
-
     /// Always an error: a ModuleList has no forward of its own (as in
     /// PyTorch); apply its modules with [`ModuleList::iter`].
     fn forward(&self, _input: &Var) -> Result<Var> {
@@ -109,26 +99,4 @@ impl Module for ModuleList {
             "a ModuleList has no forward; iterate over its modules",
         ))
     }
-
-    fn children(&self) -> Vec<(String, &dyn Module)> {
-        indexed(&self.modules)
-    }
-
-    fn children_mut(&mut self) -> Vec<(String, &mut dyn Module)> {
-        indexed_mut(&mut self.modules)
-    }
-}
-
-fn indexed(v: &[Box<dyn Module>]) -> Vec<(String, &dyn Module)> {
-    v.iter()
-        .enumerate()
-        .map(|(i, m)| (i.to_string(), m.as_ref() as &dyn Module))
-        .collect()
-}
-
-fn indexed_mut(v: &mut [Box<dyn Module>]) -> Vec<(String, &mut dyn Module)> {
-    v.iter_mut()
-        .enumerate()
-        .map(|(i, m)| (i.to_string(), m.as_mut() as &mut dyn Module))
-        .collect()
 }

@@ -4,18 +4,19 @@ use tessera_autograd::{Parameter, Var};
 use tessera_tensor::ops::conv::Conv2dParams;
 use tessera_tensor::{DType, Error, Result, Tensor};
 
-use crate::{init, module_boilerplate, Module};
+use crate::{init, Module};
 
 /// 2-D convolution (`torch.nn.Conv2d`): weight `[out, in/groups, kh, kw]`,
 /// optional bias `[out]`, PyTorch's default init (U(±1/√fan_in) with
 /// `fan_in = in/groups · kh · kw`).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Module)]
 pub struct Conv2d {
     /// The filters, `[out_channels, in_channels / groups, kh, kw]`.
     pub weight: Parameter,
     /// The bias, `[out_channels]`, when the layer has one.
     pub bias: Option<Parameter>,
     /// Stride, padding, dilation and groups.
+    #[module(skip)]
     pub params: Conv2dParams,
 }
 
@@ -133,18 +134,8 @@ impl Conv2d {
 }
 
 impl Module for Conv2d {
-    module_boilerplate!("Conv2d");
-
     fn forward(&self, input: &Var) -> Result<Var> {
         let b = self.bias.as_ref().map(Parameter::var);
         input.conv2d(&self.weight.var(), b.as_ref(), &self.params)
-    }
-
-    fn own_parameters(&self) -> Vec<(&'static str, Parameter)> {
-        let mut v = vec![("weight", self.weight.clone())];
-        if let Some(b) = &self.bias {
-            v.push(("bias", b.clone()));
-        }
-        v
     }
 }

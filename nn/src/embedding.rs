@@ -3,17 +3,18 @@
 use tessera_autograd::{Parameter, Var};
 use tessera_tensor::{DType, Error, Result, Tensor};
 
-use crate::{module_boilerplate, Module};
+use crate::Module;
 
 /// A table of `num_embeddings` vectors of size `embedding_dim`
 /// (`torch.nn.Embedding`): `forward` maps integer indices of any shape to
 /// `[*, embedding_dim]`. Initialised N(0, 1) as PyTorch does, with the
 /// `padding_idx` row zero (and receiving no gradient).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Module)]
 pub struct Embedding {
     /// The table, `[num_embeddings, embedding_dim]`.
     pub weight: Parameter,
     /// The row that stays zero and gets no gradient, if any.
+    #[module(skip)]
     pub padding_idx: Option<usize>,
 }
 
@@ -40,15 +41,9 @@ impl Embedding {
 }
 
 impl Module for Embedding {
-    module_boilerplate!("Embedding");
-
     /// `input` holds integer indices (a constant `Var`). Errors for a
     /// non-integer dtype or an index out of range.
     fn forward(&self, input: &Var) -> Result<Var> {
         self.weight.var().embedding(input.tensor(), self.padding_idx)
-    }
-
-    fn own_parameters(&self) -> Vec<(&'static str, Parameter)> {
-        vec![("weight", self.weight.clone())]
     }
 }

@@ -3,9 +3,11 @@
 //! Neural-network modules with PyTorch's names, layouts, defaults and
 //! initialisation.
 //!
-//! - [`Module`]: `forward`, parameters and buffers named as in PyTorch's
-//!   `state_dict` (`features.0.weight`, `bn1.running_mean`,
-//!   `bn1.num_batches_tracked`), `train`/`eval`, parameter counts.
+//! - [`Module`]: `#[derive(Module)]` reads a module's parameters, buffers,
+//!   training flag and children from its fields (no hand-kept lists);
+//!   `forward`, parameters and buffers named as in PyTorch's `state_dict`
+//!   (`features.0.weight`, `bn1.running_mean`, `bn1.num_batches_tracked`),
+//!   `train`/`eval`, parameter counts. [`walk`] visits the whole tree.
 //! - [`state_dict`]: load by name (missing, unexpected and wrongly shaped
 //!   keys reported; an error when strict) and save through safetensors, so
 //!   checkpoints move between tessera and PyTorch.
@@ -30,6 +32,9 @@
 //! # Ok::<(), tessera_tensor::Error>(())
 //! ```
 
+// The derive names this crate `::tessera_nn`, also inside it.
+extern crate self as tessera_nn;
+
 mod activation;
 mod attention;
 mod buffer;
@@ -44,7 +49,9 @@ mod module;
 mod norm;
 mod pool;
 pub mod state_dict;
+mod training;
 mod transformer;
+mod visit;
 
 pub use activation::{Dropout, ReLU, SiLU, Sigmoid, Softmax, Tanh, GELU};
 pub use attention::{MhaMasks, MultiheadAttention};
@@ -54,9 +61,12 @@ pub use conv::{Conv2d, Conv2dOptions};
 pub use embedding::Embedding;
 pub use linear::{Flatten, Identity, Linear};
 pub use loss::{BCEWithLogitsLoss, CrossEntropyLoss, MSELoss, NLLLoss};
-pub use module::{walk, Module};
+pub use module::Module;
 pub use norm::{BatchNorm, BatchNormOptions, GroupNorm, LayerNorm};
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
 pub use state_dict::LoadReport;
 pub use tessera_autograd::{Parameter, Reduction, Var};
+pub use tessera_derive::Module;
+pub use training::Training;
 pub use transformer::{Activation, TransformerEncoderLayer, TransformerOptions};
+pub use visit::{walk, Entry, ModuleField, Visit, Visitor};

@@ -3,12 +3,12 @@
 use tessera_autograd::{Parameter, Var};
 use tessera_tensor::{DType, Result, Tensor};
 
-use crate::{init, module_boilerplate, Module};
+use crate::{init, Module};
 
 /// `y = x Wᵀ + b` over the last dimension (`torch.nn.Linear`): weight
 /// `[out_features, in_features]`, optional bias `[out_features]`, both
 /// initialised as PyTorch does (U(±1/√in_features)).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Module)]
 pub struct Linear {
     /// The weight, `[out_features, in_features]`.
     pub weight: Parameter,
@@ -42,29 +42,17 @@ impl Linear {
 }
 
 impl Module for Linear {
-    module_boilerplate!("Linear");
-
     fn forward(&self, input: &Var) -> Result<Var> {
         let b = self.bias.as_ref().map(Parameter::var);
         input.linear(&self.weight.var(), b.as_ref())
     }
-
-    fn own_parameters(&self) -> Vec<(&'static str, Parameter)> {
-        let mut v = vec![("weight", self.weight.clone())];
-        if let Some(b) = &self.bias {
-            v.push(("bias", b.clone()));
-        }
-        v
-    }
 }
 
 /// Returns its input unchanged (`torch.nn.Identity`).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, Module)]
 pub struct Identity;
 
 impl Module for Identity {
-    module_boilerplate!("Identity");
-
     fn forward(&self, input: &Var) -> Result<Var> {
         Ok(input.clone())
     }
@@ -72,11 +60,13 @@ impl Module for Identity {
 
 /// Flattens dimensions `start_dim ..= end_dim` into one (`torch.nn.Flatten`,
 /// default `1, -1`: everything but the batch dimension).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Module)]
 pub struct Flatten {
     /// The first dimension flattened.
+    #[module(skip)]
     pub start_dim: isize,
     /// The last dimension flattened (inclusive).
+    #[module(skip)]
     pub end_dim: isize,
 }
 
@@ -90,8 +80,6 @@ impl Default for Flatten {
 }
 
 impl Module for Flatten {
-    module_boilerplate!("Flatten");
-
     /// Errors when a dimension is out of range or `start_dim > end_dim`.
     fn forward(&self, input: &Var) -> Result<Var> {
         input.flatten(self.start_dim, self.end_dim)

@@ -2,69 +2,108 @@
 //! train/eval mode.
 
 use tessera_autograd::{Parameter, Var};
-use tessera_tensor::{Result, Tensor};
+use tessera_tensor::{Result, StateDict};
 
-use crate::Buffer;
+use crate::state_dict::LoadReport;
+use crate::visit::{walk, Entry};
+use crate::{Buffer, Visit};
 
 /// A neural-network layer or model, as `torch.nn.Module`.
 ///
-/// A module implements [`Module::forward`] and describes its state: its own
-/// parameters and buffers (with their local names, in registration order)
-/// and its children (with their attribute names, or indices in containers).
-/// From that description the provided methods derive everything else with
-/// PyTorch's naming: [`Module::named_parameters`] gives `features.0.weight`,
-/// [`Module::state_dict`] gives parameters then buffers of each module
-/// before its children's (`bn1.weight, bn1.bias, bn1.running_mean, ...`).
+/// A module is a struct with `#[derive(Module)]` and an `impl Module` with
+/// its [`Module::forward`]. The derive reads the module's state from its
+/// fields — [`Parameter`]s, [`Buffer`]s, a [`crate::Training`] flag, child
+/// modules, and `Option`s, `Vec`s and arrays of these — so there is no list
+/// of children to keep in step with the fields: every child is in the state
+/// dict and every flag follows [`Module::train`] by construction. A field
+/// that is none of these must be marked `#[module(skip)]`, or the struct
+/// does not compile.
+///
+/// ```
+/// use tessera_nn::{Dropout, LayerNorm, Linear, Module, Training, Var};
+/// use tessera_tensor::Result;
+///
+/// #[derive(Module)]
+/// struct Block {
+///     norm: LayerNorm,
+///     layers: Vec<Linear>,
+///     drop: Option<Dropout>,
+///     #[module(skip)]
+///     width: usize,
+/// }
+///
+/// impl Module for Block {
+///     fn forward(&self, x: &Var) -> Result<Var> {
+///         let mut h = self.norm.forward(x)?;
+///         for l in &self.layers {
+///             h = l.forward(&h)?.relu()?;
+///         }
+///         match &self.drop {
+///             Some(d) => d.forward(&h),
+///             None => Ok(h),
+///         }
+///     }
+/// }
+///
+/// let mut block = Block {
+///     norm: LayerNorm::new(&[4], 1e-5, true, true)?,
+///     layers: vec![Linear::new(4, 4, true)?, Linear::new(4, 4, false)?],
+///     drop: Some(Dropout::new(0.1)?),
+///     width: 4,
+/// };
+/// let names: Vec<String> = block.named_parameters().into_iter().map(|(n, _)| n).collect();
+/// assert_eq!(names, ["norm.weight", "norm.bias", "layers.0.weight", "layers.0.bias", "layers.1.weight"]);
+/// block.eval(); // reaches the Dropout: no list of children was written
+/// assert!(!block.is_training());
+/// # Ok::<(), tessera_tensor::Error>(())
+/// ```
+///
+/// A forgotten child is impossible: every field is visited, and a field
+/// that is not module state must say so. Without the `#[module(skip)]`,
+/// this does not compile (`usize` is not a module, parameter, buffer or
+/// training flag):
+///
+/// ```compile_fail,E0277
+/// use tessera_nn::{Linear, Module, Var};
+///
+/// #[derive(Module)]
+/// struct Head {
+///     fc: Linear,
+///     width: usize,
+/// }
+///
+/// impl Module for Head {
+///     fn forward(&self, x: &Var) -> tessera_tensor::Result<Var> {
+///         self.fc.forward(x)
+///     }
+/// }
+/// ```
+///
+/// Names and order are PyTorch's: [`Module::named_parameters`] gives
+/// `features.0.weight`, and [`Module::state_dict`] lists each module's
+/// parameters, then its buffers, then its children's entries
+/// (`bn1.weight, bn1.bias, bn1.running_mean, ...`). Where PyTorch's name
+/// differs from the field's, `#[module(rename = "...")]` sets it, and
+/// `#[module(flatten)]` drops the field's name (a `Vec` field of a
+/// `Sequential`-like container gives `0.weight`, `1.weight`, ...).
 ///
 /// Parameters and buffers are shared handles, so `forward(&self)` reads the
 /// values the optimizer last wrote, and BatchNorm updates its running
 /// statistics through `&self`.
-pub trait Module: Send + Sync {
+pub trait Module: Visit + Send + Sync {
     /// Applies the module to `input`. Errors when the input's shape or
     /// dtype do not fit the module (the message names the op and shapes).
     fn forward(&self, input: &Var) -> Result<Var>;
 
-    /// The module's type name, as PyTorch prints it (`"Linear"`).
-    fn type_name(&self) -> &'static str;
-
-    /// This module's own parameters (not its children's), in registration
-    /// order, with their local names. An absent bias is simply not listed.
-    fn own_parameters(&self) -> Vec<(&'static str, Parameter)> {
-        Vec::new()
-    }
-
-    /// This module's own persistent buffers, in registration order.
-    fn own_buffers(&self) -> Vec<(&'static str, Buffer)> {
-        Vec::new()
-    }
-
-    /// The direct children with their names, in registration order.
-    fn children(&self) -> Vec<(String, &dyn Module)> {
-        Vec::new()
-    }
-
-    /// The direct children, mutably (for [`Module::train`]).
-    fn children_mut(&mut self) -> Vec<(String, &mut dyn Module)> {
-        Vec::new()
-    }
-
-    /// Sets this module's own training flag (children are visited by
-    /// [`Module::train`]). Modules that behave the same in both modes
-    /// ignore it.
-    fn set_own_training(&mut self, _training: bool) {}
-
-    /// This module's own training flag, `None` for modules without one.
-    fn own_training(&self) -> Option<bool> {
-        None
-    }
-
     /// Puts this module and every descendant in training mode (`true`) or
-    /// evaluation mode (`false`), PyTorch's `train(mode)`.
+    /// evaluation mode (`false`), PyTorch's `train(mode)`: every
+    /// [`crate::Training`] flag in the tree is set.
     fn train(&mut self, training: bool) {
-        self.set_own_training(training);
-        for (_, c) in self.children_mut() {
-            c.train(training);
-        }
+        walk(self, &mut |_, e| {
+            if let Entry::Training(flag) = e {
+                flag.set(training);
+            }
+        });
     }
 
     /// Evaluation mode: `train(false)`.
@@ -72,35 +111,28 @@ pub trait Module: Send + Sync {
         self.train(false);
     }
 
-    /// True when the module (or, lacking a flag of its own, its first
-    /// descendant with one) is in training mode; true when none has a flag,
-    /// as new PyTorch modules start in training mode.
+    /// The mode of the module's own training flag or, lacking one, of the
+    /// first descendant's; true when no module in the tree has a flag, as
+    /// new PyTorch modules start in training mode.
     fn is_training(&self) -> bool {
-        self.own_training()
-            .or_else(|| {
-                let mut found = None;
-                walk(self.as_dyn_ref(), "", &mut |_, m| {
-                    if found.is_none() {
-                        found = m.own_training();
-                    }
-                });
-                found
-            })
-            .unwrap_or(true)
+        let mut found = None;
+        walk(self, &mut |_, e| {
+            if let (None, Entry::Training(flag)) = (found, e) {
+                found = Some(flag.get());
+            }
+        });
+        found.unwrap_or(true)
     }
-
-    /// `self` as a trait object (written by [`crate::module_boilerplate!`]).
-    fn as_dyn_ref(&self) -> &dyn Module;
 
     /// Every parameter with its dotted PyTorch name, parents before
     /// children, each shared parameter once (under its first name), as
     /// `named_parameters()`.
     fn named_parameters(&self) -> Vec<(String, Parameter)> {
         let mut out: Vec<(String, Parameter)> = Vec::new();
-        walk(self.as_dyn_ref(), "", &mut |prefix, m| {
-            for (name, p) in m.own_parameters() {
-                if !out.iter().any(|(_, q)| q.same(&p)) {
-                    out.push((join(prefix, name), p));
+        walk(self, &mut |name, e| {
+            if let Entry::Parameter(p) = e {
+                if !out.iter().any(|(_, q)| q.same(p)) {
+                    out.push((name.to_string(), p.clone()));
                 }
             }
         });
@@ -112,13 +144,14 @@ pub trait Module: Send + Sync {
         self.named_parameters().into_iter().map(|(_, p)| p).collect()
     }
 
-    /// Every persistent buffer with its dotted name, as `named_buffers()`.
+    /// Every buffer (persistent or not) with its dotted name, each shared
+    /// buffer once, as `named_buffers()`.
     fn named_buffers(&self) -> Vec<(String, Buffer)> {
         let mut out: Vec<(String, Buffer)> = Vec::new();
-        walk(self.as_dyn_ref(), "", &mut |prefix, m| {
-            for (name, b) in m.own_buffers() {
-                if !out.iter().any(|(_, c)| c.same(&b)) {
-                    out.push((join(prefix, name), b));
+        walk(self, &mut |name, e| {
+            if let Entry::Buffer(b) = e {
+                if !out.iter().any(|(_, c)| c.same(b)) {
+                    out.push((name.to_string(), b.clone()));
                 }
             }
         });
@@ -141,52 +174,36 @@ pub trait Module: Send + Sync {
     }
 
     /// The state dict in PyTorch's order: for each module, its parameters,
-    /// then its buffers, then its children's entries. Tensors are shared,
-    /// not copied (later updates copy-on-write, so these values never
-    /// change). A parameter reachable under two names is listed under both,
-    /// as in PyTorch.
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        let mut out = Vec::new();
-        walk(self.as_dyn_ref(), "", &mut |prefix, m| {
-            for (name, p) in m.own_parameters() {
-                out.push((join(prefix, name), p.tensor()));
+    /// then its persistent buffers, then its children's entries. Tensors
+    /// are shared, not copied (later updates copy-on-write, so these values
+    /// never change). A parameter reachable under two names is listed under
+    /// both, as in PyTorch.
+    fn state_dict(&self) -> StateDict {
+        let mut out = StateDict::new();
+        walk(self, &mut |name, e| match e {
+            Entry::Parameter(p) => {
+                out.insert(name, p.tensor());
             }
-            for (name, b) in m.own_buffers() {
-                out.push((join(prefix, name), b.tensor()));
+            Entry::Buffer(b) if b.is_persistent() => {
+                out.insert(name, b.tensor());
             }
+            _ => {}
         });
         out
     }
-}
 
-/// Calls `f(prefix, module)` for `m` and every descendant, parents before
-/// children, with the dotted prefix of each (`""` for `m` itself).
-pub fn walk(m: &dyn Module, prefix: &str, f: &mut dyn FnMut(&str, &dyn Module)) {
-    f(prefix, m);
-    for (name, c) in m.children() {
-        walk(c, &join(prefix, &name), f);
+    /// Copies the tensors of `sd` into the parameters and buffers by name,
+    /// as PyTorch's `load_state_dict(sd, strict)`; see
+    /// [`crate::state_dict::load_state_dict`]. With `strict`, a missing,
+    /// unexpected or wrongly shaped key is an error naming each (with both
+    /// shapes) and nothing changes.
+    fn load_state_dict(&self, sd: &StateDict, strict: bool) -> Result<LoadReport> {
+        crate::state_dict::load_state_dict(self, sd, strict)
     }
 }
 
-/// `prefix.name`, or `name` at the root.
-pub(crate) fn join(prefix: &str, name: &str) -> String {
-    if prefix.is_empty() {
-        name.to_string()
-    } else {
-        format!("{prefix}.{name}")
+impl<M: Module + ?Sized> Module for Box<M> {
+    fn forward(&self, input: &Var) -> Result<Var> {
+        (**self).forward(input)
     }
-}
-
-/// Implements [`Module::as_dyn_ref`] and [`Module::type_name`] inside an
-/// `impl Module for T` block.
-#[macro_export]
-macro_rules! module_boilerplate {
-    ($name:literal) => {
-        fn type_name(&self) -> &'static str {
-            $name
-        }
-        fn as_dyn_ref(&self) -> &dyn $crate::Module {
-            self
-        }
-    };
 }

@@ -3,7 +3,7 @@
 use tessera_autograd::{Parameter, Var};
 use tessera_tensor::{DType, Error, Result, Tensor};
 
-use crate::{module_boilerplate, Buffer, Module};
+use crate::{Buffer, Module, Training};
 
 /// Batch normalization over the channel dimension of `[N, C, *]`
 /// (`torch.nn.BatchNorm1d` / `BatchNorm2d`): affine `weight` (ones) and
@@ -16,7 +16,8 @@ use crate::{module_boilerplate, Buffer, Module};
 /// `momentum: None` the running statistics are the cumulative average
 /// (`m = 1 / num_batches_tracked`). In eval mode the running statistics
 /// normalize.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Module)]
+#[module(type_name = self.kind.type_name())]
 pub struct BatchNorm {
     /// Per-channel scale `[C]`, when affine.
     pub weight: Option<Parameter>,
@@ -29,11 +30,14 @@ pub struct BatchNorm {
     /// Batches seen in training, an i64 scalar, when tracking.
     pub num_batches_tracked: Option<Buffer>,
     /// Added to the variance (PyTorch's default 1e-5).
+    #[module(skip)]
     pub eps: f64,
     /// Running-average factor (default 0.1); `None` is the cumulative
     /// average.
+    #[module(skip)]
     pub momentum: Option<f64>,
-    training: bool,
+    training: Training,
+    #[module(skip)]
     kind: BnKind,
 }
 
@@ -42,6 +46,15 @@ pub struct BatchNorm {
 enum BnKind {
     OneD,
     TwoD,
+}
+
+impl BnKind {
+    fn type_name(self) -> &'static str {
+        match self {
+            BnKind::OneD => "BatchNorm1d",
+            BnKind::TwoD => "BatchNorm2d",
+        }
+    }
 }
 
 /// The settings of a [`BatchNorm`]; the default is PyTorch's.
@@ -103,7 +116,7 @@ impl BatchNorm {
             num_batches_tracked: buffer(Ok(Tensor::scalar(0i64)))?,
             eps: opts.eps,
             momentum: opts.momentum,
-            training: true,
+            training: Training::default(),
             kind,
         })
     }
@@ -116,29 +129,18 @@ impl BatchNorm {
         if ok {
             return Ok(());
         }
-        let (name, want) = match self.kind {
-            BnKind::OneD => ("BatchNorm1d", "2D or 3D"),
-            BnKind::TwoD => ("BatchNorm2d", "4D"),
+        let want = match self.kind {
+            BnKind::OneD => "2D or 3D",
+            BnKind::TwoD => "4D",
         };
         Err(Error::shape(
-            name,
+            self.kind.type_name(),
             format!("expected {want} input, got shape {:?}", x.shape()),
         ))
     }
 }
 
 impl Module for BatchNorm {
-    fn type_name(&self) -> &'static str {
-        match self.kind {
-            BnKind::OneD => "BatchNorm1d",
-            BnKind::TwoD => "BatchNorm2d",
-        }
-    }
-
-    fn as_dyn_ref(&self) -> &dyn Module {
-        self
-    }
-
     fn forward(&self, input: &Var) -> Result<Var> {
         self.check_rank(input)?;
         let w = self.weight.as_ref().map(Parameter::var);
@@ -147,10 +149,11 @@ impl Module for BatchNorm {
             (Some(m), Some(v)) => Some((m.tensor(), v.tensor())),
             _ => None,
         };
-        let use_batch_stats = self.training || stats.is_none();
+        let training = self.training.get();
+        let use_batch_stats = training || stats.is_none();
         let mut momentum = self.momentum.unwrap_or(0.0);
         let mut batches = None;
-        if self.training {
+        if training {
             if let Some(nbt) = &self.num_batches_tracked {
                 let n = nbt.tensor().to_scalar::<i64>()? + 1;
                 batches = Some((nbt, n));
@@ -171,7 +174,7 @@ impl Module for BatchNorm {
         if let Some((nbt, n)) = batches {
             nbt.set(Tensor::scalar(n))?;
         }
-        if self.training {
+        if training {
             if let (Some(m), Some(t)) = (&self.running_mean, out.running_mean) {
                 m.set(t)?;
             }
@@ -181,44 +184,22 @@ impl Module for BatchNorm {
         }
         Ok(out.y)
     }
-
-    fn own_parameters(&self) -> Vec<(&'static str, Parameter)> {
-        let w = self.weight.iter().map(|p| ("weight", p.clone()));
-        w.chain(self.bias.iter().map(|p| ("bias", p.clone()))).collect()
-    }
-
-    fn own_buffers(&self) -> Vec<(&'static str, Buffer)> {
-        [
-            ("running_mean", &self.running_mean),
-            ("running_var", &self.running_var),
-            ("num_batches_tracked", &self.num_batches_tracked),
-        ]
-        .into_iter()
-        .filter_map(|(n, b)| b.as_ref().map(|b| (n, b.clone())))
-        .collect()
-    }
-
-    fn set_own_training(&mut self, training: bool) {
-        self.training = training;
-    }
-
-    fn own_training(&self) -> Option<bool> {
-        Some(self.training)
-    }
 }
 
 /// Layer normalization over the trailing `normalized_shape` dims
 /// (`torch.nn.LayerNorm`): elementwise affine `weight` (ones) and `bias`
 /// (zeros) shaped `normalized_shape`, `eps` 1e-5 by default.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Module)]
 pub struct LayerNorm {
     /// The normalized trailing shape.
+    #[module(skip)]
     pub normalized_shape: Vec<usize>,
     /// Scale, when elementwise-affine.
     pub weight: Option<Parameter>,
     /// Shift, when elementwise-affine (and `bias` was asked for).
     pub bias: Option<Parameter>,
     /// Added to the variance.
+    #[module(skip)]
     pub eps: f64,
 }
 
@@ -237,32 +218,27 @@ impl LayerNorm {
 }
 
 impl Module for LayerNorm {
-    module_boilerplate!("LayerNorm");
-
     fn forward(&self, input: &Var) -> Result<Var> {
         let w = self.weight.as_ref().map(Parameter::var);
         let b = self.bias.as_ref().map(Parameter::var);
         input.layer_norm(&self.normalized_shape, w.as_ref(), b.as_ref(), self.eps)
-    }
-
-    fn own_parameters(&self) -> Vec<(&'static str, Parameter)> {
-        let w = self.weight.iter().map(|p| ("weight", p.clone()));
-        w.chain(self.bias.iter().map(|p| ("bias", p.clone()))).collect()
     }
 }
 
 /// Group normalization of `[N, C, *]` in `num_groups` channel groups
 /// (`torch.nn.GroupNorm`): per-channel affine `weight` (ones) and `bias`
 /// (zeros), `eps` 1e-5 by default.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Module)]
 pub struct GroupNorm {
     /// The number of channel groups.
+    #[module(skip)]
     pub num_groups: usize,
     /// Per-channel scale `[C]`, when affine.
     pub weight: Option<Parameter>,
     /// Per-channel shift `[C]`, when affine.
     pub bias: Option<Parameter>,
     /// Added to the variance.
+    #[module(skip)]
     pub eps: f64,
 }
 
@@ -287,16 +263,9 @@ impl GroupNorm {
 }
 
 impl Module for GroupNorm {
-    module_boilerplate!("GroupNorm");
-
     fn forward(&self, input: &Var) -> Result<Var> {
         let w = self.weight.as_ref().map(Parameter::var);
         let b = self.bias.as_ref().map(Parameter::var);
         input.group_norm(self.num_groups, w.as_ref(), b.as_ref(), self.eps)
-    }
-
-    fn own_parameters(&self) -> Vec<(&'static str, Parameter)> {
-        let w = self.weight.iter().map(|p| ("weight", p.clone()));
-        w.chain(self.bias.iter().map(|p| ("bias", p.clone()))).collect()
     }
 }

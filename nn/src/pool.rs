@@ -4,12 +4,13 @@ use tessera_autograd::Var;
 use tessera_tensor::ops::pool::Pool2dParams;
 use tessera_tensor::Result;
 
-use crate::{module_boilerplate, Module};
+use crate::Module;
 
 /// Max pooling over `[N, C, H, W]` (`torch.nn.MaxPool2d`).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Module)]
 pub struct MaxPool2d {
     /// Window, stride, padding, dilation and ceil mode.
+    #[module(skip)]
     pub params: Pool2dParams,
 }
 
@@ -23,8 +24,6 @@ impl MaxPool2d {
 }
 
 impl Module for MaxPool2d {
-    module_boilerplate!("MaxPool2d");
-
     /// Errors as [`Var::max_pool2d`] (bad rank, window larger than the
     /// padded input, ...).
     fn forward(&self, input: &Var) -> Result<Var> {
@@ -33,9 +32,10 @@ impl Module for MaxPool2d {
 }
 
 /// Average pooling over `[N, C, H, W]` (`torch.nn.AvgPool2d`).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Module)]
 pub struct AvgPool2d {
     /// Window, stride, padding, ceil mode and divisor settings.
+    #[module(skip)]
     pub params: Pool2dParams,
 }
 
@@ -49,8 +49,6 @@ impl AvgPool2d {
 }
 
 impl Module for AvgPool2d {
-    module_boilerplate!("AvgPool2d");
-
     /// Errors as [`Var::avg_pool2d`].
     fn forward(&self, input: &Var) -> Result<Var> {
         input.avg_pool2d(&self.params)
@@ -59,9 +57,10 @@ impl Module for AvgPool2d {
 
 /// Average pooling to a fixed output size (`torch.nn.AdaptiveAvgPool2d`);
 /// `[1, 1]` is global average pooling.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Module)]
 pub struct AdaptiveAvgPool2d {
     /// The output `(H, W)`.
+    #[module(skip)]
     pub output_size: [usize; 2],
 }
 
@@ -73,8 +72,6 @@ impl AdaptiveAvgPool2d {
 }
 
 impl Module for AdaptiveAvgPool2d {
-    module_boilerplate!("AdaptiveAvgPool2d");
-
     /// Errors as [`Var::adaptive_avg_pool2d`].
     fn forward(&self, input: &Var) -> Result<Var> {
         input.adaptive_avg_pool2d(self.output_size)

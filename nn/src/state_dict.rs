@@ -1,13 +1,11 @@
 //! Loading and saving a module's state dict, by PyTorch name, through
 //! safetensors.
 
-use std::collections::HashMap;
 use std::path::Path;
 
-use tessera_tensor::{safetensors, Error, Result, Tensor};
+use tessera_tensor::{safetensors, Error, Result, StateDict, Tensor};
 
-use crate::module::walk;
-use crate::Module;
+use crate::{walk, Entry, Module};
 
 /// What [`load_state_dict`] found: keys the module has but the state dict
 /// lacks, keys the state dict has but the module lacks, and keys whose
@@ -62,39 +60,35 @@ impl std::fmt::Display for LoadReport {
 /// (PyTorch errors on it even when not strict; tessera reports it in
 /// [`LoadReport::mismatched`] so partial loads such as a new classifier head
 /// work).
-pub fn load_state_dict(
-    module: &dyn Module,
-    sd: &HashMap<String, Tensor>,
-    strict: bool,
-) -> Result<LoadReport> {
+pub fn load_state_dict<M: Module + ?Sized>(module: &M, sd: &StateDict, strict: bool) -> Result<LoadReport> {
     let mut report = LoadReport::default();
     let mut seen = std::collections::HashSet::new();
     let mut apply: Vec<Box<dyn FnOnce() -> Result<()> + '_>> = Vec::new();
-    walk(module, "", &mut |prefix, m| {
-        let params = m
-            .own_parameters()
-            .into_iter()
-            .map(|(n, p)| (n, p.shape(), Target::Param(p)));
-        let buffers = m
-            .own_buffers()
-            .into_iter()
-            .map(|(n, b)| (n, b.shape(), Target::Buffer(b)));
-        for (name, shape, target) in params.chain(buffers) {
-            let key = crate::module::join(prefix, name);
-            seen.insert(key.clone());
-            match sd.get(&key) {
-                None => report.missing.push(key),
-                Some(t) if t.shape() != shape.as_slice() => {
-                    report.mismatched.push((key, shape, t.shape().to_vec()))
-                }
-                Some(t) => {
-                    let t = t.clone();
-                    apply.push(Box::new(move || target.assign(&t)));
-                }
+    walk(module, &mut |key, e| {
+        let (shape, target) = match e {
+            Entry::Parameter(p) => (p.shape(), Target::Param(p)),
+            Entry::Buffer(b) if b.is_persistent() => (b.shape(), Target::Buffer(b)),
+            _ => return,
+        };
+        seen.insert(key.to_string());
+        match sd.tensor(key) {
+            None => report.missing.push(key.to_string()),
+            Some(t) if t.shape() != shape.as_slice() => {
+                report
+                    .mismatched
+                    .push((key.to_string(), shape, t.shape().to_vec()))
+            }
+            Some(t) => {
+                let t = t.clone();
+                apply.push(Box::new(move || target.assign(&t)));
             }
         }
     });
-    report.unexpected = sd.keys().filter(|k| !seen.contains(*k)).cloned().collect();
+    report.unexpected = sd
+        .keys()
+        .filter(|k| !seen.contains(*k))
+        .map(String::from)
+        .collect();
     report.missing.sort();
     report.unexpected.sort();
     report.mismatched.sort();
@@ -117,26 +111,24 @@ pub fn load_state_dict(
 /// per key (PyTorch's `safetensors.torch.save_file(model.state_dict())`
 /// form; a parameter shared under two names is written under both).
 /// Errors on I/O failure or a tensor not on the CPU.
-pub fn save(module: &dyn Module, path: impl AsRef<Path>) -> Result<()> {
-    let sd = module.state_dict();
-    safetensors::save(path, sd.iter().map(|(k, t)| (k.as_str(), t)))
+pub fn save<M: Module + ?Sized>(module: &M, path: impl AsRef<Path>) -> Result<()> {
+    safetensors::save(path, module.state_dict().iter())
 }
 
 /// Reads a safetensors file and loads it into `module` with
 /// [`load_state_dict`]. Errors when the file cannot be read or is corrupt,
 /// or as [`load_state_dict`].
-pub fn load(module: &dyn Module, path: impl AsRef<Path>, strict: bool) -> Result<LoadReport> {
-    let sd = safetensors::load(path)?;
-    load_state_dict(module, &sd, strict)
+pub fn load<M: Module + ?Sized>(module: &M, path: impl AsRef<Path>, strict: bool) -> Result<LoadReport> {
+    load_state_dict(module, &StateDict::load(path)?, strict)
 }
 
 /// Where a loaded tensor goes.
-enum Target {
-    Param(tessera_autograd::Parameter),
-    Buffer(crate::Buffer),
+enum Target<'a> {
+    Param(&'a tessera_autograd::Parameter),
+    Buffer(&'a crate::Buffer),
 }
 
-impl Target {
+impl Target<'_> {
     fn assign(&self, t: &Tensor) -> Result<()> {
         match self {
             Target::Param(p) => p.set(t.to_dtype(p.dtype())?.contiguous()?),

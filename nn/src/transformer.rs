@@ -3,7 +3,7 @@
 use tessera_autograd::Var;
 use tessera_tensor::{GeluApprox, Result};
 
-use crate::{module_boilerplate, Dropout, LayerNorm, Linear, MhaMasks, Module, MultiheadAttention};
+use crate::{Dropout, LayerNorm, Linear, MhaMasks, Module, MultiheadAttention};
 
 /// The feed-forward activation of a [`TransformerEncoderLayer`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -51,6 +51,7 @@ impl Default for TransformerOptions {
 /// TransformerEncoderLayer(..., batch_first=True)`), with PyTorch's
 /// submodule names: `self_attn`, `linear1`, `dropout`, `linear2`, `norm1`,
 /// `norm2`, `dropout1`, `dropout2`.
+#[derive(Debug, Clone, Module)]
 pub struct TransformerEncoderLayer {
     /// Self-attention.
     pub self_attn: MultiheadAttention,
@@ -69,8 +70,10 @@ pub struct TransformerEncoderLayer {
     /// Dropout after the feed-forward block.
     pub dropout2: Dropout,
     /// The feed-forward activation.
+    #[module(skip)]
     pub activation: Activation,
     /// Pre-norm when true.
+    #[module(skip)]
     pub norm_first: bool,
 }
 
@@ -122,35 +125,7 @@ impl TransformerEncoderLayer {
 }
 
 impl Module for TransformerEncoderLayer {
-    module_boilerplate!("TransformerEncoderLayer");
-
     fn forward(&self, input: &Var) -> Result<Var> {
         self.forward_masked(input, MhaMasks::default())
-    }
-
-    fn children(&self) -> Vec<(String, &dyn Module)> {
-        vec![
-            ("self_attn".into(), &self.self_attn as &dyn Module),
-            ("linear1".into(), &self.linear1),
-            ("dropout".into(), &self.dropout),
-            ("linear2".into(), &self.linear2),
-            ("norm1".into(), &self.norm1),
-            ("norm2".into(), &self.norm2),
-            ("dropout1".into(), &self.dropout1),
-            ("dropout2".into(), &self.dropout2),
-        ]
-    }
-
-    fn children_mut(&mut self) -> Vec<(String, &mut dyn Module)> {
-        vec![
-            ("self_attn".into(), &mut self.self_attn as &mut dyn Module),
-            ("linear1".into(), &mut self.linear1),
-            ("dropout".into(), &mut self.dropout),
-            ("linear2".into(), &mut self.linear2),
-            ("norm1".into(), &mut self.norm1),
-            ("norm2".into(), &mut self.norm2),
-            ("dropout1".into(), &mut self.dropout1),
-            ("dropout2".into(), &mut self.dropout2),
-        ]
     }
 }

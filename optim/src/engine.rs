@@ -7,7 +7,6 @@ use tessera_autograd::{Gradients, Parameter};
 use tessera_tensor::{with_float_dtype, Error, FloatElement, Result, Tensor};
 
 use crate::kernel::Bufs;
-use crate::state::check_kind;
 use crate::{Hyper, Optimizer, ParamGroup, StateDict};
 
 /// How one optimizer updates a parameter: its hyperparameters, its state
@@ -278,7 +277,7 @@ impl<R: Rule> Optimizer for GroupOptimizer<R> {
 
     fn state_dict(&self) -> StateDict {
         let mut sd = StateDict::new();
-        sd.metadata.insert("kind".into(), R::NAME.into());
+        sd.set("kind", R::NAME);
         sd.set("groups", self.groups.len());
         let mut k = 0usize;
         for (g, (grp, states)) in self.groups.iter().zip(&self.state).enumerate() {
@@ -291,7 +290,7 @@ impl<R: Rule> Optimizer for GroupOptimizer<R> {
                     sd.set(format!("state.{k}.step"), st.step);
                 }
                 for (name, t) in &st.bufs {
-                    sd.tensors.insert(format!("state.{k}.{name}"), t.clone());
+                    sd.insert(format!("state.{k}.{name}"), t.clone());
                 }
                 k += 1;
             }
@@ -302,7 +301,7 @@ impl<R: Rule> Optimizer for GroupOptimizer<R> {
 
     fn load_state_dict(&mut self, sd: &StateDict) -> Result<()> {
         const OP: &str = "Optimizer::load_state_dict";
-        check_kind(OP, sd, R::NAME)?;
+        sd.check_kind(OP, R::NAME)?;
         let n: usize = sd.get(OP, "groups")?;
         if n != self.groups.len() {
             return Err(Error::arg(
@@ -340,7 +339,7 @@ impl<R: Rule> Optimizer for GroupOptimizer<R> {
             }
             states.push(group_states);
         }
-        if let Some(extra) = sd.tensors.keys().find(|key| {
+        if let Some(extra) = sd.keys().find(|key| {
             key.strip_prefix("state.")
                 .and_then(|r| r.split('.').next())
                 .and_then(|i| i.parse::<usize>().ok())
@@ -365,7 +364,7 @@ fn load_param_state<R: Rule>(sd: &StateDict, k: usize, p: &Parameter) -> Result<
     const OP: &str = "Optimizer::load_state_dict";
     let step_key = format!("state.{k}.step");
     let mut st = ParamState {
-        step: if sd.metadata.contains_key(&step_key) {
+        step: if sd.metadata().contains_key(&step_key) {
             sd.get(OP, &step_key)?
         } else {
             0
@@ -373,9 +372,9 @@ fn load_param_state<R: Rule>(sd: &StateDict, k: usize, p: &Parameter) -> Result<
         bufs: Vec::new(),
     };
     let prefix = format!("state.{k}.");
-    for (key, t) in sd.tensors.range(prefix.clone()..) {
+    for (key, t) in sd.iter() {
         let Some(name) = key.strip_prefix(&prefix) else {
-            break;
+            continue;
         };
         let name = R::BUFFERS.iter().find(|b| **b == name).ok_or_else(|| {
             Error::arg(

@@ -151,16 +151,16 @@ fn state_dict_names_follow_pytorch_indices() {
     let mut opt = Adam::with_groups(groups).unwrap();
     opt.step(&fixed_grads(&[(&b, &[1.0, 1.0])])).unwrap();
     let sd = opt.state_dict();
-    let keys: Vec<&String> = sd.tensors.keys().collect();
+    let keys: Vec<&str> = sd.keys().collect();
     assert_eq!(
         keys,
         ["state.1.exp_avg", "state.1.exp_avg_sq"],
         "w had no gradient: no state"
     );
-    assert_eq!(sd.metadata["kind"], "Adam");
-    assert_eq!(sd.metadata["group.1.lr"], "0.5");
-    assert_eq!(sd.metadata["state.1.step"], "1");
-    assert!(!sd.metadata.contains_key("state.0.step"));
+    assert_eq!(sd.metadata()["kind"], "Adam");
+    assert_eq!(sd.metadata()["group.1.lr"], 0.5);
+    assert_eq!(sd.metadata()["state.1.step"], 1);
+    assert!(!sd.metadata().contains_key("state.0.step"));
 }
 
 #[test]
@@ -185,8 +185,7 @@ fn mismatched_state_dicts_are_errors_that_change_nothing() {
     assert_eq!(one.lrs(), vec![0.7]);
 
     let mut bad = good.clone();
-    bad.tensors
-        .insert("state.0.exp_avg".into(), Tensor::zeros(&[3], DType::F64).unwrap());
+    bad.insert("state.0.exp_avg", Tensor::zeros(&[3], DType::F64).unwrap());
     let mut fresh = Adam::new(
         vec![w.clone(), b.clone()],
         AdamOptions {
@@ -197,30 +196,35 @@ fn mismatched_state_dicts_are_errors_that_change_nothing() {
     .unwrap();
     assert!(fresh.load_state_dict(&bad).is_err(), "wrong buffer shape");
     let mut bad = good.clone();
-    bad.tensors.insert(
-        "state.0.nonsense".into(),
-        Tensor::zeros(&[2, 2], DType::F64).unwrap(),
-    );
+    bad.insert("state.0.nonsense", Tensor::zeros(&[2, 2], DType::F64).unwrap());
     assert!(fresh.load_state_dict(&bad).is_err(), "unknown buffer");
     let mut bad = good.clone();
-    bad.tensors
-        .insert("state.7.exp_avg".into(), Tensor::zeros(&[2], DType::F64).unwrap());
+    bad.insert("state.7.exp_avg", Tensor::zeros(&[2], DType::F64).unwrap());
     assert!(
         fresh.load_state_dict(&bad).is_err(),
         "parameter index out of range"
     );
     let mut bad = good.clone();
-    bad.metadata.insert("group.0.beta1".into(), "1.5".into());
+    bad.set("group.0.beta1", 1.5);
     assert!(fresh.load_state_dict(&bad).is_err(), "invalid hyperparameter");
-    bad.metadata.remove("group.0.beta1");
+    bad.set("group.0.beta1", "0.9");
+    assert!(
+        fresh.load_state_dict(&bad).is_err(),
+        "hyperparameter of the wrong type"
+    );
+    bad.remove_meta("group.0.beta1");
     assert!(fresh.load_state_dict(&bad).is_err(), "missing hyperparameter");
     assert_eq!(fresh.lrs(), vec![0.7]);
     assert_eq!(fresh.param_step(0, 0), Some(0));
 
     // f32 state loads into f64 parameters by casting, like PyTorch.
-    let mut cast = good.clone();
-    for t in cast.tensors.values_mut() {
-        *t = t.to_dtype(DType::F32).unwrap();
+    let cast: StateDict = good
+        .iter()
+        .map(|(k, t)| (k.to_string(), t.to_dtype(DType::F32).unwrap()))
+        .collect();
+    let mut cast = cast;
+    for (k, v) in good.metadata() {
+        cast.set(k.clone(), v.clone());
     }
     fresh.load_state_dict(&cast).unwrap();
     assert_eq!(fresh.state_buffer(0, 0, "exp_avg").unwrap().dtype(), DType::F64);

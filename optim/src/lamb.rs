@@ -8,7 +8,7 @@ use crate::engine::{Rule, StepCtx};
 use crate::hyper::hyper_struct;
 use crate::kernel::{fused, update, Bufs};
 use crate::sgd::check_nonneg;
-use crate::state::StateDict;
+use crate::StateDict;
 use crate::{GroupOptimizer, ParamGroup};
 
 hyper_struct! {

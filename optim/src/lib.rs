@@ -53,7 +53,6 @@ mod rmsprop;
 mod scaler;
 mod schedule;
 mod sgd;
-mod state;
 #[cfg(test)]
 mod test_util;
 #[cfg(test)]
@@ -78,5 +77,5 @@ pub use schedule::{
     StepSchedule,
 };
 pub use sgd::{Sgd, SgdOptions, SgdRule};
-pub use state::StateDict;
 pub use tessera_autograd::Parameter;
+pub use tessera_tensor::StateDict;

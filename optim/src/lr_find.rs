@@ -137,7 +137,7 @@ pub fn lr_find_with(
         fn snapshot(&mut self) -> Result<StateDict> {
             let mut sd = StateDict::new();
             for (i, p) in self.params.iter().enumerate() {
-                sd.tensors.insert(format!("{i}"), p.tensor());
+                sd.insert(format!("{i}"), p.tensor());
             }
             let mut out = StateDict::new();
             out.merge_prefixed("param", sd);
@@ -147,7 +147,7 @@ pub fn lr_find_with(
         fn restore(&mut self, saved: StateDict) -> Result<()> {
             let params = saved.prefixed("param");
             for (i, p) in self.params.iter().enumerate() {
-                p.set(params.tensor("lr_find", &format!("{i}"))?.clone())?;
+                p.set(params.require("lr_find", &format!("{i}"))?.clone())?;
             }
             self.opt.load_state_dict(&saved.prefixed("optim"))
         }

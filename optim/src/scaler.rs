@@ -4,7 +4,6 @@
 use tessera_autograd::{Gradients, Var};
 use tessera_tensor::{with_float_dtype, Error, FloatElement, FloatMath, Result, Tensor};
 
-use crate::state::check_kind;
 use crate::{Optimizer, StateDict};
 
 /// `torch.amp.GradScaler`'s settings and defaults.
@@ -221,7 +220,7 @@ impl GradScaler {
     /// `backoff_factor`, `growth_interval`, `_growth_tracker` (metadata).
     pub fn state_dict(&self) -> StateDict {
         let mut sd = StateDict::new();
-        sd.metadata.insert("kind".into(), "GradScaler".into());
+        sd.set("kind", "GradScaler");
         sd.set("scale", self.scale);
         sd.set("growth_factor", self.opts.growth_factor);
         sd.set("backoff_factor", self.opts.backoff_factor);
@@ -234,7 +233,7 @@ impl GradScaler {
     /// an entry is missing or invalid.
     pub fn load_state_dict(&mut self, sd: &StateDict) -> Result<()> {
         const OP: &str = "GradScaler::load_state_dict";
-        check_kind(OP, sd, "GradScaler")?;
+        sd.check_kind(OP, "GradScaler")?;
         let opts = GradScalerOptions {
             init_scale: sd.get::<f32>(OP, "scale")? as f64,
             growth_factor: sd.get(OP, "growth_factor")?,

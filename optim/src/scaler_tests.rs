@@ -248,7 +248,7 @@ fn state_round_trips_with_pytorch_keys() {
         "growth_interval",
         "_growth_tracker",
     ] {
-        assert!(sd.metadata.contains_key(key), "{key}");
+        assert!(sd.metadata().contains_key(key), "{key}");
     }
     let mut r = scaler(2000);
     r.load_state_dict(&sd).unwrap();

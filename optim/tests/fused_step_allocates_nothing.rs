@@ -124,7 +124,7 @@ fn steps_after_the_first_allocate_nothing() {
             let before = live_bytes();
             opt.step(&grads).unwrap();
             let sd = opt.state_dict();
-            let now: Vec<*const u8> = sd.tensors.values().map(ptr).collect();
+            let now: Vec<*const u8> = sd.iter().map(|(_, t)| ptr(t)).collect();
             drop(sd);
             if first {
                 first = false;

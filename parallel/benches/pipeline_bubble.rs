@@ -43,15 +43,16 @@ const REPEATS: usize = 3;
 /// A layer of known cost: the identity, whose forward sleeps `fwd` and
 /// whose backward sleeps `bwd`. Its one parameter makes the output require
 /// a gradient even on the first stage.
+#[derive(Module)]
 struct Sleep {
+    #[module(skip)]
     fwd: Duration,
+    #[module(skip)]
     bwd: Duration,
     w: Parameter,
 }
 
 impl Module for Sleep {
-    tessera_nn::module_boilerplate!("Sleep");
-
     fn forward(&self, x: &Var) -> tessera_tensor::Result<Var> {
         std::thread::sleep(self.fwd);
         let (bwd, w_shape) = (self.bwd, self.w.shape());
@@ -64,10 +65,6 @@ impl Module for Sleep {
                 Ok(vec![Some(g.clone()), Some(Tensor::zeros(&w_shape, DType::F32)?)])
             },
         ))
-    }
-
-    fn own_parameters(&self) -> Vec<(&'static str, Parameter)> {
-        vec![("w", self.w.clone())]
     }
 }
 

@@ -19,11 +19,13 @@
 //! ```
 
 pub mod alloc;
+mod checkpoint;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod device;
 mod display;
 mod dtype;
+mod durable;
 mod error;
 mod layout;
 mod map;
@@ -34,6 +36,7 @@ pub mod safetensors;
 mod shape_arg;
 mod simd;
 mod special;
+mod state_dict;
 mod storage;
 pub mod strided;
 mod tensor;
@@ -42,6 +45,7 @@ pub(crate) mod test_util;
 mod transfer;
 
 pub use alloc::ALIGN;
+pub use checkpoint::Checkpoint;
 pub use device::Device;
 pub use dtype::{DType, Element, FloatElement, FloatMath};
 pub use error::{Error, Result};
@@ -56,6 +60,7 @@ pub use rng::{manual_seed, Generator};
 pub use shape_arg::{DimArg, ShapeArg};
 pub use simd::Level as SimdLevel;
 pub use special::erf;
+pub use state_dict::StateDict;
 pub use storage::{live_bytes, Storage};
 pub use tensor::Tensor;
 #[cfg(feature = "cuda")]

@@ -26,8 +26,8 @@ use ::safetensors::tensor::{Dtype as StDtype, SafeTensors, View};
 
 use crate::{DType, Element, Error, Layout, Result, Storage, Tensor};
 
-const LOAD: &str = "safetensors::load";
-const SAVE: &str = "safetensors::save";
+pub(crate) const LOAD: &str = "safetensors::load";
+pub(crate) const SAVE: &str = "safetensors::save";
 
 /// Loads every tensor of the safetensors file at `path`, by name. Tensors
 /// whose data is aligned for their dtype (all of them, in files written by
@@ -46,25 +46,44 @@ pub fn load_with_metadata(
     path: impl AsRef<Path>,
 ) -> Result<(HashMap<String, Tensor>, HashMap<String, String>)> {
     let path = path.as_ref();
-    let err = |msg: String| Error::io(LOAD, format!("{}: {msg}", path.display()));
-    little_endian_only(LOAD)?;
+    let map = map_file(LOAD, path)?;
+    parse(map).map_err(|msg| Error::io(LOAD, format!("{}: {msg}", path.display())))
+}
+
+/// Memory-maps the file at `path`. Errors, naming `op` and the file, when it
+/// cannot be opened or mapped or is a directory.
+pub(crate) fn map_file(op: &'static str, path: &Path) -> Result<Arc<memmap2::Mmap>> {
+    let err = |msg: String| Error::io(op, format!("{}: {msg}", path.display()));
+    little_endian_only(op)?;
+    if path.is_dir() {
+        return Err(err("is a directory, not a safetensors file".into()));
+    }
     let file = File::open(path).map_err(|e| err(e.to_string()))?;
     // SAFETY: the map is read-only; like every mmap-based loader (PyTorch's
     // and safetensors' own) we require that the file is not truncated or
     // rewritten while tensors borrow it. `save` replaces files by rename, so
     // saving over a loaded file is safe.
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| err(e.to_string()))?;
-    let map = Arc::new(map);
-    let (header_len, meta) =
-        SafeTensors::read_metadata(&map).map_err(|e| err(format!("corrupt file: {e}")))?;
+    Ok(Arc::new(map))
+}
+
+/// A file's tensors by name and its `__metadata__` map.
+pub(crate) type Parsed = (HashMap<String, Tensor>, HashMap<String, String>);
+
+/// The tensors (borrowing `map` where aligned) and metadata map of the
+/// safetensors bytes in `map`. Errors with a message (the caller adds the
+/// file) when the header or offsets are corrupt, the data is truncated, a
+/// dtype is unsupported or a bool byte is not 0 or 1.
+pub(crate) fn parse(map: Arc<memmap2::Mmap>) -> std::result::Result<Parsed, String> {
+    let (header_len, meta) = SafeTensors::read_metadata(&map).map_err(|e| format!("corrupt file: {e}"))?;
     let data_start = 8 + header_len;
     let mut tensors = HashMap::new();
     for (name, info) in meta.tensors() {
         let dtype = from_st_dtype(info.dtype).ok_or_else(|| {
-            err(format!(
+            format!(
                 "tensor {name:?} has dtype {:?}, which tessera does not support",
                 info.dtype
-            ))
+            )
         })?;
         // read_metadata checked that the offsets match the shape and dtype
         // and lie inside the file.
@@ -74,7 +93,7 @@ pub fn load_with_metadata(
         let storage = match Storage::mapped(map.clone(), start, dtype, len) {
             Some(s) => s,
             None => copy_storage(&map[start..data_start + end], dtype)
-                .ok_or_else(|| err(format!("bool tensor {name:?} holds a byte other than 0 or 1")))?,
+                .ok_or_else(|| format!("bool tensor {name:?} holds a byte other than 0 or 1"))?,
         };
         tensors.insert(name, Tensor::from_parts(storage, Layout::contiguous(&info.shape)));
     }
@@ -109,29 +128,41 @@ fn save_impl<'a, K: AsRef<str>>(
     tensors: impl IntoIterator<Item = (K, &'a Tensor)>,
     metadata: Option<HashMap<String, String>>,
 ) -> Result<()> {
-    let err = |msg: String| Error::io(SAVE, format!("{}: {msg}", path.display()));
-    little_endian_only(SAVE)?;
+    let bytes = serialize(tensors, metadata.unwrap_or_default())
+        .map_err(|msg| Error::io(SAVE, format!("{}: {msg}", path.display())))?;
+    crate::durable::write(SAVE, path, &bytes)
+}
+
+/// The safetensors bytes of `tensors` with the `metadata` map (omitted when
+/// empty). Errors with a message (the caller adds the file) for a
+/// duplicate or reserved (`__metadata__`) name or a tensor not on the CPU.
+pub(crate) fn serialize<'a, K: AsRef<str>>(
+    tensors: impl IntoIterator<Item = (K, &'a Tensor)>,
+    metadata: HashMap<String, String>,
+) -> std::result::Result<Vec<u8>, String> {
+    if cfg!(target_endian = "big") {
+        return Err("safetensors IO needs a little-endian machine".into());
+    }
     let mut seen = HashSet::new();
     let mut views = Vec::new();
     for (name, t) in tensors {
         let name = name.as_ref().to_string();
         if name == "__metadata__" {
-            return Err(err(
-                "the name \"__metadata__\" is reserved for the metadata map".into()
-            ));
+            return Err("the name \"__metadata__\" is reserved for the metadata map".into());
         }
         if !seen.insert(name.clone()) {
-            return Err(err(format!("the name {name:?} appears twice")));
+            return Err(format!("the name {name:?} appears twice"));
         }
         if !t.device().is_cpu() {
-            return Err(err(format!(
+            return Err(format!(
                 "tensor {name:?} is on {}; move it to the CPU first",
                 t.device()
-            )));
+            ));
         }
-        views.push((name, TensorBytes(t.contiguous()?)));
+        views.push((name, TensorBytes(t.contiguous().map_err(|e| e.to_string())?)));
     }
-    ::safetensors::serialize_to_file(views, metadata, path).map_err(|e| err(e.to_string()))
+    let metadata = (!metadata.is_empty()).then_some(metadata);
+    ::safetensors::serialize(views, metadata).map_err(|e| e.to_string())
 }
 
 /// A contiguous tensor seen as the bytes safetensors writes.

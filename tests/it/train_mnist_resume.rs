@@ -58,10 +58,55 @@ fn same_seed_same_metrics_and_resume_gives_identical_weights() {
     resumed.extend(run::train(&args(&b, &["--resume"])).unwrap());
     assert_eq!(resumed, full, "resumed metrics");
 
+    // Every epoch logged once, also across the interruption.
+    let epochs = |d: &Path| -> Vec<u64> {
+        std::fs::read_to_string(d.join("metrics.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["epoch"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect()
+    };
+    assert_eq!(epochs(&a), [1, 2]);
+    assert_eq!(epochs(&b), [1, 2]);
+
     let wa = std::fs::read(a.join("model.safetensors")).unwrap();
     let wb = std::fs::read(b.join("model.safetensors")).unwrap();
     assert!(wa == wb, "resumed weights differ from the uninterrupted run's");
     for d in [a, a2, b] {
+        std::fs::remove_dir_all(d).unwrap();
+    }
+}
+
+#[test]
+fn a_kill_between_checkpoint_and_log_still_logs_each_epoch_once() {
+    let (a, c) = (tmp("full-log"), tmp("killed"));
+    let full = run::train(&args(&a, &[])).unwrap();
+    run::train(&args(&c, &["--stop-after", "1"])).unwrap();
+    // The checkpoint of epoch 1 was saved but the process died before its
+    // log line was written.
+    std::fs::write(c.join("metrics.jsonl"), "").unwrap();
+    let rest = run::train(&args(&c, &["--resume"])).unwrap();
+    assert_eq!(rest, full[1..]);
+    let log = std::fs::read_to_string(c.join("metrics.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = log.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    for (line, record) in lines.iter().zip(&full) {
+        assert_eq!(line["epoch"], record.epoch, "{log}");
+        assert_eq!(line["test_acc"], record.test_acc, "{log}");
+    }
+    // A corrupted checkpoint is refused, naming the file.
+    let ck = c.join("checkpoint.safetensors");
+    let mut bytes = std::fs::read(&ck).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x10;
+    std::fs::write(&ck, bytes).unwrap();
+    let err = run::train(&args(&c, &["--resume"])).unwrap_err().to_string();
+    assert!(err.contains("checkpoint.safetensors"), "{err}");
+    for d in [a, c] {
         std::fs::remove_dir_all(d).unwrap();
     }
 }

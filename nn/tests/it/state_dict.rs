@@ -1,11 +1,9 @@
 //! Module naming, train/eval, parameter counting, and state-dict loading
 //! errors and round trips through safetensors.
 
-use std::collections::HashMap;
-
 use tessera_nn::models::{mnist_cnn, mnist_mlp};
 use tessera_nn::*;
-use tessera_tensor::{DType, Tensor};
+use tessera_tensor::{DType, StateDict, Tensor};
 
 fn bn_net() -> Sequential {
     Sequential::new()
@@ -44,15 +42,15 @@ fn shared_parameters_are_listed_once_but_saved_under_each_name() {
 #[test]
 fn load_reports_missing_unexpected_and_mismatched_keys_by_name() {
     let net = bn_net();
-    let mut sd: HashMap<String, Tensor> = net.state_dict().into_iter().collect();
+    let mut sd: StateDict = net
+        .state_dict()
+        .into_iter()
+        .filter(|(k, _)| k != "1.running_var")
+        .collect();
     let before = net.state_dict();
-    sd.remove("1.running_var");
-    sd.insert("1.extra".into(), Tensor::zeros(&[1], DType::F32).unwrap());
-    sd.insert("1.weight".into(), Tensor::ones(&[5], DType::F32).unwrap());
-    sd.insert(
-        "0.weight".into(),
-        Tensor::full(&[4, 3, 3, 3], 0.5, DType::F64).unwrap(),
-    );
+    sd.insert("1.extra", Tensor::zeros(&[1], DType::F32).unwrap());
+    sd.insert("1.weight", Tensor::ones(&[5], DType::F32).unwrap());
+    sd.insert("0.weight", Tensor::full(&[4, 3, 3, 3], 0.5, DType::F64).unwrap());
 
     let err = state_dict::load_state_dict(&net, &sd, true)
         .unwrap_err()
@@ -60,18 +58,23 @@ fn load_reports_missing_unexpected_and_mismatched_keys_by_name() {
     for name in ["1.running_var", "1.extra", "1.weight"] {
         assert!(err.contains(name), "{err}");
     }
+    assert!(err.contains("[4]") && err.contains("[5]"), "both shapes: {err}");
     // Strict failure changes nothing.
     assert_eq!(
-        net.state_dict()[0].1.to_vec::<f32>().unwrap(),
-        before[0].1.to_vec::<f32>().unwrap()
+        net.state_dict()
+            .require("t", "0.weight")
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap(),
+        before.require("t", "0.weight").unwrap().to_vec::<f32>().unwrap()
     );
 
-    let report = state_dict::load_state_dict(&net, &sd, false).unwrap();
+    let report = net.load_state_dict(&sd, false).unwrap();
     assert_eq!(report.missing, ["1.running_var"]);
     assert_eq!(report.unexpected, ["1.extra"]);
     assert_eq!(report.mismatched, [("1.weight".to_string(), vec![4], vec![5])]);
     // The matching f64 tensor was loaded, cast to the parameter's f32.
-    let w = &net.state_dict()[0].1;
+    let w = net.state_dict().require("t", "0.weight").unwrap().clone();
     assert_eq!(w.dtype(), DType::F32);
     assert!(w.to_vec::<f32>().unwrap().iter().all(|&v| v == 0.5));
 }
@@ -87,7 +90,8 @@ fn safetensors_round_trip_restores_every_value() {
     tessera_tensor::manual_seed(2);
     let b = mnist_cnn().unwrap();
     assert!(state_dict::load(&b, &path, true).unwrap().is_clean());
-    for ((ka, ta), (kb, tb)) in a.state_dict().iter().zip(b.state_dict().iter()) {
+    let (sa, sb) = (a.state_dict(), b.state_dict());
+    for ((ka, ta), (kb, tb)) in sa.iter().zip(sb.iter()) {
         assert_eq!(ka, kb);
         assert_eq!(ta.to_vec::<f32>().unwrap(), tb.to_vec::<f32>().unwrap(), "{ka}");
     }
@@ -110,7 +114,14 @@ fn bad_configurations_are_errors() {
     let x = Var::constant(Tensor::zeros(&[2, 4], DType::F32).unwrap());
     assert!(bn.forward(&x).is_err());
     // A failed forward does not count a batch.
-    assert_eq!(bn.state_dict()[4].1.to_scalar::<i64>().unwrap(), 0);
+    let sd = bn.state_dict();
+    assert_eq!(
+        sd.require("t", "num_batches_tracked")
+            .unwrap()
+            .to_scalar::<i64>()
+            .unwrap(),
+        0
+    );
     assert!(ModuleList::new().forward(&x).is_err());
     assert!(Linear::new(3, 2, true).unwrap().forward(&x).is_err());
 }

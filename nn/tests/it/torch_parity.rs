@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use tessera_autograd::{no_grad, Var};
 use tessera_nn::models::mnist_cnn;
 use tessera_nn::*;
-use tessera_tensor::{safetensors, DType, GeluApprox, Tensor};
+use tessera_tensor::{safetensors, DType, GeluApprox, StateDict, Tensor};
 
 const TOL: f32 = 1e-4;
 
@@ -21,11 +21,8 @@ fn fixture() -> HashMap<String, Tensor> {
 }
 
 /// The entries under `prefix.`, with the prefix removed.
-fn group(all: &HashMap<String, Tensor>, prefix: &str) -> HashMap<String, Tensor> {
-    let p = format!("{prefix}.");
-    all.iter()
-        .filter_map(|(k, v)| k.strip_prefix(&p).map(|k| (k.to_string(), v.clone())))
-        .collect()
+fn group(all: &HashMap<String, Tensor>, prefix: &str) -> StateDict {
+    StateDict::from(all.clone()).prefixed(prefix)
 }
 
 fn assert_close(got: &Tensor, want: &Tensor, what: &str) {
@@ -111,7 +108,7 @@ fn layer_zoo_matches_torch_in_train_and_eval_mode() {
     let after = group(&all, "zoo_after");
     let sd: HashMap<String, Tensor> = net.state_dict().into_iter().collect();
     assert_eq!(sd.len(), after.len());
-    for (k, want) in &after {
+    for (k, want) in after.iter() {
         let got = &sd[k];
         assert_eq!(got.dtype(), want.dtype(), "{k} dtype");
         assert_close(got, want, k);

@@ -8,7 +8,7 @@ use crate::Optimizer;
 
 /// timm `CosineLRScheduler`'s settings and defaults (`t_initial` has no
 /// default: it is the cycle length in steps).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct CosineOptions {
     /// Length of the first cycle, in steps.
     pub t_initial: u64,

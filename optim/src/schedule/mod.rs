@@ -14,7 +14,6 @@ pub use warmup::{LinearSchedule, LinearWarmup};
 
 use tessera_tensor::{Error, Result};
 
-use crate::state::check_kind;
 use crate::{Optimizer, StateDict};
 
 /// A learning-rate schedule driving an optimizer: call [`LrScheduler::step`]
@@ -48,7 +47,7 @@ pub trait LrScheduler: Send {
 
 /// A closed-form schedule: the learning rate at step `t` of a group whose
 /// base value is `base` (the optimizer's initial lr, or one-cycle's max lr).
-pub trait Schedule: Send + std::fmt::Debug {
+pub trait Schedule: Send + std::fmt::Debug + serde::Serialize {
     /// The schedule's name, as saved in state dicts.
     const NAME: &'static str;
 
@@ -73,6 +72,14 @@ pub struct Scheduler<S> {
 }
 
 impl<S: Schedule> Scheduler<S> {
+    /// The schedule's settings as JSON, saved so that a state dict is only
+    /// loaded into a scheduler configured the same way. The settings are
+    /// plain numbers, lists and enums, which serde always represents (a
+    /// non-finite float becomes `null`), so the fallback is never taken.
+    fn settings(&self) -> serde_json::Value {
+        serde_json::to_value(&self.schedule).unwrap_or_default()
+    }
+
     /// A scheduler for `opt` whose groups' base values are `base_lrs`,
     /// already applied at step 0.
     pub(crate) fn start(schedule: S, opt: &mut dyn Optimizer, base_lrs: Vec<f64>) -> Result<Self> {
@@ -150,41 +157,35 @@ impl<S: Schedule> LrScheduler for Scheduler<S> {
 
     fn state_dict(&self) -> StateDict {
         let mut sd = StateDict::new();
-        sd.metadata.insert("kind".into(), S::NAME.into());
-        sd.metadata
-            .insert("settings".into(), format!("{:?}", self.schedule));
+        sd.set("kind", S::NAME);
+        sd.set("settings", self.settings());
         sd.set("last_epoch", self.last_epoch);
-        sd.set("groups", self.base_lrs.len());
-        for (g, b) in self.base_lrs.iter().enumerate() {
-            sd.set(format!("base_lr.{g}"), b);
-        }
+        sd.set("base_lrs", self.base_lrs.clone());
         sd
     }
 
     fn load_state_dict(&mut self, sd: &StateDict) -> Result<()> {
         const OP: &str = "LrScheduler::load_state_dict";
-        check_kind(OP, sd, S::NAME)?;
-        let settings = format!("{:?}", self.schedule);
-        let saved = sd.get_str(OP, "settings")?;
-        if saved != settings {
+        sd.check_kind(OP, S::NAME)?;
+        let settings = self.settings();
+        let saved = sd.meta(OP, "settings")?;
+        if *saved != settings {
             return Err(Error::arg(
                 OP,
                 format!("the state dict was saved with settings {saved}, this scheduler has {settings}"),
             ));
         }
-        let n: usize = sd.get(OP, "groups")?;
-        if n != self.base_lrs.len() {
+        let bases: Vec<f64> = sd.get(OP, "base_lrs")?;
+        if bases.len() != self.base_lrs.len() {
             return Err(Error::arg(
                 OP,
                 format!(
-                    "the state dict has {n} groups, the scheduler {}",
+                    "the state dict has {} groups, the scheduler {}",
+                    bases.len(),
                     self.base_lrs.len()
                 ),
             ));
         }
-        let bases = (0..n)
-            .map(|g| sd.get::<f64>(OP, &format!("base_lr.{g}")))
-            .collect::<Result<Vec<_>>>()?;
         let last_epoch: u64 = sd.get(OP, "last_epoch")?;
         let lrs = bases
             .iter()

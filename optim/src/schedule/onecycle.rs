@@ -7,7 +7,7 @@ use super::{Schedule, Scheduler};
 use crate::Optimizer;
 
 /// How a phase moves from its start value to its end value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum Anneal {
     /// `end + (start − end)/2·(cos(πp) + 1)` (PyTorch's default).
     Cos,
@@ -17,7 +17,7 @@ pub enum Anneal {
 
 /// `torch.optim.lr_scheduler.OneCycleLR`'s settings and defaults
 /// (`max_lr` and `total_steps` have none).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct OneCycleOptions {
     /// The peak lr: one value for every group, or one per group.
     pub max_lr: Vec<f64>,
@@ -73,7 +73,7 @@ impl OneCycleOptions {
 pub type OneCycleLR = Scheduler<OneCycleSchedule>;
 
 /// [`OneCycleLR`]'s settings with its phases resolved.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct OneCycleSchedule {
     opts: OneCycleOptions,
     phases: Vec<Phase>,
@@ -81,14 +81,14 @@ pub struct OneCycleSchedule {
 
 /// One phase: where it ends and which values it moves between, as
 /// fractions of (initial, max, min) for the lr.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 struct Phase {
     end: f64,
     lr: (Level, Level),
     momentum: (f64, f64),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 enum Level {
     Initial,
     Max,

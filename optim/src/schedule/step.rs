@@ -13,14 +13,14 @@ pub type StepLR = Scheduler<StepSchedule>;
 pub type MultiStepLR = Scheduler<MultiStepSchedule>;
 
 /// [`StepLR`]'s settings.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct StepSchedule {
     step_size: u64,
     gamma: f64,
 }
 
 /// [`MultiStepLR`]'s settings.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct MultiStepSchedule {
     milestones: Vec<u64>,
     gamma: f64,

@@ -11,7 +11,7 @@ use crate::Optimizer;
 pub type LinearWarmup = Scheduler<LinearSchedule>;
 
 /// [`LinearWarmup`]'s settings.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct LinearSchedule {
     start_factor: f64,
     end_factor: f64,

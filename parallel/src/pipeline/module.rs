@@ -4,7 +4,7 @@
 use std::ops::Range;
 
 use tessera_autograd::{Parameter, Var};
-use tessera_nn::{Module, Sequential};
+use tessera_nn::{Module, Sequential, Visit, Visitor};
 
 use super::partition::Partition;
 use crate::error::{CommError, Result};
@@ -162,9 +162,21 @@ impl StageChunk {
     }
 }
 
-impl Module for StageChunk {
-    tessera_nn::module_boilerplate!("StageChunk");
+/// Written out rather than derived: the layers are named by their index in
+/// the whole model (`first_layer + i`), not in this chunk.
+impl Visit for StageChunk {
+    fn visit<'a>(&'a self, visitor: &mut dyn Visitor<'a>) {
+        for (i, l) in self.layers.iter().enumerate() {
+            visitor.child(&(self.first_layer + i).to_string(), l.as_ref());
+        }
+    }
 
+    fn type_name(&self) -> &'static str {
+        "StageChunk"
+    }
+}
+
+impl Module for StageChunk {
     /// Applies the layers in order; errors with the first layer's error.
     fn forward(&self, input: &Var) -> tessera_tensor::Result<Var> {
         let mut x = input.clone();
@@ -172,23 +184,5 @@ impl Module for StageChunk {
             x = l.forward(&x)?;
         }
         Ok(x)
-    }
-
-    fn children(&self) -> Vec<(String, &dyn Module)> {
-        let first = self.first_layer;
-        self.layers
-            .iter()
-            .enumerate()
-            .map(|(i, l)| ((first + i).to_string(), l.as_ref()))
-            .collect()
-    }
-
-    fn children_mut(&mut self) -> Vec<(String, &mut dyn Module)> {
-        let first = self.first_layer;
-        self.layers
-            .iter_mut()
-            .enumerate()
-            .map(|(i, l)| ((first + i).to_string(), l.as_mut() as &mut dyn Module))
-            .collect()
     }
 }

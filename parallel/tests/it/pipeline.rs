@@ -42,11 +42,10 @@ fn mlp() -> Sequential {
 }
 
 /// Mean over the token dimension of `[B, T, d]`.
+#[derive(Module)]
 struct MeanTokens;
 
 impl Module for MeanTokens {
-    tessera_nn::module_boilerplate!("MeanTokens");
-
     fn forward(&self, x: &Var) -> tessera_tensor::Result<Var> {
         x.mean(&[1], false)
     }

@@ -39,7 +39,7 @@ pub const DEFAULT_SEED: u64 = 67_280_421_310_721;
 
 /// The complete state of a [`Generator`]: save it with a checkpoint and
 /// restore it with [`Generator::set_state`] to replay the same stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct RngState {
     /// The Philox key.
     pub seed: u64,
