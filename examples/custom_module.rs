@@ -63,7 +63,7 @@ pub fn main() -> Result<()> {
     let batch = |n| -> Result<(Var, Tensor)> {
         let x = Tensor::randn(&[n, 8, 32], DType::F32)?;
         let y = x.narrow(2, 0, 1)?.sum(&[1, 2], false)?.gt_scalar(0.0)?;
-        Ok((Var::constant(x), y.to_dtype(DType::I64)))
+        Ok((Var::constant(x), y.to_dtype(DType::I64)?))
     };
     let mut model = classifier(32, 2)?;
     let mut hyper = AdamWOptions::default();
@@ -84,7 +84,7 @@ pub fn main() -> Result<()> {
     model.eval(); // reaches every Dropout, also inside the Vec of blocks
     let (x, y) = batch(512)?;
     let logits = no_grad(|| model.forward(&x))?.tensor().clone();
-    let right = logits.argmax(Some(1), false)?.eq(&y)?.to_dtype(DType::F32);
+    let right = logits.argmax(Some(1), false)?.eq(&y)?.to_dtype(DType::F32)?;
     println!("eval accuracy {:.3}", right.mean(&[], false)?.to_scalar::<f32>()?);
 
     let path = std::env::temp_dir().join("custom_module.safetensors");

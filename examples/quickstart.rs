@@ -10,7 +10,7 @@ use tessera::tensor::manual_seed;
 
 fn main() -> Result<()> {
     // Creation and views: `t()` and `narrow` share storage, they never copy.
-    let a = Tensor::arange(0.0, 6.0, 1.0, DType::F32)?.reshape(&[2, 3])?;
+    let a = Tensor::arange(0.0, 6.0, 1.0, DType::F32)?.reshape([2, 3])?;
     println!("a =\n{a}");
     let at = a.t()?;
     println!(

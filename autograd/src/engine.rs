@@ -83,8 +83,8 @@ impl Var {
             ));
         }
         let one = Tensor::from_vec(vec![1.0f64], &[])?
-            .to_dtype(self.dtype())
-            .reshape(&self.shape().iter().map(|&n| n as isize).collect::<Vec<_>>())?;
+            .to_dtype(self.dtype())?
+            .reshape(self.shape())?;
         self.backward_with(&one)
     }
 

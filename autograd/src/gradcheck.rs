@@ -59,7 +59,10 @@ pub fn gradcheck(
             format!("inputs must be float64, got {}", bad.dtype()),
         ));
     }
-    let inputs: Vec<Tensor> = inputs.iter().map(Tensor::contiguous).collect();
+    let inputs = inputs
+        .iter()
+        .map(Tensor::contiguous)
+        .collect::<Result<Vec<Tensor>>>()?;
     let leaves: Vec<Var> = inputs.iter().cloned().map(Var::leaf).collect();
     let out = f(&leaves)?;
     if out.dtype() != DType::F64 {
@@ -75,13 +78,13 @@ pub fn gradcheck(
 
     let project = |xs: &[Tensor]| -> Result<f64> {
         let vars: Vec<Var> = xs.iter().cloned().map(Var::constant).collect();
-        let y = no_grad(|| f(&vars))?.tensor().contiguous().to_vec::<f64>()?;
+        let y = no_grad(|| f(&vars))?.tensor().contiguous()?.to_vec::<f64>()?;
         Ok(y.iter().zip(&w).map(|(a, b)| a * b).sum())
     };
     let mut max_abs_err = 0.0f64;
     for (i, leaf) in leaves.iter().enumerate() {
         let analytic = match grads.get(leaf) {
-            Some(g) => g.contiguous().to_vec::<f64>()?,
+            Some(g) => g.contiguous()?.to_vec::<f64>()?,
             None => vec![0.0; leaf.numel()],
         };
         let base = inputs[i].to_vec::<f64>()?;

@@ -34,9 +34,10 @@ pub use node::{BackwardFn, Hook};
 pub use ops::attention::{scaled_dot_product_attention, AttnMask, AttnOptions};
 pub use ops::loss::{CrossEntropyOptions, Reduction, Target};
 pub use ops::registry::DIFFERENTIABLE_OPS;
-pub use ops::{sum_to, BatchNormVar};
+pub use ops::sum_to;
 pub use param::Parameter;
 pub use record::{record, record_multi};
+pub use tessera_tensor::BatchNormOutput;
 pub use var::{Var, VarId};
 
 #[cfg(test)]

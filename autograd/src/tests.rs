@@ -281,7 +281,7 @@ fn gradcheck_passes_correct_and_catches_wrong_gradients() {
     assert!(err.contains("input 0"), "{err}");
     assert!(crate::gradcheck(
         wrong,
-        &[y.to_dtype(tessera_tensor::DType::F32)],
+        &[y.to_dtype(tessera_tensor::DType::F32).unwrap()],
         Default::default()
     )
     .is_err());

@@ -1,5 +1,7 @@
+//! Own test binary: it reads the process-wide live-byte counter, which any other test would move.
+//!
 //! What autograd keeps alive, measured with tessera-tensor's live-byte
-//! counter. Its own test binary, so no other test allocates meanwhile.
+//! counter.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};

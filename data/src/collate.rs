@@ -40,7 +40,10 @@ impl Collate for Tensor {
         let per = first.numel();
         let mut out_shape = vec![items.len()];
         out_shape.extend_from_slice(&shape);
-        let contiguous: Vec<Tensor> = items.iter().map(Tensor::contiguous).collect();
+        let contiguous = items
+            .iter()
+            .map(Tensor::contiguous)
+            .collect::<tessera_tensor::Result<Vec<Tensor>>>()?;
         with_dtype!(dtype, T => stack_slices::<T>(&out_shape, per, &contiguous))
     }
 }

@@ -15,8 +15,8 @@ use tessera::nn::{models::mnist_cnn, state_dict, Module, Sequential};
 use tessera::optim::{LrScheduler, OneCycleLR, OneCycleOptions, Optimizer, Sgd, SgdOptions};
 use tessera::tensor::{rng, Checkpoint, DType, Tensor};
 
-use crate::cli::Args;
-use crate::progress::Bar;
+use super::cli::Args;
+use super::progress::Bar;
 
 pub(crate) type BoxResult<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -252,7 +252,7 @@ fn load_split(raw: &Mnist, mean: f64, std: f64, limit: Option<usize>) -> BoxResu
     let images = raw
         .images_tensor()?
         .narrow(0, 0, n)?
-        .to_dtype(DType::F32)
+        .to_dtype(DType::F32)?
         .mul_scalar(1.0 / (255.0 * std))?
         .add_scalar(-mean / std)?;
     Ok(Split {

@@ -133,18 +133,14 @@ impl MultiheadAttention {
             scale: None,
         };
         let o = scaled_dot_product_attention(&q, &k, &v, &opts)?;
-        let o = o
-            .transpose(1, 2)?
-            .contiguous()?
-            .reshape(&[b as isize, l as isize, e as isize])?;
+        let o = o.transpose(1, 2)?.contiguous()?.reshape([b, l, e])?;
         self.out_proj.forward(&o)
     }
 
     /// `[B, T, E]` → `[B, heads, T, E/heads]`.
     fn split_heads(&self, x: &Var) -> Result<Var> {
-        let (b, t) = (x.shape()[0] as isize, x.shape()[1] as isize);
-        let h = self.num_heads as isize;
-        x.reshape(&[b, t, h, -1])?.transpose(1, 2)
+        let (b, t) = (x.shape()[0], x.shape()[1]);
+        x.reshape((b, t, self.num_heads, ()))?.transpose(1, 2)
     }
 
     /// The float mask added to the `[B, heads, L, S]` scores, combining
@@ -162,10 +158,8 @@ impl MultiheadAttention {
         if let Some(m) = masks.attn_mask {
             let m = to_additive(m, dtype)?;
             let m = match m.shape() {
-                [ml, ms] if *ml == l && *ms == s => m.reshape(&[1, 1, l as isize, s as isize])?,
-                [bh, ml, ms] if *bh == b * h && *ml == l && *ms == s => {
-                    m.reshape(&[b as isize, h as isize, l as isize, s as isize])?
-                }
+                [ml, ms] if *ml == l && *ms == s => m.reshape([1, 1, l, s])?,
+                [bh, ml, ms] if *bh == b * h && *ml == l && *ms == s => m.reshape([b, h, l, s])?,
                 other => {
                     return Err(Error::shape(
                         "MultiheadAttention",
@@ -185,7 +179,7 @@ impl MultiheadAttention {
                     format!("key_padding_mask must be [{b}, {s}], got {:?}", m.shape()),
                 ));
             }
-            let m = to_additive(m, dtype)?.reshape(&[b as isize, 1, 1, s as isize])?;
+            let m = to_additive(m, dtype)?.reshape([b, 1, 1, s])?;
             total = Some(match total {
                 Some(t) => t.add(&m)?,
                 None => m,
@@ -203,7 +197,7 @@ fn to_additive(m: &Tensor, dtype: DType) -> Result<Tensor> {
         let neg = Tensor::full(m.shape(), f64::NEG_INFINITY, dtype)?;
         Tensor::where_(m, &neg, &zeros)
     } else {
-        Ok(m.to_dtype(dtype))
+        m.to_dtype(dtype)
     }
 }
 

@@ -131,10 +131,10 @@ enum Target<'a> {
 impl Target<'_> {
     fn assign(&self, t: &Tensor) -> Result<()> {
         match self {
-            Target::Param(p) => p.set(t.to_dtype(p.dtype()).contiguous()),
+            Target::Param(p) => p.set(t.to_dtype(p.dtype())?.contiguous()?),
             Target::Buffer(b) => {
                 let dtype = b.tensor().dtype();
-                b.set(t.to_dtype(dtype).contiguous())
+                b.set(t.to_dtype(dtype)?.contiguous()?)
             }
         }
     }

@@ -27,7 +27,7 @@ pub fn clip_grad_norm(grads: &mut Gradients, max_norm: f64, norm_type: f64) -> R
     let ids = sorted_ids(grads);
     let mut acc = 0.0f64;
     for &id in &ids {
-        let g = grads.get_id(id).expect("listed id").contiguous();
+        let g = grads.get_id(id).expect("listed id").contiguous()?;
         let n = with_float_dtype!(g.dtype(), T => tensor_norm(g.as_slice::<T>()?, norm_type),
             else return Err(not_float(OP, &g)));
         acc = if norm_type.is_infinite() {

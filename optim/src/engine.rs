@@ -260,7 +260,7 @@ impl<R: Rule> Optimizer for GroupOptimizer<R> {
             for (p, st) in grp.params.iter().zip(states.iter_mut()) {
                 let Some(g) = p.grad(grads) else { continue };
                 // Gradients from backward are contiguous: this is a clone.
-                let g = g.contiguous();
+                let g = g.contiguous()?;
                 let fresh = st.ensure(names, h, p, R::init_value)?;
                 st.step += 1;
                 let ctx = StepCtx { step: st.step, fresh };
@@ -394,7 +394,7 @@ fn load_param_state<R: Rule>(sd: &StateDict, k: usize, p: &Parameter) -> Result<
                 ),
             ));
         }
-        st.bufs.push((name, t.to_dtype(p.dtype())));
+        st.bufs.push((name, t.to_dtype(p.dtype())?));
     }
     Ok(st)
 }

@@ -220,7 +220,7 @@ fn mismatched_state_dicts_are_errors_that_change_nothing() {
     // f32 state loads into f64 parameters by casting, like PyTorch.
     let cast: StateDict = good
         .iter()
-        .map(|(k, t)| (k.to_string(), t.to_dtype(DType::F32)))
+        .map(|(k, t)| (k.to_string(), t.to_dtype(DType::F32).unwrap()))
         .collect();
     let mut cast = cast;
     for (k, v) in good.metadata() {

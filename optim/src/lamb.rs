@@ -117,7 +117,7 @@ impl Rule for LambRule {
                 .flat_map(|grp| &grp.params)
                 .filter_map(|p| p.grad(grads))
             {
-                let g = g.contiguous();
+                let g = g.contiguous()?;
                 sq += with_float_dtype!(g.dtype(), T => crate::kernel::sum_sq(g.as_slice::<T>()?), else 0.0);
             }
             self.clip = (sq.sqrt() / self.max_grad_norm).max(1.0);

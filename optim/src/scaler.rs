@@ -122,9 +122,8 @@ impl GradScaler {
                 format!("the loss must have one element, got shape {:?}", loss.shape()),
             ));
         }
-        let seed = Tensor::scalar(self.scale()).to_dtype(loss.dtype());
-        let shape: Vec<isize> = loss.shape().iter().map(|&n| n as isize).collect();
-        loss.backward_with(&seed.reshape(&shape)?)
+        let seed = Tensor::scalar(self.scale()).to_dtype(loss.dtype())?;
+        loss.backward_with(&seed.reshape(loss.shape())?)
     }
 
     /// Divides every gradient by S in place and records whether any element

@@ -105,14 +105,16 @@ fn unscale_divides_by_the_scale_and_reports_non_finite_values() {
     let h = Parameter::new(
         tessera_tensor::Tensor::from_vec(vec![0.0f32], &[1])
             .unwrap()
-            .to_dtype(tessera_tensor::DType::F16),
+            .to_dtype(tessera_tensor::DType::F16)
+            .unwrap(),
     );
     let mut g16 = Gradients::default();
     g16.insert(
         h.id().unwrap(),
         Tensor::from_vec(vec![1024.0f32], &[1])
             .unwrap()
-            .to_dtype(tessera_tensor::DType::F16),
+            .to_dtype(tessera_tensor::DType::F16)
+            .unwrap(),
     );
     let mut s2 = GradScaler::new(GradScalerOptions {
         init_scale: 512.0,
@@ -124,6 +126,7 @@ fn unscale_divides_by_the_scale_and_reports_non_finite_values() {
         h.grad(&g16)
             .unwrap()
             .to_dtype(tessera_tensor::DType::F32)
+            .unwrap()
             .to_vec::<f32>()
             .unwrap(),
         vec![2.0]

@@ -219,7 +219,7 @@ fn grad(n: usize, t: usize, k: usize) -> Vec<f64> {
 }
 
 fn tensor(v: Vec<f64>, shape: &[usize], dtype: DType) -> Tensor {
-    Tensor::from_vec(v, shape).unwrap().to_dtype(dtype)
+    Tensor::from_vec(v, shape).unwrap().to_dtype(dtype).unwrap()
 }
 
 /// The script's two parameters, a [2, 3] weight and a [3] bias.
@@ -246,8 +246,8 @@ fn check(
         grads.insert(b.id().unwrap(), tensor(grad(3, t, 1), &[3], dtype));
         opt.step(&grads).unwrap();
     }
-    let mut got = w.tensor().to_dtype(DType::F64).to_vec::<f64>().unwrap();
-    got.extend(b.tensor().to_dtype(DType::F64).to_vec::<f64>().unwrap());
+    let mut got = w.tensor().to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
+    got.extend(b.tensor().to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap());
     assert_close(&got, expected, tol, what);
 }
 

@@ -1,3 +1,5 @@
+//! Own test binary: it reads the process-wide live-byte counter, which any other test would move.
+//!
 //! After the first step (which creates the optimizer state), a step
 //! allocates no tensor memory and updates parameters and state in place:
 //! checked with `tessera_tensor::live_bytes()` in a process of its own, so

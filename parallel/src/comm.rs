@@ -277,7 +277,7 @@ fn encode_tensor(t: &Tensor) -> Result<Vec<u8>> {
             format!("tensor is on {}", t.device()),
         ));
     }
-    let c = t.contiguous();
+    let c = t.contiguous()?;
     let mut out = Vec::with_capacity(16 + 8 * t.ndim() + c.storage().as_bytes().len());
     out.extend_from_slice(&(crate::frame::dtype_code(t.dtype()) as u64).to_le_bytes());
     out.extend_from_slice(&(t.ndim() as u64).to_le_bytes());

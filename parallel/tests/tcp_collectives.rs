@@ -1,8 +1,11 @@
+//! Own test binary: it re-executes itself as the ranks, and its fault timeouts must not race the CPU-heavy local suites.
+//!
 //! The collective suite over `tcp` with real processes on loopback, and the
 //! fault tests: a rank that dies or stalls mid all-reduce, a rank that never
 //! arrives, ranks that disagree. The test binary spawns itself as the ranks
 //! (the `child_entry` test runs a scenario when `TESSERA_TEST_CHILD` is set).
 
+#[path = "it/common/mod.rs"]
 mod common;
 
 use std::process::{Child, Command, Stdio};

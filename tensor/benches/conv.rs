@@ -48,7 +48,7 @@ fn main() {
         let x = rand(&shape, 5);
         let pp = Pool2dParams::new(2);
         let bytes = (x.numel() * 4) as f64;
-        let (y, idx) = x.max_pool2d(&pp).expect("pool");
+        let (y, idx) = x.max_pool2d_with_indices(&pp).expect("pool");
         let fwd = peak::rates(bytes, 20, || {
             std::hint::black_box(x.max_pool2d(&pp).expect("pool"));
         });

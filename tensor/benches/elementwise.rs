@@ -57,7 +57,7 @@ fn main() {
     let dy = Tensor::from_vec(values(rows * k, 7), &[rows, k]).expect("shape");
     let bytes = 4 * rows * k;
     let fwd = || {
-        x.layer_norm(&[k], Some(&w), Some(&bias), 1e-5)
+        x.layer_norm_forward(&[k], Some(&w), Some(&bias), 1e-5)
             .expect("layer_norm")
     };
     line(

@@ -492,46 +492,6 @@ pub fn broadcast_shapes(op: &'static str, a: &[usize], b: &[usize]) -> Result<Ve
     Ok(out)
 }
 
-/// Resolves a reshape target that may hold one `-1` against `numel`
-/// elements, or an error naming `op` and both shapes.
-pub fn infer_shape(op: &'static str, from: &[usize], shape: &[isize]) -> Result<Vec<usize>> {
-    let numel: usize = from.iter().product();
-    let mut infer = None;
-    let mut known = 1usize;
-    for (k, &n) in shape.iter().enumerate() {
-        if n == -1 {
-            if infer.replace(k).is_some() {
-                return Err(Error::arg(
-                    op,
-                    format!("only one dimension can be -1 in {shape:?}"),
-                ));
-            }
-        } else if n < 0 {
-            return Err(Error::arg(op, format!("invalid size {n} in {shape:?}")));
-        } else {
-            known = known.saturating_mul(n as usize);
-        }
-    }
-    let mismatch = || {
-        Error::shape(
-            op,
-            format!("shape {shape:?} is invalid for a tensor of shape {from:?} ({numel} elements)"),
-        )
-    };
-    let mut out: Vec<usize> = shape.iter().map(|&n| n.max(0) as usize).collect();
-    match infer {
-        Some(k) => {
-            if known == 0 || !numel.is_multiple_of(known) {
-                return Err(mismatch());
-            }
-            out[k] = numel / known;
-        }
-        None if known != numel => return Err(mismatch()),
-        None => {}
-    }
-    Ok(out)
-}
-
 fn offset_add(offset: usize, delta: isize) -> usize {
     (offset as isize + delta) as usize
 }
@@ -598,13 +558,5 @@ mod tests {
         // A step past isize::MAX over one element is no overflow.
         let s = Layout::contiguous(&[5, 3]).slice(0, 1, 5, usize::MAX).unwrap();
         assert_eq!((s.shape(), s.offset()), (&[1, 3][..], 3));
-    }
-
-    #[test]
-    fn infer() {
-        assert_eq!(infer_shape("r", &[2, 6], &[3, -1]).unwrap(), vec![3, 4]);
-        assert!(infer_shape("r", &[2, 6], &[5, -1]).is_err());
-        assert!(infer_shape("r", &[0, 6], &[0, -1]).is_err());
-        assert!(infer_shape("r", &[2, 6], &[-1, -1]).is_err());
     }
 }

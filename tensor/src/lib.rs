@@ -14,7 +14,7 @@
 //! let a = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?;
 //! let t = a.t()?; // a view: no copy
 //! assert_eq!(t.shape(), &[3, 2]);
-//! assert_eq!(t.contiguous().to_vec::<f32>()?, vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+//! assert_eq!(t.contiguous()?.to_vec::<f32>()?, vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
 //! # Ok::<(), tessera_tensor::Error>(())
 //! ```
 
@@ -33,6 +33,7 @@ mod map_simd;
 pub mod ops;
 pub mod rng;
 pub mod safetensors;
+mod shape_arg;
 mod simd;
 mod special;
 mod state_dict;
@@ -49,14 +50,14 @@ pub use device::Device;
 pub use dtype::{DType, Element, FloatElement, FloatMath};
 pub use error::{Error, Result};
 pub use half::{bf16, f16};
-pub use layout::{
-    broadcast_shapes, checked_numel, contiguous_strides, dim_index, dim_indices, infer_shape, Layout,
-};
+pub use layout::{broadcast_shapes, checked_numel, contiguous_strides, dim_index, dim_indices, Layout};
+pub use ops::batch_norm::{BatchNormForward, BatchNormOutput};
 pub use ops::creation::TensorOptions;
 pub use ops::cross_entropy::{CrossEntropyOptions, Reduction};
 pub use ops::pad::PadMode;
 pub use ops::unary::GeluApprox;
 pub use rng::{manual_seed, Generator};
+pub use shape_arg::{DimArg, ShapeArg};
 pub use simd::Level as SimdLevel;
 pub use special::erf;
 pub use state_dict::StateDict;

@@ -211,18 +211,9 @@ impl Tensor {
     /// bf16), floats to integers truncate toward zero and saturate (NaN → 0),
     /// anything non-zero becomes `true`. Returns `self` (no copy) when the
     /// dtype already matches. A GPU tensor is converted on its device.
-    ///
-    /// # Panics
-    /// For a GPU tensor, when the device fails (a driver error, out of
-    /// memory), as [`Tensor::contiguous`] does; use [`Tensor::try_to_dtype`]
-    /// to get that as an `Err`. CPU tensors never panic.
-    pub fn to_dtype(&self, dtype: DType) -> Tensor {
-        self.try_to_dtype(dtype).unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// As [`Tensor::to_dtype`], but a GPU failure is an [`crate::Error`]
-    /// naming `to_dtype`.
-    pub fn try_to_dtype(&self, dtype: DType) -> Result<Tensor> {
+    /// Errors when the device fails (a driver error, out of memory), naming
+    /// `to_dtype`.
+    pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
         if dtype == self.dtype() {
             return Ok(self.clone());
         }
@@ -259,14 +250,14 @@ mod tests {
     fn casts_round_and_saturate() {
         let a = Tensor::from_vec(vec![1.5f32, -2.7, 300.0, f32::NAN], &[4]).unwrap();
         assert_eq!(
-            a.to_dtype(crate::DType::U8).to_vec::<u8>().unwrap(),
+            a.to_dtype(crate::DType::U8).unwrap().to_vec::<u8>().unwrap(),
             vec![1, 0, 255, 0]
         );
         assert_eq!(
-            a.to_dtype(crate::DType::I64).to_vec::<i64>().unwrap()[..3],
+            a.to_dtype(crate::DType::I64).unwrap().to_vec::<i64>().unwrap()[..3],
             [1, -2, 300]
         );
-        let b = a.to_dtype(crate::DType::Bool).to_vec::<bool>().unwrap();
+        let b = a.to_dtype(crate::DType::Bool).unwrap().to_vec::<bool>().unwrap();
         assert_eq!(b, vec![true, true, true, true]);
     }
 

@@ -160,7 +160,7 @@ pub(crate) fn serialize<'a, K: AsRef<str>>(
                 t.device()
             ));
         }
-        views.push((name, TensorBytes(t.contiguous())));
+        views.push((name, TensorBytes(t.contiguous().map_err(|e| e.to_string())?)));
     }
     let metadata = (!metadata.is_empty()).then_some(metadata);
     ::safetensors::serialize(views, metadata).map_err(|e| e.to_string())

@@ -184,7 +184,7 @@ fn random_corruption_never_panics() {
     let p = TempPath::new("fuzz");
     let t = Tensor::arange(0.0, 6.0, 1.0, DType::F64)
         .unwrap()
-        .reshape(&[2, 3])
+        .reshape([2, 3])
         .unwrap();
     let b = Tensor::from_vec(vec![true, false], &[2]).unwrap();
     save(&p.0, [("t", &t), ("b", &b)]).unwrap();

@@ -2,9 +2,8 @@
 
 use std::sync::Arc;
 
-use crate::layout::infer_shape;
 use crate::strided::{fill_rows, read_row};
-use crate::{DType, Device, Element, Error, Layout, Result, Storage};
+use crate::{DType, Device, Element, Error, Layout, Result, ShapeArg, Storage};
 
 /// An n-dimensional array with a runtime dtype, shape and device.
 ///
@@ -276,20 +275,10 @@ impl Tensor {
     }
 
     /// A contiguous tensor with the same elements: `self` when already
-    /// contiguous (no copy), else a row-major copy.
-    ///
-    /// # Panics
-    /// When the copy cannot be made: host or device memory is out (a huge
-    /// broadcast view) or the driver fails; use [`Tensor::try_contiguous`]
-    /// to get that as an `Err`. Contiguous tensors never panic.
-    pub fn contiguous(&self) -> Tensor {
-        self.try_contiguous().unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    /// As [`Tensor::contiguous`], but a failed copy is an error naming
-    /// `contiguous`: [`Error::OutOfMemory`] on the host, [`Error::Device`]
-    /// for a driver error or device memory.
-    pub fn try_contiguous(&self) -> Result<Tensor> {
+    /// contiguous (no copy), else a row-major copy. Errors when the copy
+    /// fails: a GPU copy (a driver error, out of device memory) is an
+    /// [`Error::Device`] naming `contiguous`.
+    pub fn contiguous(&self) -> Result<Tensor> {
         if self.is_contiguous() {
             return Ok(self.clone());
         }
@@ -309,20 +298,23 @@ impl Tensor {
         });
     }
 
-    /// The elements reshaped to `shape` (one entry may be -1). A view when
-    /// the strides allow it, else a copy (PyTorch's `reshape`).
-    pub fn reshape(&self, shape: &[isize]) -> Result<Tensor> {
-        let shape = infer_shape("reshape", self.shape(), shape)?;
+    /// The elements reshaped to `shape`, which may hold one hole (`()` in a
+    /// tuple, PyTorch's `-1`) for the size that keeps the element count; see
+    /// [`ShapeArg`]. A view when the strides allow it, else a copy
+    /// (PyTorch's `reshape`). Errors when the element counts differ, there
+    /// is more than one hole, the product overflows, or a GPU copy fails.
+    pub fn reshape(&self, shape: impl Into<ShapeArg>) -> Result<Tensor> {
+        let shape = shape.into().resolve_reshape("reshape", self.shape())?;
         Ok(match self.layout.reshaped(&shape) {
             Some(l) => self.with_layout(l),
-            None => self.try_contiguous()?.with_layout(Layout::contiguous(&shape)),
+            None => self.contiguous()?.with_layout(Layout::contiguous(&shape)),
         })
     }
 
-    /// Like [`Tensor::reshape`] but never copies: errors when the strides do
-    /// not allow a view (PyTorch's `view`).
-    pub fn view(&self, shape: &[isize]) -> Result<Tensor> {
-        let shape = infer_shape("view", self.shape(), shape)?;
+    /// Like [`Tensor::reshape`] but never copies: errors also when the
+    /// strides do not allow a view (PyTorch's `view`).
+    pub fn view(&self, shape: impl Into<ShapeArg>) -> Result<Tensor> {
+        let shape = shape.into().resolve_reshape("view", self.shape())?;
         match self.layout.reshaped(&shape) {
             Some(l) => Ok(self.with_layout(l)),
             None => Err(Error::shape(
@@ -339,7 +331,7 @@ impl Tensor {
     /// Merges dimensions `start ..= end` into one (PyTorch's `flatten`).
     pub fn flatten(&self, start: isize, end: isize) -> Result<Tensor> {
         if self.ndim() == 0 {
-            return self.reshape(&[1]);
+            return self.reshape([1]);
         }
         let s = crate::dim_index("flatten", start, self.ndim())?;
         let e = crate::dim_index("flatten", end, self.ndim())?;
@@ -349,10 +341,10 @@ impl Tensor {
                 format!("start dim {start} is after end dim {end}"),
             ));
         }
-        let mut shape: Vec<isize> = self.shape()[..s].iter().map(|&n| n as isize).collect();
-        shape.push(self.shape()[s..=e].iter().product::<usize>() as isize);
-        shape.extend(self.shape()[e + 1..].iter().map(|&n| n as isize));
-        self.reshape(&shape)
+        let mut shape = self.shape()[..s].to_vec();
+        shape.push(self.shape()[s..=e].iter().product());
+        shape.extend(&self.shape()[e + 1..]);
+        self.reshape(shape)
     }
 
     /// Swaps two dimensions (a view).
@@ -414,23 +406,12 @@ impl Tensor {
         Ok(self.with_layout(self.layout.broadcast_to(shape)?))
     }
 
-    /// PyTorch's `expand`: like [`Tensor::broadcast_to`], where -1 keeps the
-    /// existing size.
-    pub fn expand(&self, shape: &[isize]) -> Result<Tensor> {
-        let lead = shape.len().checked_sub(self.ndim()).ok_or_else(|| {
-            Error::shape(
-                "expand",
-                format!("cannot expand shape {:?} to {shape:?}", self.shape()),
-            )
-        })?;
-        let mut target = Vec::with_capacity(shape.len());
-        for (k, &n) in shape.iter().enumerate() {
-            target.push(match n {
-                -1 if k >= lead => self.shape()[k - lead],
-                n if n >= 0 => n as usize,
-                _ => return Err(Error::arg("expand", format!("invalid size {n} in {shape:?}"))),
-            });
-        }
+    /// PyTorch's `expand`: like [`Tensor::broadcast_to`], where a hole
+    /// (`()` in a tuple, PyTorch's `-1`; see [`ShapeArg`]) keeps the
+    /// existing size. Errors when the shapes do not broadcast, a hole falls
+    /// in a new leading dimension, or the element count overflows.
+    pub fn expand(&self, shape: impl Into<ShapeArg>) -> Result<Tensor> {
+        let target = shape.into().resolve_expand("expand", self.shape())?;
         self.broadcast_to(&target)
     }
 
@@ -439,9 +420,10 @@ impl Tensor {
         Ok(self.with_layout(self.layout.squeeze(dim)?))
     }
 
-    /// Removes every size-1 dimension (a view).
-    pub fn squeeze_all(&self) -> Tensor {
-        self.with_layout(self.layout.squeeze_all())
+    /// Removes every size-1 dimension (a view). Never fails on a tensor;
+    /// `Result` as on `Var`, where recording the op may.
+    pub fn squeeze_all(&self) -> Result<Tensor> {
+        Ok(self.with_layout(self.layout.squeeze_all()))
     }
 
     /// Inserts a size-1 dimension at `dim` (a view).

@@ -42,12 +42,7 @@ pub fn layouts_of<T: Element>(values: &[f64], shape: &[usize]) -> Vec<Tensor> {
     let mut padded = vec![9.0; 3];
     padded.extend_from_slice(values);
     let flat = tensor_of::<T>(&padded, &[n + 3]);
-    out.push(
-        flat.narrow(0, 3, n)
-            .unwrap()
-            .reshape(&isize_shape(shape))
-            .unwrap(),
-    );
+    out.push(flat.narrow(0, 3, n).unwrap().reshape(shape).unwrap());
 
     // Stride 2 in the last dim: interleave with junk.
     if nd > 0 {
@@ -65,22 +60,21 @@ pub fn layouts_of<T: Element>(values: &[f64], shape: &[usize]) -> Vec<Tensor> {
     // Last two dims stored transposed, then transposed back.
     if nd >= 2 {
         let src = tensor_of::<T>(values, shape);
-        let stored = src.transpose(-1, -2).unwrap().contiguous();
+        let stored = src.transpose(-1, -2).unwrap().contiguous().unwrap();
         out.push(stored.transpose(-1, -2).unwrap());
     }
 
     // Every dim stored reversed, then flipped back.
     if nd > 0 {
         let dims: Vec<isize> = (0..nd as isize).collect();
-        let stored = tensor_of::<T>(values, shape).flip(&dims).unwrap().contiguous();
+        let stored = tensor_of::<T>(values, shape)
+            .flip(&dims)
+            .unwrap()
+            .contiguous()
+            .unwrap();
         out.push(stored.flip(&dims).unwrap());
     }
     out
-}
-
-/// `shape` as the `&[isize]` reshape takes.
-pub fn isize_shape(shape: &[usize]) -> Vec<isize> {
-    shape.iter().map(|&n| n as isize).collect()
 }
 
 /// The tensor's values as f64, row-major, whatever its dtype.

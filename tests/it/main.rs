@@ -1,5 +1,11 @@
 //! The integration tests of the tessera facade (whole-stack tests): one test
-//! binary, one module per topic.
+//! binary per crate (linking the crate graph once), one module per topic. A
+//! test that needs process-global state of its own (a byte counter, a global
+//! allocator) is a separate file in `tests/` that says why in its first line.
 
 mod checkpoint_resume;
+mod concurrent_training;
 mod custom_module_example;
+mod mnist_mlp_e2e;
+mod prelude;
+mod train_mnist_resume;

@@ -130,8 +130,8 @@ impl Var {
         // Weight of each operand: 1 where it wins, ½ on a tie, 0 elsewhere.
         let weight = move |x: &Tensor, o: &Tensor| -> Result<Tensor> {
             let wins = if max { x.gt(o)? } else { x.lt(o)? };
-            let ties = x.eq(o)?.to_dtype(x.dtype()).mul_scalar(0.5)?;
-            wins.to_dtype(x.dtype()).add(&ties)
+            let ties = x.eq(o)?.to_dtype(x.dtype())?.mul_scalar(0.5)?;
+            wins.to_dtype(x.dtype())?.add(&ties)
         };
         let (a1, b1) = (a.clone(), b.clone());
         let (a2, b2) = (a.clone(), b.clone());

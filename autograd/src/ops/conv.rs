@@ -67,7 +67,7 @@ impl Var {
     ///
     /// Errors as [`Tensor::max_pool2d`].
     pub fn max_pool2d_with_indices(&self, p: &Pool2dParams) -> Result<(Var, Tensor)> {
-        let (y, idx) = self.tensor().max_pool2d(p)?;
+        let (y, idx) = self.tensor().max_pool2d_with_indices(p)?;
         let (saved, shape) = (idx.clone(), self.shape().to_vec());
         let y = record_op(reg::MAX_POOL2D, y, &[self], move |g, _| {
             Ok(vec![Some(max_pool2d_backward(g, &saved, &shape)?)])

@@ -3,7 +3,7 @@
 //! [`Tensor`]s (they carry no gradient); each backward saves only them.
 
 use tessera_tensor::ops::index::embedding_backward;
-use tessera_tensor::{dim_index, Error, PadMode, Result, Tensor, TensorOptions};
+use tessera_tensor::{dim_index, PadMode, Result, Tensor, TensorOptions};
 
 use super::registry as reg;
 use super::{check_same, record_op, sum_to};
@@ -21,9 +21,9 @@ impl Var {
         let (shape, index) = (self.shape().to_vec(), index.clone());
         record_op(reg::INDEX_SELECT, y, &[self], move |g, _| {
             // Spread the 1-d index along `dim` of the gradient, then add.
-            let mut unit = vec![1isize; g.ndim()];
-            unit[d] = index.numel() as isize;
-            let idx = index.reshape(&unit)?.broadcast_to(g.shape())?;
+            let mut unit = vec![1; g.ndim()];
+            unit[d] = index.numel();
+            let idx = index.reshape(unit)?.broadcast_to(g.shape())?;
             Ok(vec![Some(zeros(g, &shape)?.scatter_add(d as isize, &idx, g)?)])
         })
     }
@@ -89,32 +89,24 @@ impl Var {
     /// `F.embedding(indices, self, padding_idx)`). The row `padding_idx`, if
     /// given, receives no gradient.
     ///
-    /// Errors as [`Tensor::embedding`], and when `padding_idx` is not a row.
+    /// Errors as [`Tensor::embedding`].
     pub fn embedding(&self, indices: &Tensor, padding_idx: Option<usize>) -> Result<Var> {
-        let y = self.tensor().embedding(indices)?;
+        let y = self.tensor().embedding(indices, padding_idx)?;
         let rows = self.shape()[0];
-        if let Some(p) = padding_idx.filter(|&p| p >= rows) {
-            return Err(Error::index(
-                reg::EMBEDDING.name(),
-                format!(
-                    "padding_idx {p} is out of range for a table of shape {:?}",
-                    self.shape()
-                ),
-            ));
-        }
         let indices = indices.clone();
         record_op(reg::EMBEDDING, y, &[self], move |g, _| {
             Ok(vec![Some(embedding_backward(g, &indices, rows, padding_idx)?)])
         })
     }
 
-    /// The `k` largest (or smallest) elements along `dim`, sorted, and their
-    /// i64 positions (PyTorch's `topk`); the gradient of the values goes back
-    /// to those positions.
+    /// The `k` largest (or smallest) elements along `dim` and their i64
+    /// positions (PyTorch's `topk`; the order is as [`Tensor::topk`]'s,
+    /// sorted either way); the gradient of the values goes back to those
+    /// positions.
     ///
     /// Errors as [`Tensor::topk`].
-    pub fn topk(&self, k: usize, dim: isize, largest: bool) -> Result<(Var, Tensor)> {
-        let (values, idx) = self.tensor().topk(k, dim, largest, true)?;
+    pub fn topk(&self, k: usize, dim: isize, largest: bool, sorted: bool) -> Result<(Var, Tensor)> {
+        let (values, idx) = self.tensor().topk(k, dim, largest, sorted)?;
         let (shape, saved) = (self.shape().to_vec(), idx.clone());
         let values = record_op(reg::TOPK, values, &[self], move |g, _| {
             Ok(vec![Some(zeros(g, &shape)?.scatter_add(dim, &saved, g)?)])

@@ -2,6 +2,8 @@
 //! `split`, `split_with_sizes` and `chunk` (one node whose outputs are the
 //! pieces).
 
+use std::borrow::Borrow;
+
 use tessera_tensor::{dim_index, Error, Result, Tensor};
 
 use super::index::zeros;
@@ -15,13 +17,13 @@ impl Var {
     ///
     /// Errors when the list is empty, the dtypes or devices differ, or as
     /// [`Tensor::cat`].
-    pub fn cat(vars: &[Var], dim: isize) -> Result<Var> {
-        let first = check_list(reg::CAT, vars)?;
-        let y = Tensor::cat(&vars.iter().map(Var::tensor).collect::<Vec<_>>(), dim)?;
+    pub fn cat<T: Borrow<Var>>(vars: &[T], dim: isize) -> Result<Var> {
+        let vars: Vec<&Var> = vars.iter().map(Borrow::borrow).collect();
+        let first = check_list(reg::CAT, &vars)?;
+        let y = Tensor::cat(&vars.iter().map(|v| v.tensor()).collect::<Vec<_>>(), dim)?;
         let d = dim_index(reg::CAT.name(), dim, first.ndim())?;
         let sizes: Vec<usize> = vars.iter().map(|v| v.shape()[d]).collect();
-        let inputs: Vec<&Var> = vars.iter().collect();
-        record_op(reg::CAT, y, &inputs, move |g, needs| {
+        record_op(reg::CAT, y, &vars, move |g, needs| {
             let mut start = 0;
             let mut grads = Vec::with_capacity(sizes.len());
             for (&len, &need) in sizes.iter().zip(needs) {
@@ -41,12 +43,12 @@ impl Var {
     ///
     /// Errors when the list is empty, the dtypes or devices differ, or as
     /// [`Tensor::stack`].
-    pub fn stack(vars: &[Var], dim: isize) -> Result<Var> {
-        check_list(reg::STACK, vars)?;
-        let y = Tensor::stack(&vars.iter().map(Var::tensor).collect::<Vec<_>>(), dim)?;
+    pub fn stack<T: Borrow<Var>>(vars: &[T], dim: isize) -> Result<Var> {
+        let vars: Vec<&Var> = vars.iter().map(Borrow::borrow).collect();
+        check_list(reg::STACK, &vars)?;
+        let y = Tensor::stack(&vars.iter().map(|v| v.tensor()).collect::<Vec<_>>(), dim)?;
         let d = dim_index(reg::STACK.name(), dim, y.ndim())? as isize;
-        let inputs: Vec<&Var> = vars.iter().collect();
-        record_op(reg::STACK, y, &inputs, move |g, needs| {
+        record_op(reg::STACK, y, &vars, move |g, needs| {
             needs
                 .iter()
                 .enumerate()
@@ -91,8 +93,8 @@ impl Var {
 
 /// Checks that `vars` is non-empty with one dtype and device; returns the
 /// first.
-fn check_list(op: Op, vars: &[Var]) -> Result<&Var> {
-    let first = vars
+fn check_list<'a>(op: Op, vars: &[&'a Var]) -> Result<&'a Var> {
+    let first = *vars
         .first()
         .ok_or_else(|| Error::arg(op.name(), "needs at least one value"))?;
     for v in &vars[1..] {

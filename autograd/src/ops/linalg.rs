@@ -50,14 +50,14 @@ impl Var {
             let rows = x_shape[..x_shape.len().saturating_sub(1)]
                 .iter()
                 .product::<usize>();
-            let g2 = g.reshape(&[rows as isize, out_f as isize])?;
+            let g2 = g.reshape([rows, out_f])?;
             let gx = match (needs[0], &w) {
-                (true, Some(w)) => Some(g.matmul(w)?.reshape(&isize_shape(&x_shape))?),
+                (true, Some(w)) => Some(g.matmul(w)?.reshape(&x_shape)?),
                 _ => None,
             };
             let gw = match (needs[1], &x) {
                 (true, Some(x)) => {
-                    let x2 = x.reshape(&[rows as isize, in_f as isize])?;
+                    let x2 = x.reshape([rows, in_f])?;
                     Some(g2.t()?.matmul(&x2)?)
                 }
                 _ => None,
@@ -97,7 +97,7 @@ fn column_sums<T: Element>(g: &Tensor) -> Result<Tensor> {
             ))
         }
     };
-    let g = g.contiguous();
+    let g = g.contiguous()?;
     let src = g.as_slice::<T>()?;
     Tensor::build::<T>("linear_backward", &[n], |out| {
         out.par_chunks_mut(SUM_COLS).enumerate().for_each(|(blk, o)| {
@@ -114,11 +114,6 @@ fn column_sums<T: Element>(g: &Tensor) -> Result<Tensor> {
             }
         })
     })
-}
-
-/// The shape as the `&[isize]` that `reshape` takes.
-pub(crate) fn isize_shape(shape: &[usize]) -> Vec<isize> {
-    shape.iter().map(|&n| n as isize).collect()
 }
 
 /// The gradients of `a @ b` given the output gradient `g`. `a` is present
@@ -152,41 +147,39 @@ fn matmul_backward(
     if sa.len() == 1 {
         full.insert(full.len() - 1, 1);
     }
-    let g2 = g.reshape(&isize_shape(&full))?;
+    let g2 = g.reshape(&full)?;
     let batch = &full[..full.len() - 2];
     let rows: usize = batch.iter().product();
 
     let ga = match (needs[0], b) {
         (true, Some(b)) => {
-            let b2 = b.reshape(&isize_shape(&b2_shape))?;
+            let b2 = b.reshape(&b2_shape)?;
             let ga2 = if a2_shape.len() == 2 && b2_shape.len() > 2 && b2_shape[..b2_shape.len() - 2] == *batch
             {
                 // Σ over the batch of g·bᵀ as one GEMM: [m, B·n] · [B·n, k].
-                let gm = rows_first(&g2)?.reshape(&[m as isize, (rows * n) as isize])?;
-                let bm = b2
-                    .transpose(-1, -2)?
-                    .reshape(&[(rows * n) as isize, k as isize])?;
+                let gm = rows_first(&g2)?.reshape([m, rows * n])?;
+                let bm = b2.transpose(-1, -2)?.reshape([rows * n, k])?;
                 gm.matmul(&bm)?
             } else {
                 sum_to(&g2.matmul(&b2.transpose(-1, -2)?)?, &a2_shape)?
             };
-            Some(ga2.reshape(&isize_shape(sa))?)
+            Some(ga2.reshape(sa)?)
         }
         _ => None,
     };
     let gb = match (needs[1], a) {
         (true, Some(a)) => {
-            let a2 = a.reshape(&isize_shape(&a2_shape))?;
+            let a2 = a.reshape(&a2_shape)?;
             let gb2 = if b2_shape.len() == 2 && a2_shape.len() > 2 && a2_shape[..a2_shape.len() - 2] == *batch
             {
                 // Σ over the batch of aᵀ·g as one GEMM: [k, B·m] · [B·m, n].
-                let am = a2.reshape(&[(rows * m) as isize, k as isize])?;
-                let gm = g2.reshape(&[(rows * m) as isize, n as isize])?;
+                let am = a2.reshape([rows * m, k])?;
+                let gm = g2.reshape([rows * m, n])?;
                 am.t()?.matmul(&gm)?
             } else {
                 sum_to(&a2.transpose(-1, -2)?.matmul(&g2)?, &b2_shape)?
             };
-            Some(gb2.reshape(&isize_shape(sb))?)
+            Some(gb2.reshape(sb)?)
         }
         _ => None,
     };

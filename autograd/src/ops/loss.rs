@@ -122,11 +122,11 @@ impl Var {
                 ),
             ));
         }
-        let c = |t: Tensor| Var::constant(t.to_dtype(dtype));
-        let y = target.to_dtype(DType::F64);
+        let c = |t: Tensor| t.to_dtype(dtype).map(Var::constant);
+        let y = target.to_dtype(DType::F64)?;
         let log_weight = match pos_weight {
             Some(pw) => y
-                .mul(&pw.to_dtype(DType::F64).sub_scalar(1.0)?)?
+                .mul(&pw.to_dtype(DType::F64)?.sub_scalar(1.0)?)?
                 .add_scalar(1.0)?,
             None => y.ones_like(None)?,
         };
@@ -142,14 +142,14 @@ impl Var {
         }
         // |x| and min(x, 0) as x times constant masks: exact on both sides
         // of 0, and the sum below is smooth there.
-        let x = self.tensor().to_dtype(DType::F64);
+        let x = self.tensor().to_dtype(DType::F64)?;
         let sign = x.map::<f64, f64>(|v| if v >= 0.0 { 1.0 } else { -1.0 });
         let neg = x.map::<f64, f64>(|v| if v < 0.0 { 1.0 } else { 0.0 });
-        let abs = self.mul(&c(sign))?;
-        let softplus_neg = abs.neg()?.exp()?.log1p()?.sub(&self.mul(&c(neg))?)?;
+        let abs = self.mul(&c(sign)?)?;
+        let softplus_neg = abs.neg()?.exp()?.log1p()?.sub(&self.mul(&c(neg)?)?)?;
         let loss = self
-            .mul(&c(y.rsub_scalar(1.0)?))?
-            .add(&softplus_neg.mul(&c(log_weight))?)?;
+            .mul(&c(y.rsub_scalar(1.0)?)?)?
+            .add(&softplus_neg.mul(&c(log_weight)?)?)?;
         reduce(loss, reduction, None)
     }
 }
@@ -160,7 +160,7 @@ impl Var {
 /// targets and each row's log-sum-exp.
 fn fused_cross_entropy(x: &Var, target: &Tensor, opts: CrossEntropyOptions) -> Result<Var> {
     let logits = x.tensor().clone();
-    let (loss, lse) = logits.cross_entropy(target, opts)?;
+    let (loss, lse) = logits.cross_entropy_forward(target, opts)?;
     let target = target.clone();
     record_op(reg::CROSS_ENTROPY, loss, &[x], move |g, _| {
         let dx = Tensor::cross_entropy_backward(g, &logits, &target, &lse, opts)?;
@@ -214,7 +214,7 @@ fn weighted_nll(
                     ),
                 ));
             }
-            let idx = t.contiguous().to_vec::<i64>()?;
+            let idx = t.contiguous()?.to_vec::<i64>()?;
             let mut w = vec![0.0f64; rows * classes];
             let mut count = 0usize;
             for (r, &k) in idx.iter().enumerate() {
@@ -247,12 +247,12 @@ fn weighted_nll(
                     ),
                 ));
             }
-            let p = classes_last(op, &Var::constant(p.to_dtype(DType::F64)))?.into_tensor();
+            let p = classes_last(op, &Var::constant(p.to_dtype(DType::F64)?))?.into_tensor();
             (p.mul_scalar(1.0 - eps)?.add_scalar(smooth)?, rows)
         }
     };
     let per = logp
-        .mul(&Var::constant(weights.to_dtype(logp.dtype())))?
+        .mul(&Var::constant(weights.to_dtype(logp.dtype())?))?
         .sum(&[-1], false)?
         .neg()?;
     reduce(per, reduction, Some(count))

@@ -3,7 +3,7 @@
 //! node saves the input, the statistics the forward returned and the
 //! weight; weight and bias are optional inputs.
 
-use tessera_tensor::{Result, Tensor};
+use tessera_tensor::{BatchNormOutput, Result, Tensor};
 
 use super::registry::{self as reg, Op};
 use super::{check_same, record_op};
@@ -55,18 +55,6 @@ impl<'a> Params<'a> {
     }
 }
 
-/// What [`Var::batch_norm`] returns: the output and, in training, the
-/// updated running statistics (for the caller to store).
-#[derive(Debug, Clone)]
-pub struct BatchNormVar {
-    /// The normalized output.
-    pub y: Var,
-    /// In training, the updated running mean (when one was given).
-    pub running_mean: Option<Tensor>,
-    /// In training, the updated running variance (when one was given).
-    pub running_var: Option<Tensor>,
-}
-
 impl Var {
     /// Layer normalization over the trailing dims `normalized_shape`, with
     /// optional elementwise `weight` and `bias` (shaped `normalized_shape`).
@@ -80,7 +68,7 @@ impl Var {
         eps: f64,
     ) -> Result<Var> {
         let p = Params::new(reg::LAYER_NORM, self, weight, bias)?;
-        let (y, mean, rstd) = self.tensor().layer_norm(
+        let (y, mean, rstd) = self.tensor().layer_norm_forward(
             normalized_shape,
             weight.map(Var::tensor),
             bias.map(Var::tensor),
@@ -111,9 +99,9 @@ impl Var {
         training: bool,
         momentum: f64,
         eps: f64,
-    ) -> Result<BatchNormVar> {
+    ) -> Result<BatchNormOutput<Var>> {
         let p = Params::new(reg::BATCH_NORM, self, weight, bias)?;
-        let out = self.tensor().batch_norm(
+        let out = self.tensor().batch_norm_forward(
             running_mean,
             running_var,
             weight.map(Var::tensor),
@@ -129,7 +117,7 @@ impl Var {
             let grads = Tensor::batch_norm_backward(g, &x, &mean, &invstd, w.as_ref(), training)?;
             Ok(Params::route(hw, hb, needs, grads))
         })?;
-        Ok(BatchNormVar {
+        Ok(BatchNormOutput {
             y,
             running_mean: out.running_mean,
             running_var: out.running_var,
@@ -148,9 +136,12 @@ impl Var {
         eps: f64,
     ) -> Result<Var> {
         let p = Params::new(reg::GROUP_NORM, self, weight, bias)?;
-        let (y, mean, rstd) =
-            self.tensor()
-                .group_norm(num_groups, weight.map(Var::tensor), bias.map(Var::tensor), eps)?;
+        let (y, mean, rstd) = self.tensor().group_norm_forward(
+            num_groups,
+            weight.map(Var::tensor),
+            bias.map(Var::tensor),
+            eps,
+        )?;
         let x = self.tensor().clone();
         let (w, hw, hb) = (p.weight, p.has_weight, p.has_bias);
         record_op(reg::GROUP_NORM, y, &p.inputs, move |g, needs| {

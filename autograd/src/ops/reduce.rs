@@ -80,7 +80,7 @@ impl Var {
         let y_keep = keep(&y, x.ndim(), dims, keepdim)?;
         let (dims, nd) = (dims.to_vec(), x.ndim());
         reduction(op, y, self, move |g| {
-            let hit = x.eq(&y_keep)?.to_dtype(x.dtype());
+            let hit = x.eq(&y_keep)?.to_dtype(x.dtype())?;
             let ties = hit.sum(&dims, true)?;
             let share = keep(g, nd, &dims, keepdim)?.div(&ties)?;
             hit.mul(&share)
@@ -167,7 +167,7 @@ impl Var {
             }
             let sign = x.sign()?;
             if p.is_infinite() {
-                let hit = x.abs()?.eq(&y_keep)?.to_dtype(x.dtype());
+                let hit = x.abs()?.eq(&y_keep)?.to_dtype(x.dtype())?;
                 let ties = hit.sum(&dims, true)?;
                 return hit.mul(&sign)?.mul(&g.div(&ties)?);
             }
@@ -252,7 +252,7 @@ fn product_of_others(x: &Tensor, dims: &[isize]) -> Result<Tensor> {
         .chain(red.iter().copied())
         .collect();
     let perm_i: Vec<isize> = perm.iter().map(|&d| d as isize).collect();
-    let moved = x.permute(&perm_i)?.contiguous();
+    let moved = x.permute(&perm_i)?.contiguous()?;
     let k: usize = red.iter().map(|&d| x.shape()[d]).product();
     let others = with_float_dtype!(x.dtype(), T => {
         type M = <T as FloatElement>::Math;

@@ -7,7 +7,7 @@
 //! An `Op` can only be made here, by the `registry!` blocks below, and each
 //! block also lists its names in a slice that [`DIFFERENTIABLE_OPS`]
 //! concatenates. So an op recorded anywhere in the crate is registered by
-//! construction, and the gradcheck coverage test (`tests/gradcheck/`) walks
+//! construction, and the gradcheck coverage test (`tests/it/gradcheck/`) walks
 //! [`DIFFERENTIABLE_OPS`] and fails for any name without a gradcheck case.
 //! The same test also fails when a checked graph contains a name that is not
 //! registered (a stray `record("name", ..)` call inside the crate).

@@ -4,7 +4,6 @@
 use tessera_tensor::{PadMode, Result, Tensor};
 
 use super::index::zeros;
-use super::linalg::isize_shape;
 use super::record_op;
 use super::registry as reg;
 use crate::Var;
@@ -49,8 +48,8 @@ impl Var {
             let padded = std::iter::repeat_n(1, lead).chain(shape.iter().copied());
             let split: Vec<usize> = repeats.iter().zip(padded).flat_map(|(&r, s)| [r, s]).collect();
             let dims: Vec<isize> = (0..repeats.len() as isize).map(|k| 2 * k).collect();
-            let summed = g.reshape(&isize_shape(&split))?.sum(&dims, false)?;
-            Ok(vec![Some(summed.reshape(&isize_shape(&shape))?)])
+            let summed = g.reshape(split)?.sum(&dims, false)?;
+            Ok(vec![Some(summed.reshape(&shape)?)])
         })
     }
 

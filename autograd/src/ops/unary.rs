@@ -254,7 +254,7 @@ impl Var {
             return Ok(self.clone());
         }
         let from = self.dtype();
-        let y = self.tensor().to_dtype(dtype);
+        let y = self.tensor().to_dtype(dtype)?;
         if self.requires_grad() && !dtype.is_float() {
             return Err(tessera_tensor::Error::dtype(
                 reg::TO_DTYPE.name(),
@@ -264,6 +264,6 @@ impl Var {
                 ),
             ));
         }
-        unary(reg::TO_DTYPE, y, self, move |g| Ok(g.to_dtype(from)))
+        unary(reg::TO_DTYPE, y, self, move |g| g.to_dtype(from))
     }
 }

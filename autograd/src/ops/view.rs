@@ -3,7 +3,7 @@
 //! view (no copy); the backward views or scatters the gradient back into the
 //! input's shape and saves nothing but shapes and arguments.
 
-use tessera_tensor::{dim_index, Layout, Result, Tensor};
+use tessera_tensor::{dim_index, Layout, Result, ShapeArg, Tensor};
 
 use super::registry::{self as reg, Op};
 use super::{embed, record_op, sum_to};
@@ -19,15 +19,11 @@ fn view_op(
     record_op(op, y, &[x], move |g, _| Ok(vec![Some(grad(g)?)]))
 }
 
-fn isize_shape(shape: &[usize]) -> Vec<isize> {
-    shape.iter().map(|&n| n as isize).collect()
-}
-
 /// The gradient of a view that only adds or removes size-1 dims (or
 /// regroups the elements): `g` reshaped back to the input's shape.
 fn reshape_back(x: &Var) -> impl FnOnce(&Tensor) -> Result<Tensor> + Send + 'static {
-    let shape = isize_shape(x.shape());
-    move |g| g.reshape(&shape)
+    let shape = x.shape().to_vec();
+    move |g| g.reshape(shape)
 }
 
 /// The gradient of an injective view described by `layout_of` (applied to
@@ -41,9 +37,10 @@ fn scatter_back(
 }
 
 impl Var {
-    /// The elements reshaped to `shape` (one entry may be −1): a view when
-    /// the strides allow, else a copy. Errors as [`Tensor::reshape`].
-    pub fn reshape(&self, shape: &[isize]) -> Result<Var> {
+    /// The elements reshaped to `shape`, which may hold one hole (`()` in a
+    /// tuple, PyTorch's `-1`; see [`ShapeArg`]): a view when the strides
+    /// allow, else a copy. Errors as [`Tensor::reshape`].
+    pub fn reshape(&self, shape: impl Into<ShapeArg>) -> Result<Var> {
         view_op(
             reg::RESHAPE,
             self.tensor().reshape(shape)?,
@@ -53,7 +50,7 @@ impl Var {
     }
 
     /// Like [`Var::reshape`] but never copies. Errors as [`Tensor::view`].
-    pub fn view(&self, shape: &[isize]) -> Result<Var> {
+    pub fn view(&self, shape: impl Into<ShapeArg>) -> Result<Var> {
         view_op(reg::VIEW, self.tensor().view(shape)?, self, reshape_back(self))
     }
 
@@ -145,9 +142,10 @@ impl Var {
         })
     }
 
-    /// Broadcasts to `shape` (−1 keeps a size); the gradient is summed back.
+    /// Broadcasts to `shape`, where a hole (`()` in a tuple, PyTorch's
+    /// `-1`; see [`ShapeArg`]) keeps a size; the gradient is summed back.
     /// Errors as [`Tensor::expand`].
-    pub fn expand(&self, shape: &[isize]) -> Result<Var> {
+    pub fn expand(&self, shape: impl Into<ShapeArg>) -> Result<Var> {
         let to = self.shape().to_vec();
         view_op(reg::EXPAND, self.tensor().expand(shape)?, self, move |g| {
             sum_to(g, &to)
@@ -177,7 +175,7 @@ impl Var {
     pub fn squeeze_all(&self) -> Result<Var> {
         view_op(
             reg::SQUEEZE,
-            self.tensor().squeeze_all(),
+            self.tensor().squeeze_all()?,
             self,
             reshape_back(self),
         )
@@ -199,7 +197,7 @@ impl Var {
         if self.tensor().is_contiguous() {
             return Ok(self.clone());
         }
-        view_op(reg::CONTIGUOUS, self.tensor().contiguous(), self, |g| {
+        view_op(reg::CONTIGUOUS, self.tensor().contiguous()?, self, |g| {
             Ok(g.clone())
         })
     }

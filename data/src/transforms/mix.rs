@@ -100,7 +100,7 @@ impl Mixup {
             };
             lam = rng.beta(alpha, alpha);
         }
-        let x = images.contiguous();
+        let x = images.contiguous()?;
         let per = x.numel() / b.max(1);
         let (out, cut_box) = if lam >= 1.0 {
             (x, None)

@@ -373,7 +373,7 @@ impl<'t> Run<'t> {
                     let loss = loss.mul_scalar(1.0 / e.schedule.micro_batches() as f64)?;
                     self.loss += loss
                         .tensor()
-                        .try_to_dtype(tessera_tensor::DType::F64)?
+                        .to_dtype(tessera_tensor::DType::F64)?
                         .to_scalar::<f64>()?;
                     self.has_loss = true;
                     self.stash.insert((mb, chunk), (x, loss));

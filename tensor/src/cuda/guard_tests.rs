@@ -133,9 +133,8 @@ impl Tensor {
     }
 }
 
-/// Public functions that take no tensor or only read metadata, build CPU
-/// tensors from host data, or are documented to panic on a GPU tensor (with
-/// a `try_` form in the table).
+/// Public functions that take no tensor or only read metadata, or build CPU
+/// tensors from host data.
 const EXEMPT: &[&str] = &[
     // metadata and host constructors
     "shape",
@@ -160,9 +159,6 @@ const EXEMPT: &[&str] = &[
     "load",
     "load_with_metadata",
     "cuda",
-    // documented to panic on a GPU failure; `try_contiguous`/`try_to_dtype` are tested
-    "contiguous",
-    "to_dtype",
     "map",
     "try_map",
     // parameter builders and kernel-geometry helpers (no tensors)

@@ -14,7 +14,7 @@ pub(crate) fn transfer(t: &Tensor, to: Device) -> Result<Tensor> {
     match (t.device(), to) {
         (Device::Cpu, Device::Cuda(n)) => {
             let state = device(OP, n)?;
-            let src = t.contiguous();
+            let src = t.contiguous()?;
             let size = t.dtype().size_in_bytes();
             let start = src.layout().offset() * size;
             let bytes = if src.numel() == 0 {
@@ -44,7 +44,7 @@ fn download(op: &'static str, t: &Tensor) -> Result<Tensor> {
     let bytes = device_buffer(op, t)?.download(op, lo * size..hi * size)?;
     let storage = Storage::from_raw_bytes(t.dtype(), &bytes);
     let layout = Layout::new(t.shape().to_vec(), t.strides().to_vec(), t.layout().offset() - lo);
-    Ok(Tensor::from_parts(storage, layout).contiguous())
+    Tensor::from_parts(storage, layout).contiguous()
 }
 
 /// A contiguous copy of the GPU tensor `t` (or `t` itself when it already
@@ -80,6 +80,6 @@ pub(crate) fn cast(t: &Tensor, dtype: DType) -> Result<Tensor> {
     }, else None), else None);
     match direct {
         Some(y) => Ok(y),
-        None => x.cpu()?.to_dtype(dtype).to_device(x.device()),
+        None => x.cpu()?.to_dtype(dtype)?.to_device(x.device()),
     }
 }

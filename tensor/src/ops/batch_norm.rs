@@ -10,9 +10,24 @@ use crate::ops::norm_common::{
 use crate::ops::reduce::moments;
 use crate::{Element, Error, FloatElement, FloatMath, Result, Tensor};
 
-/// What [`Tensor::batch_norm`] returns.
+/// What `batch_norm` returns, on a [`Tensor`] (`BatchNormOutput<Tensor>`)
+/// and on a `Var` (`BatchNormOutput<Var>`): the output and, in training,
+/// the updated running statistics (for the caller to store).
 #[derive(Debug, Clone)]
-pub struct BatchNormOutput {
+pub struct BatchNormOutput<T> {
+    /// The normalized output, shaped and typed like the input.
+    pub y: T,
+    /// In training, the updated running mean (given one); else `None`.
+    pub running_mean: Option<Tensor>,
+    /// In training, the updated running variance (given one), updated with
+    /// the unbiased batch variance as PyTorch does; else `None`.
+    pub running_var: Option<Tensor>,
+}
+
+/// What [`Tensor::batch_norm_forward`] returns: [`BatchNormOutput`] plus
+/// the statistics [`Tensor::batch_norm_backward`] takes.
+#[derive(Debug, Clone)]
+pub struct BatchNormForward {
     /// The normalized output, shaped and typed like the input.
     pub y: Tensor,
     /// The per-channel mean used (the batch mean in training, the running
@@ -59,7 +74,30 @@ impl Tensor {
         training: bool,
         momentum: f64,
         eps: f64,
-    ) -> Result<BatchNormOutput> {
+    ) -> Result<BatchNormOutput<Tensor>> {
+        let out =
+            self.batch_norm_forward(running_mean, running_var, weight, bias, training, momentum, eps)?;
+        Ok(BatchNormOutput {
+            y: out.y,
+            running_mean: out.running_mean,
+            running_var: out.running_var,
+        })
+    }
+
+    /// [`Tensor::batch_norm`] also returning the statistics
+    /// [`Tensor::batch_norm_backward`] takes. Errors as
+    /// [`Tensor::batch_norm`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn batch_norm_forward(
+        &self,
+        running_mean: Option<&Tensor>,
+        running_var: Option<&Tensor>,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        training: bool,
+        momentum: f64,
+        eps: f64,
+    ) -> Result<BatchNormForward> {
         cpu_only!("batch_norm", self, running_mean, running_var, weight, bias);
         const OP: &str = "batch_norm";
         check_eps(OP, eps)?;
@@ -97,7 +135,7 @@ impl Tensor {
         let invstd: Vec<f64> = var.iter().map(|v| 1.0 / (v + eps).sqrt()).collect();
         let w = param::<f64>(OP, "weight", weight, self, c)?;
         let b = param::<f64>(OP, "bias", bias, self, c)?;
-        let x = self.contiguous();
+        let x = self.contiguous()?;
         let y = crate::with_float_dtype!(self.dtype(), T => {
             type M = <T as FloatElement>::Math;
             // Per channel: y = x·scale + shift.
@@ -114,9 +152,9 @@ impl Tensor {
         }, else return Err(Error::dtype(OP, format!("expects a float tensor, got {}", self.dtype()))));
         let running = |v: Option<Vec<f64>>, like: Option<&Tensor>| {
             v.zip(like)
-                .map(|(v, t)| Tensor::from_slice(&v, &[c]).map(|r| r.to_dtype(t.dtype())))
+                .map(|(v, t)| Tensor::from_slice(&v, &[c]).and_then(|r| r.to_dtype(t.dtype())))
         };
-        Ok(BatchNormOutput {
+        Ok(BatchNormForward {
             y,
             mean: stats_tensor(&mean, &[c], self.dtype())?,
             invstd: stats_tensor(&invstd, &[c], self.dtype())?,
@@ -126,7 +164,7 @@ impl Tensor {
     }
 
     /// The gradients of [`Tensor::batch_norm`] given `dy`, the input `x`
-    /// and the `mean`/`invstd` it returned: (dx, dweight, dbias), dweight =
+    /// and the `mean`/`invstd` [`Tensor::batch_norm_forward`] returned: (dx, dweight, dbias), dweight =
     /// Σ dy·x̂ and dbias = Σ dy per channel (`[C]`, `x`'s dtype). In training
     /// dx also flows through the batch statistics; in eval it is
     /// dy·weight·invstd. Errors when shapes, dtypes or sizes disagree.
@@ -145,7 +183,7 @@ impl Tensor {
         let mean = param::<f64>(OP, "mean", Some(mean), x, c)?.unwrap_or_default();
         let invstd = param::<f64>(OP, "invstd", Some(invstd), x, c)?.unwrap_or_default();
         let w = param::<f64>(OP, "weight", weight, x, c)?;
-        let (xc, dyc) = (x.contiguous(), dy.contiguous());
+        let (xc, dyc) = (x.contiguous()?, dy.contiguous()?);
         crate::with_float_dtype!(x.dtype(), T => {
             type M = <T as FloatElement>::Math;
             let (xs, dys) = (xc.as_slice::<T>()?, dyc.as_slice::<T>()?);

@@ -20,7 +20,7 @@ macro_rules! comparison {
         /// not broadcast.
         pub fn $name(&self, other: &Tensor) -> Result<Tensor> {
             cpu_only!(stringify!($name), self, other);
-            let (a, b) = promoted(self, other, None);
+            let (a, b) = promoted(self, other, None)?;
             crate::with_dtype!(a.dtype(), T => a.zip_map::<T, T, bool>(&b, stringify!($name), |x, y| x $op y))
         }
 
@@ -62,27 +62,27 @@ impl Tensor {
     /// broadcasting; a bool tensor. Errors when the shapes do not broadcast.
     pub fn logical_and(&self, other: &Tensor) -> Result<Tensor> {
         cpu_only!("logical_and", self, other);
-        truth(self).zip_map::<bool, bool, bool>(&truth(other), "logical_and", |x, y| x & y)
+        truth(self)?.zip_map::<bool, bool, bool>(&truth(other)?, "logical_and", |x, y| x & y)
     }
 
     /// Elementwise logical or (non-zero is true), broadcasting; a bool
     /// tensor. Errors when the shapes do not broadcast.
     pub fn logical_or(&self, other: &Tensor) -> Result<Tensor> {
         cpu_only!("logical_or", self, other);
-        truth(self).zip_map::<bool, bool, bool>(&truth(other), "logical_or", |x, y| x | y)
+        truth(self)?.zip_map::<bool, bool, bool>(&truth(other)?, "logical_or", |x, y| x | y)
     }
 
     /// Elementwise logical exclusive or (non-zero is true), broadcasting; a
     /// bool tensor. Errors when the shapes do not broadcast.
     pub fn logical_xor(&self, other: &Tensor) -> Result<Tensor> {
         cpu_only!("logical_xor", self, other);
-        truth(self).zip_map::<bool, bool, bool>(&truth(other), "logical_xor", |x, y| x ^ y)
+        truth(self)?.zip_map::<bool, bool, bool>(&truth(other)?, "logical_xor", |x, y| x ^ y)
     }
 
     /// Elementwise logical not: true where the element is zero; a bool tensor.
     pub fn logical_not(&self) -> Result<Tensor> {
         cpu_only!("logical_not", self);
-        truth(self).try_map::<bool, bool>("logical_not", |x| !x)
+        truth(self)?.try_map::<bool, bool>("logical_not", |x| !x)
     }
 
     /// `a` where `cond` is true, else `b`, broadcasting all three
@@ -100,13 +100,14 @@ impl Tensor {
                 ),
             ));
         }
-        let (a, b) = promoted(a, b, None);
+        let (a, b) = promoted(a, b, None)?;
         crate::with_dtype!(a.dtype(), T => cond.zip3_map::<bool, T, T, T>(&a, &b, "where", |c, x, y| if c { x } else { y }))
     }
 }
 
-/// The truth values of `t`: non-zero (and NaN) is true.
-fn truth(t: &Tensor) -> Tensor {
+/// The truth values of `t`: non-zero (and NaN) is true. Errors when the
+/// conversion fails.
+fn truth(t: &Tensor) -> Result<Tensor> {
     t.to_dtype(DType::Bool)
 }
 

@@ -49,15 +49,22 @@ impl Default for CrossEntropyOptions {
 }
 
 impl Tensor {
-    /// The cross-entropy of the logits `self` (shape `[C]`, `[N, C]` or
-    /// `[N, C, d1, …]`, classes along dim 1 as in PyTorch) against i64 class
-    /// indices `target` (shape `[]`, `[N]` or `[N, d1, …]`). Returns the loss
-    /// (0-d for mean and sum, target-shaped for none, in the logits' dtype)
-    /// and the saved log-sum-exp of each row (f32, or f64 for f64 logits)
-    /// that [`Tensor::cross_entropy_backward`] takes. Errors for non-float
-    /// logits, non-i64 targets, mismatched shapes, a target outside
-    /// `0..C` that is not `ignore_index`, or ε outside [0, 1].
-    pub fn cross_entropy(&self, target: &Tensor, opts: CrossEntropyOptions) -> Result<(Tensor, Tensor)> {
+    /// The forward half of the fused cross-entropy kernel pair (the loss
+    /// itself, with soft targets and on every device, is
+    /// `Var::cross_entropy`): the cross-entropy of the logits `self` (shape
+    /// `[C]`, `[N, C]` or `[N, C, d1, …]`, classes along dim 1 as in
+    /// PyTorch) against i64 class indices `target` (shape `[]`, `[N]` or
+    /// `[N, d1, …]`). Returns the loss (0-d for mean and sum, target-shaped
+    /// for none, in the logits' dtype) and the saved log-sum-exp of each row
+    /// (f32, or f64 for f64 logits) that [`Tensor::cross_entropy_backward`]
+    /// takes. Errors for non-float logits, non-i64 targets, mismatched
+    /// shapes, a target outside `0..C` that is not `ignore_index`, or ε
+    /// outside [0, 1].
+    pub fn cross_entropy_forward(
+        &self,
+        target: &Tensor,
+        opts: CrossEntropyOptions,
+    ) -> Result<(Tensor, Tensor)> {
         cpu_only!("cross_entropy", self, target);
         const OP: &str = "cross_entropy";
         let (rows, targets) = prepare(OP, self, target, &opts)?;
@@ -92,7 +99,7 @@ impl Tensor {
         }, else unreachable!("checked to be float"))
     }
 
-    /// dlogits of [`Tensor::cross_entropy`] given the loss gradient `dloss`
+    /// dlogits of [`Tensor::cross_entropy_forward`] given the loss gradient `dloss`
     /// (0-d for mean and sum, target-shaped for none), the logits, the
     /// target, the saved log-sum-exp and the same options. Returns a tensor
     /// shaped like the logits. Errors when any shape or dtype disagrees
@@ -133,8 +140,8 @@ impl Tensor {
                 ),
             ));
         }
-        let lse = lse.to_dtype(DType::F64).to_vec::<f64>()?;
-        let g = dloss.to_dtype(DType::F64).to_vec::<f64>()?;
+        let lse = lse.to_dtype(DType::F64)?.to_vec::<f64>()?;
+        let g = dloss.to_dtype(DType::F64)?.to_vec::<f64>()?;
         let count = targets.iter().filter(|&&t| t != opts.ignore_index).count() as f64;
         let scale = |r: usize| match opts.reduction {
             Reduction::None => g[r],
@@ -208,14 +215,11 @@ fn prepare(
     }
     let c = if x.ndim() == 1 { x.shape()[0] } else { x.shape()[1] };
     let rows = match x.ndim() {
-        1 => x.reshape(&[1, c as isize])?.contiguous(),
-        2 => x.contiguous(),
-        nd => x
-            .permute(&moved_last(nd))?
-            .reshape(&[-1, c as isize])?
-            .contiguous(),
+        1 => x.reshape([1, c])?.contiguous()?,
+        2 => x.contiguous()?,
+        nd => x.permute(&moved_last(nd))?.reshape(((), c))?.contiguous()?,
     };
-    let targets = target.contiguous().to_vec::<i64>()?;
+    let targets = target.contiguous()?.to_vec::<i64>()?;
     if let Some(&bad) = targets
         .iter()
         .find(|&&t| t != opts.ignore_index && !(0..c as i64).contains(&t))
@@ -238,16 +242,16 @@ fn moved_last(nd: usize) -> Vec<isize> {
 /// `[N·d…, C]` rows back in the logits' shape.
 fn restore(rows: Tensor, shape: &[usize]) -> Result<Tensor> {
     match shape.len() {
-        1 | 2 => rows.reshape(&shape.iter().map(|&s| s as isize).collect::<Vec<_>>()),
+        1 | 2 => rows.reshape(shape),
         nd => {
-            let mut moved: Vec<isize> = shape.iter().map(|&s| s as isize).collect();
+            let mut moved = shape.to_vec();
             let c = moved.remove(1);
             moved.push(c);
             let mut inverse = vec![0isize; nd];
             for (k, &d) in moved_last(nd).iter().enumerate() {
                 inverse[d as usize] = k as isize;
             }
-            Ok(rows.reshape(&moved)?.permute(&inverse)?.contiguous())
+            rows.reshape(&moved)?.permute(&inverse)?.contiguous()
         }
     }
 }

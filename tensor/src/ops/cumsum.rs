@@ -22,7 +22,7 @@ impl Tensor {
     fn scan(&self, op: &'static str, dim: isize, prod: bool) -> Result<Tensor> {
         if self.ndim() == 0 {
             dim_index(op, dim, 1)?;
-            return self.reshape(&[1])?.scan(op, 0, prod)?.reshape(&[]);
+            return self.reshape([1])?.scan(op, 0, prod)?.reshape([]);
         }
         let d = dim_index(op, dim, self.ndim())?;
         Ok(crate::with_float_dtype!(self.dtype(), T => {

@@ -52,7 +52,7 @@ fn softmax_forward_of_transposed_and_strided_f32_matches_contiguous() {
     let x = rand_tensor(4, &[37, 70], 10.0);
     for dim in [0isize, 1] {
         let want = x.softmax(dim).unwrap();
-        let xt = x.t().unwrap().contiguous().t().unwrap();
+        let xt = x.t().unwrap().contiguous().unwrap().t().unwrap();
         assert_eq!(values_f64(&xt.softmax(dim).unwrap()), values_f64(&want));
     }
 }
@@ -73,7 +73,7 @@ fn layer_norm_matches_composed_ops_values_and_gradients() {
         let w = rand_tensor(6, &[k], 1.0);
         let b = rand_tensor(7, &[k], 1.0);
         let dy = rand_tensor(8, &[rows, k], 1.0);
-        let (y, mean, rstd) = x.layer_norm(&[k], Some(&w), Some(&b), 1e-5).unwrap();
+        let (y, mean, rstd) = x.layer_norm_forward(&[k], Some(&w), Some(&b), 1e-5).unwrap();
         close(&y, &layer_norm_composed(&x, &w, &b, 1e-5), 2e-5, "layer_norm");
         let (dx, dw, db) = Tensor::layer_norm_backward(&dy, &x, &mean, &rstd, &[k], Some(&w)).unwrap();
         // Composed backward: x̂ = (x − mean)·rstd, g = dy·w,
@@ -143,7 +143,7 @@ fn cross_entropy_matches_log_softmax_composition() {
                 reduction,
                 ..Default::default()
             };
-            let (loss, lse) = x.cross_entropy(&target, opts).unwrap();
+            let (loss, lse) = x.cross_entropy_forward(&target, opts).unwrap();
             let want = match reduction {
                 Reduction::None => per_row.clone(),
                 Reduction::Sum => per_row.sum(&[], false).unwrap(),
@@ -156,7 +156,7 @@ fn cross_entropy_matches_log_softmax_composition() {
                 _ => Tensor::scalar(0.7f32),
             };
             let scale = match reduction {
-                Reduction::None => dloss.reshape(&[n as isize, 1]).unwrap(),
+                Reduction::None => dloss.reshape([n, 1]).unwrap(),
                 Reduction::Sum => dloss.clone(),
                 Reduction::Mean => dloss.div_scalar(count).unwrap(),
             };
@@ -185,7 +185,7 @@ fn cross_entropy_gradient_matches_finite_differences_in_f64() {
         label_smoothing: 0.2,
         ..Default::default()
     };
-    let (_, lse) = x.cross_entropy(&target, opts).unwrap();
+    let (_, lse) = x.cross_entropy_forward(&target, opts).unwrap();
     let g = Tensor::cross_entropy_backward(&Tensor::scalar(1.0f64), &x, &target, &lse, opts).unwrap();
     let g = values_f64(&g);
     let h = 1e-6;
@@ -195,7 +195,7 @@ fn cross_entropy_gradient_matches_finite_differences_in_f64() {
             v[i] += d;
             values_f64(
                 &tensor_of::<f64>(&v, &[n, c])
-                    .cross_entropy(&target, opts)
+                    .cross_entropy_forward(&target, opts)
                     .unwrap()
                     .0,
             )[0]
@@ -214,23 +214,25 @@ fn cross_entropy_spatial_shapes_and_errors() {
         reduction: Reduction::None,
         ..Default::default()
     };
-    let (loss, lse) = x.cross_entropy(&t, opts).unwrap();
-    let rows = x.permute(&[0, 2, 1]).unwrap().reshape(&[8, 3]).unwrap();
-    let (want, _) = rows.cross_entropy(&t.reshape(&[8]).unwrap(), opts).unwrap();
-    close(&loss.reshape(&[8]).unwrap(), &want, 1e-6, "spatial loss");
+    let (loss, lse) = x.cross_entropy_forward(&t, opts).unwrap();
+    let rows = x.permute(&[0, 2, 1]).unwrap().reshape([8, 3]).unwrap();
+    let (want, _) = rows
+        .cross_entropy_forward(&t.reshape([8]).unwrap(), opts)
+        .unwrap();
+    close(&loss.reshape([8]).unwrap(), &want, 1e-6, "spatial loss");
     let dl = rand_tensor(14, &[2, 4], 1.0);
     let g = Tensor::cross_entropy_backward(&dl, &x, &t, &lse, opts).unwrap();
     let gr = Tensor::cross_entropy_backward(
-        &dl.reshape(&[8]).unwrap(),
+        &dl.reshape([8]).unwrap(),
         &rows,
-        &t.reshape(&[8]).unwrap(),
+        &t.reshape([8]).unwrap(),
         &lse,
         opts,
     )
     .unwrap();
     close(
         &g,
-        &gr.reshape(&[2, 4, 3]).unwrap().permute(&[0, 2, 1]).unwrap(),
+        &gr.reshape([2, 4, 3]).unwrap().permute(&[0, 2, 1]).unwrap(),
         1e-6,
         "spatial grad",
     );
@@ -238,31 +240,43 @@ fn cross_entropy_spatial_shapes_and_errors() {
     let (l1, _) = x
         .narrow(0, 0, 1)
         .unwrap()
-        .reshape(&[12])
+        .reshape([12])
         .unwrap()
-        .cross_entropy(&Tensor::scalar(3i64), CrossEntropyOptions::default())
+        .cross_entropy_forward(&Tensor::scalar(3i64), CrossEntropyOptions::default())
         .unwrap();
     assert_eq!(l1.shape(), &[] as &[usize]);
     // A strided 1-D row (a column of a matrix) equals its contiguous copy.
     let col = rand_tensor(15, &[5, 4], 2.0).select(1, 2).unwrap();
     let target = Tensor::scalar(1i64);
     let d = CrossEntropyOptions::default();
-    let (got, lse) = col.cross_entropy(&target, d).unwrap();
-    let (want, _) = col.contiguous().cross_entropy(&target, d).unwrap();
+    let (got, lse) = col.cross_entropy_forward(&target, d).unwrap();
+    let (want, _) = col
+        .contiguous()
+        .unwrap()
+        .cross_entropy_forward(&target, d)
+        .unwrap();
     close(&got, &want, 0.0, "strided 1-D loss");
     let g = Tensor::cross_entropy_backward(&Tensor::scalar(1.0f32), &col, &target, &lse, d).unwrap();
-    let gc =
-        Tensor::cross_entropy_backward(&Tensor::scalar(1.0f32), &col.contiguous(), &target, &lse, d).unwrap();
+    let gc = Tensor::cross_entropy_backward(
+        &Tensor::scalar(1.0f32),
+        &col.contiguous().unwrap(),
+        &target,
+        &lse,
+        d,
+    )
+    .unwrap();
     close(&g, &gc, 0.0, "strided 1-D grad");
     // Errors, never panics.
     let d = CrossEntropyOptions::default();
     assert!(x
-        .cross_entropy(&Tensor::from_vec(vec![5i64; 8], &[2, 4]).unwrap(), d)
+        .cross_entropy_forward(&Tensor::from_vec(vec![5i64; 8], &[2, 4]).unwrap(), d)
         .is_err());
-    assert!(x.cross_entropy(&t.to_dtype(crate::DType::F32), d).is_err());
-    assert!(x.cross_entropy(&t.reshape(&[8]).unwrap(), d).is_err());
     assert!(x
-        .cross_entropy(
+        .cross_entropy_forward(&t.to_dtype(crate::DType::F32).unwrap(), d)
+        .is_err());
+    assert!(x.cross_entropy_forward(&t.reshape([8]).unwrap(), d).is_err());
+    assert!(x
+        .cross_entropy_forward(
             &t,
             CrossEntropyOptions {
                 label_smoothing: 1.5,
@@ -272,7 +286,7 @@ fn cross_entropy_spatial_shapes_and_errors() {
         .is_err());
     // Every target ignored: the mean is NaN, the gradient 0.
     let all = Tensor::from_vec(vec![-100i64; 8], &[2, 4]).unwrap();
-    let (m, lse) = x.cross_entropy(&all, d).unwrap();
+    let (m, lse) = x.cross_entropy_forward(&all, d).unwrap();
     assert!(values_f64(&m)[0].is_nan());
     let g = Tensor::cross_entropy_backward(&Tensor::scalar(1.0f32), &x, &all, &lse, d).unwrap();
     assert!(values_f64(&g).iter().all(|&v| v == 0.0));

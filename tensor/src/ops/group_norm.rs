@@ -9,12 +9,26 @@ use crate::{Element, Error, FloatElement, FloatMath, Result, Tensor};
 
 impl Tensor {
     /// Group normalization of `x` (`[N, C, *]`) with `num_groups` groups of
-    /// C/num_groups channels: y = (x − mean)·rstd·weight[c] + bias[c], the
-    /// statistics taken per sample and group. Returns (y, mean, rstd) with
-    /// mean/rstd of shape `[N, num_groups]` in f32 (f64 for f64 input).
-    /// Errors for non-float input, fewer than 2 dims, C not divisible by
-    /// `num_groups`, parameters without C elements, or a bad eps.
+    /// C/num_groups channels (PyTorch's `F.group_norm`):
+    /// y = (x − mean)·rstd·weight[c] + bias[c], the statistics taken per
+    /// sample and group. Errors for non-float input, fewer than 2 dims, C
+    /// not divisible by `num_groups`, parameters without C elements, or a
+    /// bad eps.
     pub fn group_norm(
+        &self,
+        num_groups: usize,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f64,
+    ) -> Result<Tensor> {
+        Ok(self.group_norm_forward(num_groups, weight, bias, eps)?.0)
+    }
+
+    /// [`Tensor::group_norm`] also returning what
+    /// [`Tensor::group_norm_backward`] takes: (y, mean, rstd) with mean/rstd
+    /// of shape `[N, num_groups]` in f32 (f64 for f64 input). Errors as
+    /// [`Tensor::group_norm`].
+    pub fn group_norm_forward(
         &self,
         num_groups: usize,
         weight: Option<&Tensor>,
@@ -25,7 +39,7 @@ impl Tensor {
         const OP: &str = "group_norm";
         let g = Groups::of(OP, self, num_groups)?;
         check_eps(OP, eps)?;
-        let x = self.contiguous();
+        let x = self.contiguous()?;
         crate::with_float_dtype!(self.dtype(), T => {
             type M = <T as FloatElement>::Math;
             let w = param::<M>(OP, "weight", weight, self, g.c)?;
@@ -57,7 +71,7 @@ impl Tensor {
         const OP: &str = "group_norm_backward";
         let g = Groups::of(OP, x, num_groups)?;
         check_grad(OP, dy, x)?;
-        let (xc, dyc) = (x.contiguous(), dy.contiguous());
+        let (xc, dyc) = (x.contiguous()?, dy.contiguous()?);
         crate::with_float_dtype!(x.dtype(), T => {
             type M = <T as FloatElement>::Math;
             let rows = g.n * num_groups;

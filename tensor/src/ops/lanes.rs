@@ -11,7 +11,7 @@ use crate::{Element, Layout, Result, Tensor};
 /// `dim < x.ndim()`) is written by `f(src, off, stride, out)`: the lane's
 /// input is `src[off + i·stride]` for `i < out.len()`, `src` being `x`'s
 /// storage slice. `T` must be `x`'s dtype. Errors, naming `op`, when memory
-/// is out.
+/// is out or the copy that moves the lane dim back into place fails.
 pub(crate) fn map_lanes<T: Element, U: Element>(
     op: &'static str,
     x: &Tensor,
@@ -68,5 +68,5 @@ pub(crate) fn map_lanes<T: Element, U: Element>(
     built
         .permute(&perm)
         .expect("a permutation of the built dims")
-        .try_contiguous()
+        .contiguous()
 }

@@ -13,13 +13,27 @@ use crate::ops::norm_common::{
 use crate::{DType, Element, Error, FloatElement, FloatMath, Result, Tensor};
 
 impl Tensor {
-    /// Normalizes over the trailing dims `normalized_shape`:
-    /// y = (x − mean)·rstd·weight + bias with rstd = 1/sqrt(var_biased + eps).
-    /// Returns (y, mean, rstd); mean and rstd have shape `[*leading, 1, …]`
-    /// (one 1 per normalized dim, as PyTorch) and dtype f32 (f64 for f64
-    /// input). Errors for non-float input, trailing dims that are not
-    /// `normalized_shape`, weight/bias of another size, or a bad eps.
+    /// Normalizes over the trailing dims `normalized_shape` (PyTorch's
+    /// `F.layer_norm`): y = (x − mean)·rstd·weight + bias with
+    /// rstd = 1/sqrt(var_biased + eps). Errors for non-float input, trailing
+    /// dims that are not `normalized_shape`, weight/bias of another size, or
+    /// a bad eps.
     pub fn layer_norm(
+        &self,
+        normalized_shape: &[usize],
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f64,
+    ) -> Result<Tensor> {
+        Ok(self.layer_norm_forward(normalized_shape, weight, bias, eps)?.0)
+    }
+
+    /// [`Tensor::layer_norm`] also returning what
+    /// [`Tensor::layer_norm_backward`] takes: (y, mean, rstd), where mean
+    /// and rstd have shape `[*leading, 1, …]` (one 1 per normalized dim, as
+    /// PyTorch) and dtype f32 (f64 for f64 input). Errors as
+    /// [`Tensor::layer_norm`].
+    pub fn layer_norm_forward(
         &self,
         normalized_shape: &[usize],
         weight: Option<&Tensor>,
@@ -31,7 +45,7 @@ impl Tensor {
         cpu_only!("layer_norm", self, weight, bias);
         let (rows, k, stat_shape) = split(OP, self, normalized_shape)?;
         check_eps(OP, eps)?;
-        let x = self.contiguous();
+        let x = self.contiguous()?;
         if self.dtype() == DType::F32 && k > 0 {
             let w = param::<f32>(OP, "weight", weight, self, k)?.unwrap_or_default();
             let b = param::<f32>(OP, "bias", bias, self, k)?.unwrap_or_default();
@@ -79,7 +93,7 @@ impl Tensor {
         cpu_only!("layer_norm_backward", dy, x, mean, rstd, weight);
         let (rows, k, _) = split(OP, x, normalized_shape)?;
         check_grad(OP, dy, x)?;
-        let (x, dy) = (x.contiguous(), dy.contiguous());
+        let (x, dy) = (x.contiguous()?, dy.contiguous()?);
         if x.dtype() == DType::F32 && k > 0 {
             let w = param::<f32>(OP, "weight", weight, &x, k)?.unwrap_or_default();
             let mean = param::<f32>(OP, "mean", Some(mean), &x, rows)?.unwrap_or_default();

@@ -75,7 +75,7 @@ pub(crate) fn layer_norm_backward(
                 format!("{what} of shape {:?} should have {rows} elements", t.shape()),
             ));
         }
-        contiguous(&t.try_to_dtype(DType::F32)?)
+        contiguous(&t.to_dtype(DType::F32)?)
     };
     let (mean, rstd) = (stat("mean", mean)?, stat("rstd", rstd)?);
     let (x, dy) = (contiguous(x)?, contiguous(dy)?);
@@ -147,5 +147,5 @@ fn param(
             ),
         ));
     }
-    Ok(Some(contiguous(&t.try_to_dtype(x.dtype())?)?))
+    Ok(Some(contiguous(&t.to_dtype(x.dtype())?)?))
 }

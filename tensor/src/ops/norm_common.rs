@@ -193,7 +193,7 @@ pub(crate) fn param<M: FloatMath>(
             ),
         ));
     }
-    let v = t.to_dtype(DType::F64).to_vec::<f64>()?;
+    let v = t.to_dtype(DType::F64)?.to_vec::<f64>()?;
     Ok(Some(v.into_iter().map(M::of).collect()))
 }
 

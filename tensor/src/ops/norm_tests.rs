@@ -100,7 +100,7 @@ fn check_layer_norm_forward<T: Element>(tol: f64) {
                 } else {
                     (None, None)
                 };
-                let (gy, gm, gr) = t.layer_norm(norm, ws, bs, 1e-5).unwrap();
+                let (gy, gm, gr) = t.layer_norm_forward(norm, ws, bs, 1e-5).unwrap();
                 let lead = shape.len() - norm.len();
                 let mut stat_shape = shape[..lead].to_vec();
                 stat_shape.resize(shape.len(), 1);
@@ -148,7 +148,7 @@ fn layer_norm_backward_matches_finite_differences() {
     let (wt, bt) = (tensor_of::<f64>(&w, &norm), tensor_of::<f64>(&b, &norm));
     for (li, xt) in layouts_of::<f64>(&x, &shape).into_iter().enumerate() {
         let dy = layouts_of::<f64>(&r, &shape).swap_remove(li % 3);
-        let (_, mean, rstd) = xt.layer_norm(&norm, Some(&wt), Some(&bt), eps).unwrap();
+        let (_, mean, rstd) = xt.layer_norm_forward(&norm, Some(&wt), Some(&bt), eps).unwrap();
         let (dx, dw, db) = Tensor::layer_norm_backward(&dy, &xt, &mean, &rstd, &norm, Some(&wt)).unwrap();
         assert_eq!((dw.shape(), db.shape()), (&norm[..], &norm[..]));
         assert_close(&f64s(&dx), &fd(&|x| loss(x, &w, &b), &x), 1e-6, "dx");
@@ -157,7 +157,7 @@ fn layer_norm_backward_matches_finite_differences() {
     }
     // Without weight, dx is the weight = 1 gradient.
     let xt = tensor_of::<f64>(&x, &shape);
-    let (_, mean, rstd) = xt.layer_norm(&norm, None, None, eps).unwrap();
+    let (_, mean, rstd) = xt.layer_norm_forward(&norm, None, None, eps).unwrap();
     let dy = tensor_of::<f64>(&r, &shape);
     let (dx, _, _) = Tensor::layer_norm_backward(&dy, &xt, &mean, &rstd, &norm, None).unwrap();
     let ones = vec![1.0; k];
@@ -169,7 +169,7 @@ fn layer_norm_backward_matches_finite_differences() {
     );
     // f32 backward agrees with the f64 one.
     let x32 = tensor_of::<f32>(&x, &shape);
-    let (_, m32, r32) = x32.layer_norm(&norm, None, None, eps).unwrap();
+    let (_, m32, r32) = x32.layer_norm_forward(&norm, None, None, eps).unwrap();
     let dy32 = tensor_of::<f32>(&r, &shape);
     let (dx32, _, _) = Tensor::layer_norm_backward(&dy32, &x32, &m32, &r32, &norm, None).unwrap();
     assert_close(&f64s(&dx32), &f64s(&dx), 1e-4, "dx f32");
@@ -184,8 +184,12 @@ fn layer_norm_rejects_bad_arguments() {
     assert!(x.layer_norm(&[4], None, None, -1.0).is_err());
     let w = Tensor::from_vec(vec![1.0f32; 3], &[3]).unwrap();
     assert!(x.layer_norm(&[4], Some(&w), None, 1e-5).is_err());
-    assert!(x.to_dtype(DType::I64).layer_norm(&[4], None, None, 1e-5).is_err());
-    let (_, m, r) = x.layer_norm(&[4], None, None, 1e-5).unwrap();
+    assert!(x
+        .to_dtype(DType::I64)
+        .unwrap()
+        .layer_norm(&[4], None, None, 1e-5)
+        .is_err());
+    let (_, m, r) = x.layer_norm_forward(&[4], None, None, 1e-5).unwrap();
     assert!(Tensor::layer_norm_backward(&x.t().unwrap(), &x, &m, &r, &[4], None).is_err());
     assert!(Tensor::layer_norm_backward(&x, &x, &r.narrow(0, 0, 2).unwrap(), &r, &[4], None).is_err());
 }
@@ -214,7 +218,7 @@ fn batch_norm_training_and_eval_match_naive() {
         let ts = |v: &[f64]| tensor_of::<f64>(v, &[c]);
         for t in layouts_of::<f64>(&x, &shape) {
             let o = t
-                .batch_norm(
+                .batch_norm_forward(
                     Some(&ts(&rm)),
                     Some(&ts(&rv)),
                     Some(&ts(&w)),
@@ -302,7 +306,7 @@ fn batch_norm_backward_matches_finite_differences() {
         let dy = layouts_of::<f64>(&r, &shape).swap_remove((li + 1) % 3);
         for training in [true, false] {
             let o = xt
-                .batch_norm(
+                .batch_norm_forward(
                     Some(&ts(&rm)),
                     Some(&ts(&rv)),
                     Some(&ts(&w)),
@@ -353,7 +357,7 @@ fn batch_norm_rejects_bad_arguments() {
         .unwrap()
         .batch_norm_stats()
         .is_err());
-    assert!(x.to_dtype(DType::U8).batch_norm_stats().is_err());
+    assert!(x.to_dtype(DType::U8).unwrap().batch_norm_stats().is_err());
     assert!(Tensor::batch_norm_backward(&x, &x, &c2, &c3, None, true).is_err());
 }
 
@@ -375,7 +379,9 @@ fn group_norm_forward_and_backward() {
     let loss = |x: &[f64], w: &[f64], b: &[f64]| dot(&run(x, w, b).0, &r);
     let ts = |v: &[f64]| tensor_of::<f64>(v, &[c]);
     for (li, xt) in layouts_of::<f64>(&x, &shape).into_iter().enumerate() {
-        let (gy, gm, gr) = xt.group_norm(groups, Some(&ts(&w)), Some(&ts(&b)), eps).unwrap();
+        let (gy, gm, gr) = xt
+            .group_norm_forward(groups, Some(&ts(&w)), Some(&ts(&b)), eps)
+            .unwrap();
         assert_eq!(gm.shape(), &[nb, groups]);
         assert_close(&f64s(&gy), &y, 1e-10, "gn y");
         assert_close(&f64s(&gm), &mean, 1e-12, "gn mean");
@@ -387,7 +393,7 @@ fn group_norm_forward_and_backward() {
         assert_close(&f64s(&db), &fd(&|b| loss(&x, &w, b), &b), 1e-6, "gn dbias");
     }
     let x16 = tensor_of::<f16>(&x, &shape);
-    let (y16, _, _) = x16.group_norm(groups, None, None, eps).unwrap();
+    let (y16, _, _) = x16.group_norm_forward(groups, None, None, eps).unwrap();
     let (y0, _, _) = naive_norm(&values_f64(&x16), nb * groups, &grp, &ch, None, None, eps);
     assert_close(&f64s(&y16), &y0, 4e-3, "gn f16");
     let xt = tensor_of::<f64>(&x, &shape);

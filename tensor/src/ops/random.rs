@@ -263,7 +263,7 @@ impl Tensor {
         let op = "bernoulli";
         self.like_options(None).check(op, self.shape())?;
         float_only(op, self.dtype())?;
-        let p = self.contiguous();
+        let p = self.contiguous()?;
         with_float_dtype!(self.dtype(), T => {
             let probs = p.as_slice::<T>()?;
             if let Some(bad) = probs.iter().find(|q| !(0.0..=1.0).contains(&q.to_f64())) {

@@ -176,6 +176,7 @@ fn bernoulli_scalar_and_tensor_probabilities() {
         .t()
         .unwrap()
         .contiguous()
+        .unwrap()
         .t()
         .unwrap();
     let s = p.bernoulli_with(g).unwrap();

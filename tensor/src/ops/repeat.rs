@@ -44,7 +44,7 @@ impl Tensor {
         let tiled = self.with_layout(Layout::new(big_shape, big_strides, self.layout().offset()));
         // The row-major copy of [r0, n0, r1, n1, ...] is the result's data
         // (possibly `self`'s own storage at an offset, when nothing repeats).
-        let data = tiled.try_contiguous()?;
+        let data = tiled.contiguous()?;
         let layout = Layout::new(
             shape.clone(),
             crate::contiguous_strides(&shape),

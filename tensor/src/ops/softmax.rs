@@ -28,7 +28,7 @@ impl Tensor {
         on_cuda!(self.is_cuda() => cuda::softmax(self, op, dim, log));
         if self.ndim() == 0 {
             dim_index(op, dim, 1)?;
-            return self.reshape(&[1])?.softmax_impl(op, 0, log)?.reshape(&[]);
+            return self.reshape([1])?.softmax_impl(op, 0, log)?.reshape([]);
         }
         let d = dim_index(op, dim, self.ndim())?;
         if self.dtype() == DType::F32 {

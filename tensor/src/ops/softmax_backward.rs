@@ -32,13 +32,13 @@ fn lanes_backward(op: &'static str, dy: &Tensor, y: &Tensor, dim: isize, log: bo
     check_grad(op, dy, y)?;
     if y.ndim() == 0 {
         dim_index(op, dim, 1)?;
-        let (dy1, y1) = (dy.reshape(&[1])?, y.reshape(&[1])?);
-        return lanes_backward(op, &dy1, &y1, 0, log)?.reshape(&[]);
+        let (dy1, y1) = (dy.reshape([1])?, y.reshape([1])?);
+        return lanes_backward(op, &dy1, &y1, 0, log)?.reshape([]);
     }
     let d = dim_index(op, dim, y.ndim())? as isize;
     let (yt, dyt) = (
-        y.transpose(d, -1)?.contiguous(),
-        dy.transpose(d, -1)?.contiguous(),
+        y.transpose(d, -1)?.contiguous()?,
+        dy.transpose(d, -1)?.contiguous()?,
     );
     let k = yt.shape()[yt.ndim() - 1];
     if yt.numel() == 0 {
@@ -54,7 +54,7 @@ fn lanes_backward(op: &'static str, dy: &Tensor, y: &Tensor, dim: isize, log: bo
             })
         })?
     }, else unreachable!("checked to be float"));
-    Ok(dx.transpose(d, -1)?.contiguous())
+    dx.transpose(d, -1)?.contiguous()
 }
 
 /// One lane of the backward in `T`'s math type (SIMD kernels for f32).

@@ -14,7 +14,7 @@ use crate::{dim_index, Result, Tensor};
 pub(crate) fn softmax(t: &Tensor, op: &'static str, dim: isize, log: bool) -> Result<Tensor> {
     if t.ndim() == 0 {
         dim_index(op, dim, 1)?;
-        return softmax(&t.reshape(&[1])?, op, 0, log)?.reshape(&[]);
+        return softmax(&t.reshape([1])?, op, 0, log)?.reshape([]);
     }
     let d = dim_index(op, dim, t.ndim())?;
     let last = t.ndim() - 1;

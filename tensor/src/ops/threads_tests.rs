@@ -23,7 +23,12 @@ fn outputs() -> Vec<Vec<f64>> {
                 .unwrap(),
         ),
         values_f64(&embedding_backward(&a, &ids, 50, Some(3)).unwrap()),
-        values_f64(&a.to_dtype(crate::DType::BF16).index_select(0, &ids).unwrap()),
+        values_f64(
+            &a.to_dtype(crate::DType::BF16)
+                .unwrap()
+                .index_select(0, &ids)
+                .unwrap(),
+        ),
         values_f64(&at.gather(1, &idx.t().unwrap()).unwrap()),
         values_f64(&Tensor::cat(&[&a, &at.t().unwrap()], 1).unwrap()),
         values_f64(&at.pad(&[5, 5, 3, 3], PadMode::Reflect).unwrap()),

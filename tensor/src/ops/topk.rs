@@ -56,7 +56,7 @@ impl Tensor {
     /// lines are independent rows that run in parallel.
     fn select_along(&self, d: usize, k: usize, largest: bool) -> Result<(Tensor, Tensor)> {
         let last = self.ndim() as isize - 1;
-        let lines = self.transpose(d as isize, last)?.contiguous();
+        let lines = self.transpose(d as isize, last)?.contiguous()?;
         let n = self.shape()[d];
         let mut shape = lines.shape().to_vec();
         shape[last as usize] = k;
@@ -76,7 +76,7 @@ impl Tensor {
             })?;
             (values, indices)
         });
-        let back = |t: Tensor| -> Result<Tensor> { Ok(t.transpose(d as isize, last)?.contiguous()) };
+        let back = |t: Tensor| -> Result<Tensor> { t.transpose(d as isize, last)?.contiguous() };
         Ok((back(values)?, back(indices)?))
     }
 }

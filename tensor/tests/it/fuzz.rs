@@ -72,7 +72,7 @@ fn tensor(r: &mut Rng) -> Tensor {
             _ => (r.below(13) as f64 - 6.0) * 0.5,
         })
         .collect();
-    let mut t = Tensor::from_vec(vals, &shape).unwrap().to_dtype(dtype);
+    let mut t = Tensor::from_vec(vals, &shape).unwrap().to_dtype(dtype).unwrap();
     // Up to three view transformations; failures just keep the tensor.
     for _ in 0..r.below(4) {
         let d = signed(r).rem_euclid(rank.max(1) as isize);
@@ -82,9 +82,9 @@ fn tensor(r: &mut Rng) -> Tensor {
             2 => t.narrow(d, r.below(2), r.below(3)),
             3 => t.slice(d, r.below(2), r.below(6), 1 + r.below(3)),
             4 => t.unsqueeze(d).and_then(|u| {
-                let mut s: Vec<isize> = vec![-1; u.ndim()];
-                s[d as usize] = r.below(4) as isize;
-                u.expand(&s)
+                let mut s: Vec<Option<usize>> = vec![None; u.ndim()];
+                s[d as usize] = Some(r.below(4));
+                u.expand(s)
             }),
             _ => t.permute(&(0..t.ndim() as isize).rev().collect::<Vec<_>>()),
         };
@@ -114,7 +114,7 @@ fn index(r: &mut Rng) -> Tensor {
     };
     let t = Tensor::from_vec(v, &shape).unwrap();
     if r.chance(10) {
-        t.to_dtype(r.pick(&DType::ALL))
+        t.to_dtype(r.pick(&DType::ALL)).unwrap()
     } else {
         t
     }
@@ -126,11 +126,12 @@ fn args(r: &mut Rng) -> Args {
         dims: (0..r.below(5)).map(|_| signed(r)).collect(),
         ishape: (0..len)
             .map(|_| {
-                if r.chance(90) {
+                let n = if r.chance(90) {
                     r.below(8) as isize - 1
                 } else {
                     signed(r)
-                }
+                };
+                usize::try_from(n).ok()
             })
             .collect(),
         ushape: (0..r.below(5)).map(|_| size(r)).collect(),

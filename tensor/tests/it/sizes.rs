@@ -84,12 +84,9 @@ fn allocation_failure_is_an_error_naming_op_shape_and_bytes() {
         &[&shape, &(HUGE * 8).to_string()],
     );
     // A broadcast view of 2^46 elements is fine; materialising it is not.
-    let v = Tensor::ones(&[1], DType::F32)
-        .unwrap()
-        .expand(&[HUGE as isize])
-        .unwrap();
+    let v = Tensor::ones(&[1], DType::F32).unwrap().expand([HUGE]).unwrap();
     assert_eq!(v.numel(), HUGE);
-    oom(v.try_contiguous(), "contiguous", &[&shape, &bytes]);
+    oom(v.contiguous(), "contiguous", &[&shape, &bytes]);
     oom(v.add_scalar(1.0), "add_scalar", &[&shape]);
     oom(v.exp(), "exp", &[&shape]);
     // A 2^23 × 2^23 product of small operands (PyTorch: a "1M×1M matmul").

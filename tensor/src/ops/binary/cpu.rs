@@ -57,7 +57,7 @@ pub(crate) use zip_same;
 /// a float tensor), integer and bool tensors compute in f32.
 macro_rules! scalar_op {
     ($t:expr, $s:expr, |$x:ident, $y:ident: $M:ident| $f:expr) => {{
-        let t = $crate::ops::unary::cpu::float_input($t);
+        let t = $crate::ops::unary::cpu::float_input($t)?;
         let s: f64 = $s;
         $crate::with_float_dtype!(t.dtype(), T => {
             type $M = <T as $crate::FloatElement>::Math;

@@ -23,7 +23,7 @@ pub(crate) fn binary(a: &Tensor, b: &Tensor, op: &'static str, k: BinaryOp) -> R
     }
     let shape = broadcast_shapes(op, a.shape(), b.shape())?;
     with_kernel_float!(dtype, T => {
-        let (a, b) = (a.try_to_dtype(dtype)?, b.try_to_dtype(dtype)?);
+        let (a, b) = (a.to_dtype(dtype)?, b.to_dtype(dtype)?);
         let (la, lb) = (a.layout().broadcast_to(&shape)?, b.layout().broadcast_to(&shape)?);
         let out = Output::new(op, &state, dtype, shape.iter().product())?;
         let l = binary_launch::<T>(k, operand(&a, &la), operand(&b, &lb), out.ptr(), &shape)
@@ -42,7 +42,7 @@ pub(crate) fn scalar(x: &Tensor, s: f64, op: &'static str, k: BinaryOp, reversed
     if x.dtype() == DType::F64 {
         return Err(no_kernel(op, x.device(), "f64 tensors"));
     }
-    let wide = x.try_to_dtype(DType::F32)?;
+    let wide = x.to_dtype(DType::F32)?;
     let s = Tensor::scalar(s as f32);
     let y = if reversed {
         binary(&s, &wide, op, k)?
@@ -50,7 +50,7 @@ pub(crate) fn scalar(x: &Tensor, s: f64, op: &'static str, k: BinaryOp, reversed
         binary(&wide, &s, op, k)?
     };
     Ok(if x.dtype().is_float() {
-        y.try_to_dtype(x.dtype())?
+        y.to_dtype(x.dtype())?
     } else {
         y
     })

@@ -34,7 +34,7 @@ impl Tensor {
     /// shapes do not broadcast.
     pub fn add(&self, other: &Tensor) -> Result<Tensor> {
         on_cuda!(self.is_cuda() || other.is_cuda() => cuda::binary(self, other, "add", cuda::BinaryOp::Add));
-        let (a, b) = promoted(self, other, None);
+        let (a, b) = promoted(self, other, None)?;
         if a.dtype() == DType::F32 {
             return crate::map_simd::binary_f32(&a, &b, "add", BinaryOp::Add);
         }
@@ -45,7 +45,7 @@ impl Tensor {
     /// shapes do not broadcast or both operands are bool.
     pub fn sub(&self, other: &Tensor) -> Result<Tensor> {
         on_cuda!(self.is_cuda() || other.is_cuda() => cuda::binary(self, other, "sub", cuda::BinaryOp::Sub));
-        let (a, b) = promoted(self, other, None);
+        let (a, b) = promoted(self, other, None)?;
         if a.dtype() == DType::F32 {
             return crate::map_simd::binary_f32(&a, &b, "sub", BinaryOp::Sub);
         }
@@ -56,7 +56,7 @@ impl Tensor {
     /// shapes do not broadcast.
     pub fn mul(&self, other: &Tensor) -> Result<Tensor> {
         on_cuda!(self.is_cuda() || other.is_cuda() => cuda::binary(self, other, "mul", cuda::BinaryOp::Mul));
-        let (a, b) = promoted(self, other, None);
+        let (a, b) = promoted(self, other, None)?;
         if a.dtype() == DType::F32 {
             return crate::map_simd::binary_f32(&a, &b, "mul", BinaryOp::Mul);
         }
@@ -68,7 +68,7 @@ impl Tensor {
     /// not broadcast.
     pub fn div(&self, other: &Tensor) -> Result<Tensor> {
         on_cuda!(self.is_cuda() || other.is_cuda() => cuda::binary(self, other, "div", cuda::BinaryOp::Div));
-        let (a, b) = promoted(self, other, Some(DType::F32));
+        let (a, b) = promoted(self, other, Some(DType::F32))?;
         if a.dtype() == DType::F32 {
             return crate::map_simd::binary_f32(&a, &b, "div", BinaryOp::Div);
         }
@@ -81,7 +81,7 @@ impl Tensor {
     /// broadcast.
     pub fn maximum(&self, other: &Tensor) -> Result<Tensor> {
         on_cuda!(self.is_cuda() || other.is_cuda() => cuda::binary(self, other, "maximum", cuda::BinaryOp::Maximum));
-        let (a, b) = promoted(self, other, None);
+        let (a, b) = promoted(self, other, None)?;
         zip_same!(&a, &b, "maximum", float |x, y: M| crate::FloatMath::max_nan(x, y), int |x, y| x.max(y), bool Some(|x, y| x | y))
     }
 
@@ -90,7 +90,7 @@ impl Tensor {
     /// not broadcast.
     pub fn minimum(&self, other: &Tensor) -> Result<Tensor> {
         on_cuda!(self.is_cuda() || other.is_cuda() => cuda::binary(self, other, "minimum", cuda::BinaryOp::Minimum));
-        let (a, b) = promoted(self, other, None);
+        let (a, b) = promoted(self, other, None)?;
         zip_same!(&a, &b, "minimum", float |x, y: M| crate::FloatMath::min_nan(x, y), int |x, y| x.min(y), bool Some(|x, y| x & y))
     }
 
@@ -100,7 +100,7 @@ impl Tensor {
     /// Errors when the shapes do not broadcast or both operands are bool.
     pub fn pow(&self, exponent: &Tensor) -> Result<Tensor> {
         on_cuda!(self.is_cuda() || exponent.is_cuda() => cuda::binary(self, exponent, "pow", cuda::BinaryOp::Pow));
-        let (a, b) = promoted(self, exponent, None);
+        let (a, b) = promoted(self, exponent, None)?;
         zip_same!(&a, &b, "pow", float |x, y: M| x.powf(y), int |x, y| x.ipow(y), bool None)
     }
 
@@ -186,14 +186,15 @@ impl Tensor {
 
 /// `a` and `b` converted to their promoted dtype, or to `non_float` when
 /// that is given and the promoted dtype is not a float (true division).
-pub(crate) fn promoted(a: &Tensor, b: &Tensor, non_float: Option<DType>) -> (Tensor, Tensor) {
+/// Errors when a conversion fails.
+pub(crate) fn promoted(a: &Tensor, b: &Tensor, non_float: Option<DType>) -> Result<(Tensor, Tensor)> {
     let mut dtype = a.dtype().promote(b.dtype());
     if let Some(f) = non_float {
         if !dtype.is_float() {
             dtype = f;
         }
     }
-    (a.to_dtype(dtype), b.to_dtype(dtype))
+    Ok((a.to_dtype(dtype)?, b.to_dtype(dtype)?))
 }
 
 #[cfg(test)]

@@ -83,7 +83,7 @@ where
     S::Math: crate::Element,
 {
     // Borrowed when already contiguous f32/f64: no copy of the whole gradient.
-    let grad_out = grad_out.contiguous();
+    let grad_out = grad_out.contiguous()?;
     let go = math_cow::<S>(&grad_out);
     let zero = <S::Math as FloatMath>::ZERO;
     let sums: Vec<S> = (0..o)
@@ -129,7 +129,7 @@ fn input_grad<S: FloatElement>(grad_out: &Tensor, w: &Tensor, g: &Geom) -> Resul
 where
     S::Math: GemmScalar + FloatElement<Math = S::Math>,
 {
-    let grad_out = grad_out.contiguous();
+    let grad_out = grad_out.contiguous()?;
     let go = math_cow::<S>(&grad_out);
     let wm = math_vec::<S>(w);
     let (kk, l) = (g.kk(), g.l());
@@ -185,7 +185,7 @@ where
                 .for_each_init(new_cols, sample);
         }
     })?;
-    out.try_to_dtype(S::DTYPE)
+    out.to_dtype(S::DTYPE)
 }
 
 /// The weight gradient by long dot products over `N·OH·OW` (`dot`, for
@@ -199,14 +199,14 @@ pub(super) fn weight_grad<S: FloatElement>(
 where
     S::Math: GemmScalar + FloatElement<Math = S::Math>,
 {
-    let grad_out = grad_out.contiguous();
+    let grad_out = grad_out.contiguous()?;
     let go = math_cow::<S>(&grad_out);
-    let x = x.contiguous();
+    let x = x.contiguous()?;
     let xs = x.as_slice::<S>().expect("contiguous and dtype-checked");
     let (kk, l) = (g.kk(), g.l());
     if dot {
         let dw = super::dot::weight_grad::<S>(&go, xs, g);
-        return Tensor::from_vec(dw, &[g.o, g.cg, g.kh, g.kw])?.try_to_dtype(S::DTYPE);
+        return Tensor::from_vec(dw, &[g.o, g.cg, g.kh, g.kw])?.to_dtype(S::DTYPE);
     }
     let size = g.o * kk;
     let tasks = g.n.div_ceil(SAMPLES_PER_TASK);
@@ -267,5 +267,5 @@ where
             }
         }
     })?;
-    out.try_to_dtype(S::DTYPE)
+    out.to_dtype(S::DTYPE)
 }

@@ -236,7 +236,7 @@ fn forward<S: FloatElement>(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, g: &G
 where
     S::Math: GemmScalar + FloatElement<Math = S::Math>,
 {
-    let x = x.contiguous();
+    let x = x.contiguous()?;
     let xs = x.as_slice::<S>().expect("contiguous and dtype-checked");
     let wm = math_vec::<S>(w);
     let bm = bias.map(math_vec::<S>);
@@ -301,5 +301,5 @@ where
                 .for_each_init(new_cols, sample);
         }
     })?;
-    out.try_to_dtype(S::DTYPE)
+    out.to_dtype(S::DTYPE)
 }

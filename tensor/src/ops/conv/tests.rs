@@ -329,15 +329,22 @@ fn depthwise_half_and_thread_determinism() {
     // bf16 computes in f32 and rounds once.
     let yb = x
         .to_dtype(DType::BF16)
-        .conv2d(&w.to_dtype(DType::BF16), None, &p)
+        .unwrap()
+        .conv2d(&w.to_dtype(DType::BF16).unwrap(), None, &p)
         .unwrap();
     assert_eq!(yb.dtype(), DType::BF16);
     let y32 = x
         .to_dtype(DType::BF16)
+        .unwrap()
         .to_dtype(DType::F32)
-        .conv2d(&w.to_dtype(DType::BF16).to_dtype(DType::F32), None, &p)
+        .unwrap()
+        .conv2d(
+            &w.to_dtype(DType::BF16).unwrap().to_dtype(DType::F32).unwrap(),
+            None,
+            &p,
+        )
         .unwrap();
-    assert_eq!(values_f64(&yb), values_f64(&y32.to_dtype(DType::BF16)));
+    assert_eq!(values_f64(&yb), values_f64(&y32.to_dtype(DType::BF16).unwrap()));
 }
 
 /// The long-dot-product weight gradient (few taps) at sizes the proptest
@@ -406,8 +413,8 @@ fn invalid_arguments_are_errors() {
     assert!(x
         .conv2d(&w, Some(&tensor_of::<f32>(&[0.0; 5], &[5])), &ok)
         .is_err());
-    assert!(x.reshape(&[8, 5, 5]).unwrap().conv2d(&w, None, &ok).is_err());
-    assert!(x.conv2d(&w.to_dtype(DType::F64), None, &ok).is_err());
+    assert!(x.reshape([8, 5, 5]).unwrap().conv2d(&w, None, &ok).is_err());
+    assert!(x.conv2d(&w.to_dtype(DType::F64).unwrap(), None, &ok).is_err());
     let go = tensor_of::<f32>(&rand_f64(3, 2 * 6 * 9), &[2, 6, 3, 3]);
     assert!(conv2d_backward_input(&go, &w, &[2, 4, 6, 6], &ok).is_err());
     assert!(conv2d_backward_weight(&go, &x, &[6, 2, 2, 2], &ok).is_err());

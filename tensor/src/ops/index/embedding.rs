@@ -10,10 +10,24 @@ use crate::{Error, FloatElement, FloatMath, Layout, Result, Tensor};
 impl Tensor {
     /// Looks up rows of the table `self` (`[V, D]`) by the I64 `indices` of
     /// any shape: the result has shape `indices.shape() + [D]` (PyTorch's
-    /// `F.embedding(indices, weight)`). Rows are copied whole. Errors when
-    /// `self` is not 2-d, `indices` is not I64, or an index is outside `0..V`.
-    pub fn embedding(&self, indices: &Tensor) -> Result<Tensor> {
+    /// `F.embedding(indices, weight, padding_idx)`). Rows are copied whole.
+    /// `padding_idx` only matters for the gradient (`Var::embedding`); here
+    /// it is checked to be a row, as PyTorch does. Errors when `self` is not
+    /// 2-d, `indices` is not I64, an index is outside `0..V`, or
+    /// `padding_idx` is not a row.
+    pub fn embedding(&self, indices: &Tensor, padding_idx: Option<usize>) -> Result<Tensor> {
         const OP: &str = "embedding";
+        if let (Some(p), Some(&rows)) = (padding_idx, self.shape().first()) {
+            if p >= rows {
+                return Err(Error::index(
+                    OP,
+                    format!(
+                        "padding_idx {p} is out of range for a table of shape {:?}",
+                        self.shape()
+                    ),
+                ));
+            }
+        }
         on_cuda!(self.is_cuda() || indices.is_cuda() => super::cuda::embedding(self, indices));
         self.device().same_as(indices.device(), OP)?;
         if self.ndim() != 2 {
@@ -75,7 +89,7 @@ pub fn embedding_backward(
     check_range(OP, &idx, 0, num_weights)?;
     let d = grad.shape()[indices.ndim()];
     crate::tensor::checked_numel(OP, &[num_weights, d])?;
-    let grad = grad.contiguous();
+    let grad = grad.contiguous()?;
     crate::with_float_dtype!(grad.dtype(), T => {
         let g = grad.as_slice::<T>()?;
         Tensor::build::<T>(OP, &[num_weights, d], |out| {

@@ -199,7 +199,7 @@ impl Tensor {
         for (k, &n) in index.shape().iter().enumerate() {
             vals = vals.narrow(k as isize, 0, n)?;
         }
-        let vals = vals.contiguous();
+        let vals = vals.contiguous()?;
         let plan = cpu::ScatterPlan::new(d, index.shape(), self.shape());
         Ok(crate::with_dtype!(self.dtype(), T => {
             let v = vals.as_slice::<T>()?;

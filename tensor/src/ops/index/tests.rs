@@ -85,7 +85,7 @@ fn gather_matches<T: Element>() {
                 .collect();
             let index = i64_tensor(idx, &ishape);
             for t in layouts_of::<T>(&v, shape) {
-                for ix in [index.clone(), index.t_last().contiguous().t_last()] {
+                for ix in [index.clone(), index.t_last().contiguous().unwrap().t_last()] {
                     let got = t.gather(d as isize - shape.len() as isize, &ix).unwrap();
                     assert_eq!(got.shape(), &ishape[..]);
                     assert_eq!(values_f64(&got), want, "{t:?} dim {d}");
@@ -303,17 +303,17 @@ fn embedding_matches_index_select() {
             i64_tensor(ids.clone(), &[2, 3, 4]),
             i64_tensor(ids.clone(), &[4, 3, 2]).permute(&[2, 1, 0]).unwrap(),
         ] {
-            let got = wt.embedding(&ix).unwrap();
+            let got = wt.embedding(&ix, None).unwrap();
             let mut shape = ix.shape().to_vec();
             shape.push(d);
             assert_eq!(got.shape(), &shape[..]);
-            let flat = ix.contiguous().reshape(&[-1]).unwrap();
+            let flat = ix.contiguous().unwrap().reshape(((),)).unwrap();
             assert_eq!(values_f64(&got), values_f64(&wt.index_select(0, &flat).unwrap()));
         }
     }
     assert_eq!(
         tensor_of::<f32>(&w, &[v, d])
-            .embedding(&i64_tensor(vec![], &[0, 2]))
+            .embedding(&i64_tensor(vec![], &[0, 2]), None)
             .unwrap()
             .shape(),
         &[0, 2, d]
@@ -350,9 +350,7 @@ fn embedding_backward_sums_rows_in_order() {
             assert!(got.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-12), "n={n}");
         }
         // bf16 accumulates in f32 and rounds once per element.
-        let gb = tensor_of::<bf16>(&g, &[n, d])
-            .reshape(&[1, n as isize, d as isize])
-            .unwrap();
+        let gb = tensor_of::<bf16>(&g, &[n, d]).reshape([1, n, d]).unwrap();
         let gbv = values_f64(&gb);
         let want_b = naive_embedding_backward(&gbv, &ids, v, d, pad);
         let got_b = values_f64(&embedding_backward(&gb, &i64_tensor(ids.clone(), &[1, n]), v, pad).unwrap());
@@ -378,7 +376,7 @@ fn errors_name_op_and_values() {
         Err(Error::DType { .. })
     ));
     assert!(matches!(
-        t.index_select(0, &i64_tensor(vec![0], &[1]).to_dtype(DType::U32)),
+        t.index_select(0, &i64_tensor(vec![0], &[1]).to_dtype(DType::U32).unwrap()),
         Err(Error::DType { .. })
     ));
     assert!(t.index_select(0, &i64_tensor(vec![0, 1], &[1, 2])).is_err());
@@ -398,7 +396,11 @@ fn errors_name_op_and_values() {
     );
     // Nothing is written before the bad index is found: the op has no effect.
     assert!(t
-        .scatter(0, &i64_tensor(vec![0, 1], &[1, 2]), &src.to_dtype(DType::F64))
+        .scatter(
+            0,
+            &i64_tensor(vec![0, 1], &[1, 2]),
+            &src.to_dtype(DType::F64).unwrap()
+        )
         .is_err());
     assert!(t
         .scatter(
@@ -409,19 +411,25 @@ fn errors_name_op_and_values() {
         .is_err());
     assert!(t.scatter_value(0, &i64_tensor(vec![5], &[1, 1]), 1.0).is_err());
     let w = tensor_of::<f32>(&[0.0; 6], &[3, 2]);
-    let e = msg(w.embedding(&i64_tensor(vec![3], &[1])).unwrap_err());
+    let e = msg(w.embedding(&i64_tensor(vec![3], &[1]), None).unwrap_err());
     assert!(
         e.contains("embedding") && e.contains("index 3") && e.contains("size 3"),
         "{e}"
     );
     assert!(tensor_of::<f32>(&[0.0; 6], &[6])
-        .embedding(&i64_tensor(vec![0], &[1]))
+        .embedding(&i64_tensor(vec![0], &[1]), None)
         .is_err());
     let g = tensor_of::<f32>(&[0.0; 4], &[2, 2]);
     assert!(embedding_backward(&g, &i64_tensor(vec![0, 1], &[2]), 2, Some(2)).is_err());
     assert!(embedding_backward(&g, &i64_tensor(vec![0, 2], &[2]), 2, None).is_err());
     assert!(embedding_backward(&g, &i64_tensor(vec![0], &[1]), 2, None).is_err());
-    assert!(embedding_backward(&g.to_dtype(DType::I64), &i64_tensor(vec![0, 1], &[2]), 2, None).is_err());
+    assert!(embedding_backward(
+        &g.to_dtype(DType::I64).unwrap(),
+        &i64_tensor(vec![0, 1], &[2]),
+        2,
+        None
+    )
+    .is_err());
 }
 
 proptest! {

@@ -79,7 +79,7 @@ impl Tensor {
         check_float(OP, self)?;
         let (h, w) = spatial(OP, self.shape())?;
         check_out(OP, out)?;
-        let x = self.contiguous();
+        let x = self.contiguous()?;
         let (n, c) = (self.shape()[0], self.shape()[1]);
         Ok(crate::with_float_dtype!(self.dtype(), S => {
             let xs = x.as_slice::<S>()?;

@@ -135,12 +135,13 @@ fn invalid_arguments_are_errors() {
     assert!(x.interpolate_bilinear(None, Some([1e300, 2.0]), false).is_err());
     assert!(x.interpolate_bilinear(Some([0, 2]), None, false).is_err());
     assert!(x
-        .reshape(&[4, 4])
+        .reshape([4, 4])
         .unwrap()
         .interpolate_bilinear(Some([2, 2]), None, false)
         .is_err());
     assert!(x
         .to_dtype(DType::U8)
+        .unwrap()
         .interpolate_bilinear(Some([2, 2]), None, false)
         .is_err());
     let g = tensor_of::<f32>(&rand_f64(2, 4), &[1, 1, 2, 2]);

@@ -54,10 +54,10 @@ impl Tensor {
         }
         let mut shape = first.shape().to_vec();
         shape[d] = total;
-        let parts: Vec<Tensor> = tensors
+        let parts = tensors
             .iter()
-            .map(|t| t.borrow().to_dtype(dtype).contiguous())
-            .collect();
+            .map(|t| t.borrow().to_dtype(dtype)?.contiguous())
+            .collect::<Result<Vec<Tensor>>>()?;
         crate::with_dtype!(dtype, E => cat_kernel::<E>(&parts, d, &shape))
     }
 

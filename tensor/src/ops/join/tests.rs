@@ -177,7 +177,7 @@ fn cat_errors_name_shapes() {
         "{e}"
     );
     assert_eq!(Tensor::cat(&[&a, &b], 1).unwrap().shape(), &[2, 7]);
-    assert!(Tensor::cat(&[&a, &b.reshape(&[8]).unwrap()], 0).is_err());
+    assert!(Tensor::cat(&[&a, &b.reshape([8]).unwrap()], 0).is_err());
     assert!(Tensor::cat(&[&a], 2).is_err());
     let empty: [&Tensor; 0] = [];
     assert!(Tensor::cat(&empty, 0).is_err());

@@ -144,7 +144,7 @@ impl Tensor {
             return Err(shape_err());
         }
         let lead: usize = self.shape()[..self.ndim() - 1].iter().product();
-        let x = self.reshape(&[lead as isize, in_f as isize])?;
+        let x = self.reshape([lead, in_f])?;
         let rows = x.shape()[0];
         let mut shape = self.shape()[..self.ndim() - 1].to_vec();
         shape.push(out_f);
@@ -195,13 +195,13 @@ impl Tensor {
             let mut c: Vec<T> = if beta == 0.0 {
                 vec![<T as Element>::ZERO; m * n]
             } else {
-                init.to_dtype(<T as Element>::DTYPE).contiguous().to_vec::<T>()?
+                init.to_dtype(<T as Element>::DTYPE)?.contiguous()?.to_vec::<T>()?
             };
             let shp = GemmShape { m, n, k, alpha: <T as crate::FloatMath>::of(alpha), beta: <T as crate::FloatMath>::of(beta) };
             let (ra, rb) = (mat_ref::<S>(a, a.layout()), mat_ref::<S>(b, b.layout()));
             let cm = MatMut { data: &mut c, off: 0, rs: n as isize, cs: 1 };
             gemm::gemm::<S>(shp, ra, rb, cm, Epilogue::none(), Isa::best(), true);
-            Tensor::from_vec(c, &[m, n])?.to_dtype(S::DTYPE)
+            Tensor::from_vec(c, &[m, n])?.to_dtype(S::DTYPE)?
         }, else unreachable!("check_operands admits only floats")))
     }
 }
@@ -309,13 +309,14 @@ where
             true,
         );
     })?;
-    out.try_to_dtype(S::DTYPE)
+    out.to_dtype(S::DTYPE)
 }
 
 /// The batched product of `a` seen through `la` (`[batch.., m, k]`) and `b`
 /// through `lb` (`[batch.., k, n]`) into a fresh contiguous
 /// `[batch.., m, n]` tensor of `dtype`. Many small products run one per
-/// thread; large ones run one after another, each on all threads.
+/// thread; large ones run one after another, each on all threads. Errors
+/// when a copy of an operand fails.
 fn batched(
     dtype: DType,
     a: &Tensor,
@@ -403,5 +404,5 @@ where
                 .for_each(|(i, ci)| one(i, ci, true));
         }
     })?;
-    out.try_to_dtype(S::DTYPE)
+    out.to_dtype(S::DTYPE)
 }

@@ -271,8 +271,8 @@ fn errors_name_op_and_shapes() {
     assert!(e.to_string().contains("[2, 3]"), "{e}");
     let s = Tensor::scalar(1.0f32);
     assert!(s.matmul(&a).is_err());
-    assert!(a.matmul(&a.to_dtype(DType::F64).t().unwrap()).is_err());
-    let i = a.to_dtype(DType::I64);
+    assert!(a.matmul(&a.to_dtype(DType::F64).unwrap().t().unwrap()).is_err());
+    let i = a.to_dtype(DType::I64).unwrap();
     assert!(i.matmul(&i.t().unwrap()).is_err());
     let x = tensor_of::<f32>(&rand_f64(1, 24), &[2, 3, 4]);
     let y = tensor_of::<f32>(&rand_f64(1, 60), &[3, 4, 5]);

@@ -26,7 +26,7 @@ impl Tensor {
                 .checked_mul(out[1])
                 .ok_or_else(|| super::too_large(OP, &shape))
         })?;
-        let x = self.contiguous();
+        let x = self.contiguous()?;
         Ok(crate::with_float_dtype!(self.dtype(), S => {
             let xs = x.as_slice::<S>()?;
             fill_planes::<S>(&shape, plane, |pl, o| {

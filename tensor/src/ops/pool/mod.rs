@@ -80,16 +80,21 @@ impl Pool2dParams {
 }
 
 impl Tensor {
-    /// Max pooling over the last two dimensions of a 3-D or 4-D tensor.
-    /// Returns the maxima and, as an i64 tensor of the same shape, the index
-    /// of each maximum in its flattened `H·W` input plane (PyTorch's
-    /// `return_indices=True`). A NaN in a window is its maximum.
+    /// Max pooling over the last two dimensions of a 3-D or 4-D tensor. A
+    /// NaN in a window is its maximum.
     ///
     /// Errors when the tensor is not 3-D/4-D or not float, a kernel, stride
     /// or dilation is 0, the padding exceeds half the kernel, the output
     /// would be empty, or a dilated window would meet only padding (where
     /// PyTorch returns -inf).
-    pub fn max_pool2d(&self, p: &Pool2dParams) -> Result<(Tensor, Tensor)> {
+    pub fn max_pool2d(&self, p: &Pool2dParams) -> Result<Tensor> {
+        Ok(self.max_pool2d_with_indices(p)?.0)
+    }
+
+    /// [`Tensor::max_pool2d`] also returning, as an i64 tensor of the same
+    /// shape, the index of each maximum in its flattened `H·W` input plane
+    /// (PyTorch's `return_indices=True`). Errors as [`Tensor::max_pool2d`].
+    pub fn max_pool2d_with_indices(&self, p: &Pool2dParams) -> Result<(Tensor, Tensor)> {
         cpu_only!("max_pool2d", self);
         const OP: &str = "max_pool2d";
         let g = Window::new(OP, self, p)?;
@@ -152,14 +157,14 @@ pub fn max_pool2d_backward(grad_out: &Tensor, indices: &Tensor, input_shape: &[u
             ),
         ));
     }
-    let indices = indices.contiguous();
+    let indices = indices.contiguous()?;
     let idx = indices.as_slice::<i64>().expect("contiguous and dtype-checked");
     let l = oh * ow;
     // Indices are checked where they are used (one pass over them), the
     // first bad one reported after.
     let bad = std::sync::atomic::AtomicBool::new(false);
     let out = crate::with_float_dtype!(grad_out.dtype(), S => {
-        let grad_out = grad_out.contiguous();
+        let grad_out = grad_out.contiguous()?;
         let go = crate::ops::matmul::math_cow::<S>(&grad_out);
         scatter_planes::<S>(input_shape, h * w, l, |pl, gi| {
             for (&i, &v) in idx[pl * l..(pl + 1) * l].iter().zip(&go[pl * l..]) {
@@ -411,7 +416,7 @@ where
             gi.chunks_mut(plane).enumerate().for_each(each);
         }
     })?;
-    out.try_to_dtype(S::DTYPE)
+    out.to_dtype(S::DTYPE)
 }
 
 /// Fills a fresh `S` tensor of `shape`, plane by plane, from `f(plane_index,
@@ -434,7 +439,7 @@ pub(super) fn fill_planes<S: FloatElement>(
 }
 
 fn max_forward<S: FloatElement>(x: &Tensor, g: &Window) -> Result<(Tensor, Tensor)> {
-    let x = x.contiguous();
+    let x = x.contiguous()?;
     let xs = x.as_slice::<S>().expect("contiguous and dtype-checked");
     // Both outputs are written in full, so they come from the caching
     // allocator unfilled: a fresh zeroed index vector page-faulted on every
@@ -563,7 +568,7 @@ fn max_plane_2x2<S: FloatElement>(src: &[S], g: &Window, o: &mut [S], idx: &mut 
 }
 
 fn avg_forward<S: FloatElement>(x: &Tensor, g: &Window) -> Result<Tensor> {
-    let x = x.contiguous();
+    let x = x.contiguous()?;
     let xs = x.as_slice::<S>().expect("contiguous and dtype-checked");
     let hw = g.h * g.w;
     fill_planes::<S>(&g.out_shape(), g.oh * g.ow, |pl, o| {

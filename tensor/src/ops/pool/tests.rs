@@ -162,7 +162,7 @@ proptest! {
         let oh = naive_out(h, p.kernel[0], p.stride[0], p.padding[0], p.dilation[0], p.ceil_mode);
         let ow = naive_out(w, p.kernel[1], p.stride[1], p.padding[1], p.dilation[1], p.ceil_mode);
         let nv = Naive { planes: n * c, h, w, oh, ow, p };
-        let out = x.max_pool2d(&p);
+        let out = x.max_pool2d_with_indices(&p);
         let naive = if oh == 0 || ow == 0 { None } else { nv.max(&xr) };
         let Some((wv, wi)) = naive else {
             prop_assert!(out.is_err());
@@ -232,13 +232,13 @@ fn max_pool_finite_differences_and_nan() {
     let shape = [1, 2, 6, 5];
     let xv = rand_f64(5, 60);
     let p = Pool2dParams::new(3).stride(2).padding(1).ceil_mode(true);
-    let (y, idx) = tensor_of::<f64>(&xv, &shape).max_pool2d(&p).unwrap();
+    let (y, idx) = tensor_of::<f64>(&xv, &shape).max_pool2d_with_indices(&p).unwrap();
     assert_eq!(y.shape(), &[1, 2, 4, 3]);
     let gv = rand_f64(6, 24);
     let gi = values_f64(&max_pool2d_backward(&tensor_of::<f64>(&gv, y.shape()), &idx, &shape).unwrap());
     let loss = |v: &[f64]| {
         dot(
-            &values_f64(&tensor_of::<f64>(v, &shape).max_pool2d(&p).unwrap().0),
+            &values_f64(&tensor_of::<f64>(v, &shape).max_pool2d(&p).unwrap()),
             &gv,
         )
     };
@@ -252,7 +252,7 @@ fn max_pool_finite_differences_and_nan() {
     // A NaN wins its window.
     let mut xn = xv.clone();
     xn[7] = f64::NAN;
-    let (yn, idn) = tensor_of::<f64>(&xn, &shape).max_pool2d(&p).unwrap();
+    let (yn, idn) = tensor_of::<f64>(&xn, &shape).max_pool2d_with_indices(&p).unwrap();
     let k = idn
         .to_vec::<i64>()
         .unwrap()
@@ -266,7 +266,7 @@ fn max_pool_finite_differences_and_nan() {
 fn known_pytorch_shapes_and_values() {
     // torch.nn.functional.max_pool2d(torch.arange(16.).view(1,1,4,4), 2) == [[5, 7], [13, 15]]
     let x = Tensor::from_vec((0..16).map(|v| v as f32).collect(), &[1, 1, 4, 4]).unwrap();
-    let (y, i) = x.max_pool2d(&Pool2dParams::new(2)).unwrap();
+    let (y, i) = x.max_pool2d_with_indices(&Pool2dParams::new(2)).unwrap();
     assert_eq!(y.to_vec::<f32>().unwrap(), vec![5.0, 7.0, 13.0, 15.0]);
     assert_eq!(i.to_vec::<i64>().unwrap(), vec![5, 7, 13, 15]);
     // ceil_mode on 5x5 with k=2: 3x3 (floor: 2x2).
@@ -274,14 +274,10 @@ fn known_pytorch_shapes_and_values() {
     assert_eq!(
         x5.max_pool2d(&Pool2dParams::new(2).ceil_mode(true))
             .unwrap()
-            .0
             .shape(),
         &[1, 3, 3]
     );
-    assert_eq!(
-        x5.max_pool2d(&Pool2dParams::new(2)).unwrap().0.shape(),
-        &[1, 2, 2]
-    );
+    assert_eq!(x5.max_pool2d(&Pool2dParams::new(2)).unwrap().shape(), &[1, 2, 2]);
     // avg_pool2d(ones(1,1,3,3), 2, 1, padding=1): corner 1/4 with count_include_pad, 1 without.
     let x3 = Tensor::from_vec(vec![1.0f64; 9], &[1, 1, 3, 3]).unwrap();
     let p = Pool2dParams::new(2).stride(1).padding(1);
@@ -306,16 +302,20 @@ fn invalid_arguments_are_errors() {
     assert!(x.max_pool2d(&Pool2dParams::new(2).padding(2)).is_err());
     assert!(x.max_pool2d(&Pool2dParams::new(5)).is_err());
     assert!(x
-        .reshape(&[32])
+        .reshape([32])
         .unwrap()
         .max_pool2d(&Pool2dParams::new(2))
         .is_err());
-    assert!(x.to_dtype(DType::I64).avg_pool2d(&Pool2dParams::new(2)).is_err());
+    assert!(x
+        .to_dtype(DType::I64)
+        .unwrap()
+        .avg_pool2d(&Pool2dParams::new(2))
+        .is_err());
     assert!(x.avg_pool2d(&Pool2dParams::new(2).dilation(2)).is_err());
-    let (y, i) = x.max_pool2d(&Pool2dParams::new(2)).unwrap();
+    let (y, i) = x.max_pool2d_with_indices(&Pool2dParams::new(2)).unwrap();
     assert!(max_pool2d_backward(&y, &i, &[2, 5, 5]).is_ok_and(|t| t.shape() == [2, 5, 5]));
     assert!(max_pool2d_backward(&y, &i, &[3, 4, 4]).is_err());
-    assert!(max_pool2d_backward(&y, &i.to_dtype(DType::F32), &[2, 4, 4]).is_err());
+    assert!(max_pool2d_backward(&y, &i.to_dtype(DType::F32).unwrap(), &[2, 4, 4]).is_err());
     let bad = Tensor::from_vec(vec![99i64; 8], &[2, 2, 2]).unwrap();
     assert!(max_pool2d_backward(&y, &bad, &[2, 4, 4]).is_err());
     assert!(avg_pool2d_backward(&y, &[2, 4, 4], &Pool2dParams::new(3)).is_err());
@@ -342,7 +342,7 @@ fn max_pool_2x2_matches_window_scan() {
         for dtype in [DType::F32, DType::F64] {
             let x =
                 crate::with_float_dtype!(dtype, T => tensor_of::<T>(&xv, &[3, h, w]), else unreachable!());
-            let (y, idx) = x.max_pool2d(&Pool2dParams::new(2)).unwrap();
+            let (y, idx) = x.max_pool2d_with_indices(&Pool2dParams::new(2)).unwrap();
             let (oh, ow) = (h / 2, w / 2);
             assert_eq!(y.shape(), &[3, oh, ow]);
             let (got, got_i) = (values_f64(&y), idx.to_vec::<i64>().unwrap());

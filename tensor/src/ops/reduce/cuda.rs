@@ -16,8 +16,8 @@ use crate::{dim_index, dim_indices, DType, Error, Result, Tensor};
 pub(crate) fn sum(t: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor> {
     let ds = resolve("sum", t, dims)?;
     let work = if ds.len() > 1 { DType::F32 } else { t.dtype() };
-    let y = over_dims("sum", &t.try_to_dtype(work)?, &ds, Reduction::Sum, t.dtype())?;
-    squeeze(y.try_to_dtype(t.dtype())?, &ds, keepdim)
+    let y = over_dims("sum", &t.to_dtype(work)?, &ds, Reduction::Sum, t.dtype())?;
+    squeeze(y.to_dtype(t.dtype())?, &ds, keepdim)
 }
 
 /// The mean over `dims`: the f32 sum divided by the count, rounded once.
@@ -26,14 +26,8 @@ pub(crate) fn sum(t: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor> {
 pub(crate) fn mean(t: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor> {
     let ds = resolve("mean", t, dims)?;
     let n: usize = ds.iter().map(|&d| t.shape()[d]).product();
-    let s = over_dims(
-        "mean",
-        &t.try_to_dtype(DType::F32)?,
-        &ds,
-        Reduction::Sum,
-        t.dtype(),
-    )?;
-    let m = s.div_scalar(n as f64)?.try_to_dtype(t.dtype())?;
+    let s = over_dims("mean", &t.to_dtype(DType::F32)?, &ds, Reduction::Sum, t.dtype())?;
+    let m = s.div_scalar(n as f64)?.to_dtype(t.dtype())?;
     squeeze(m, &ds, keepdim)
 }
 
@@ -66,7 +60,7 @@ pub(crate) fn argmax(t: &Tensor, dim: Option<isize>, keepdim: bool) -> Result<Te
             if let Some(dim) = dim {
                 dim_index(OP, dim, 1)?;
             }
-            (contiguous(t)?.reshape(&[-1])?, 0)
+            (contiguous(t)?.reshape(t.numel())?, 0)
         }
     };
     let (outer, len, inner) = split(&x, d);
@@ -87,8 +81,8 @@ pub(crate) fn argmax(t: &Tensor, dim: Option<isize>, keepdim: bool) -> Result<Te
     let y = out.into_tensor(&shape);
     match dim {
         Some(_) if t.ndim() > 0 => squeeze(y, &[d], keepdim),
-        _ if keepdim => y.reshape(&vec![1; t.ndim()]),
-        _ => y.reshape(&[]),
+        _ if keepdim => y.reshape(vec![1; t.ndim()]),
+        _ => y.reshape([]),
     }
 }
 
@@ -126,7 +120,7 @@ fn over_dim(op: &'static str, x: &Tensor, d: usize, r: Reduction, user_dtype: DT
     let mut shape = x.shape().to_vec();
     shape[d] = 1;
     if len == 1 {
-        return x.reshape(&shape.iter().map(|&n| n as isize).collect::<Vec<_>>());
+        return x.reshape(shape);
     }
     let state = state_of(op, x)?;
     if len == 0 {
@@ -157,14 +151,14 @@ fn squeeze(y: Tensor, ds: &[usize], keepdim: bool) -> Result<Tensor> {
     if keepdim {
         return Ok(y);
     }
-    let shape: Vec<isize> = y
+    let shape: Vec<usize> = y
         .shape()
         .iter()
         .enumerate()
         .filter(|(d, _)| !ds.contains(d))
-        .map(|(_, &n)| n as isize)
+        .map(|(_, &n)| n)
         .collect();
-    y.reshape(&shape)
+    y.reshape(shape)
 }
 
 fn empty(op: &'static str, t: &Tensor) -> Error {

@@ -16,9 +16,10 @@ pub(crate) fn float_map<T: FloatElement>(
 
 /// `t` itself when it has a float dtype, else `t` cast to f32: PyTorch gives
 /// float-valued functions of integer and bool tensors the default float dtype.
-pub(crate) fn float_input(t: &Tensor) -> Tensor {
+/// Errors when the conversion fails.
+pub(crate) fn float_input(t: &Tensor) -> Result<Tensor> {
     if t.dtype().is_float() {
-        t.clone()
+        Ok(t.clone())
     } else {
         t.to_dtype(DType::F32)
     }
@@ -34,7 +35,7 @@ pub(crate) fn unsupported(op: &'static str, dtype: DType) -> Error {
 /// math type (f32, or f64 for f64 tensors), which `$M` names.
 macro_rules! float_unary {
     ($t:expr, |$x:ident: $M:ident| $body:expr) => {{
-        let t = $crate::ops::unary::cpu::float_input($t);
+        let t = $crate::ops::unary::cpu::float_input($t)?;
         $crate::with_float_dtype!(t.dtype(), T => {
             type $M = <T as $crate::FloatElement>::Math;
             $crate::ops::unary::cpu::float_map::<T>(&t, |$x: $M| $body)

@@ -19,7 +19,7 @@ pub(crate) fn unary(t: &Tensor, op: &'static str, k: UnaryOp) -> Result<Tensor> 
     let x = if t.dtype().is_float() || keeps_dtype {
         t.clone()
     } else {
-        t.try_to_dtype(DType::F32)?
+        t.to_dtype(DType::F32)?
     };
     let state = state_of(op, &x)?;
     with_kernel_float!(x.dtype(), T => {

@@ -59,7 +59,7 @@ impl Tensor {
     pub fn square(&self) -> Result<Tensor> {
         on_cuda!(self.is_cuda() => cuda::unary(self, "square", cuda::UnaryOp::Square));
         if self.dtype() == DType::Bool {
-            return self.to_dtype(DType::I64).square();
+            return self.to_dtype(DType::I64)?.square();
         }
         keep_dtype_unary!(self, "square", float |x: M| x * x, int |x| x.wrapping_mul(x), bool None)
     }

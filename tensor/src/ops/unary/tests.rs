@@ -321,7 +321,8 @@ fn clamp_tensor_broadcasts_and_promotes() {
         for lo in layouts_of::<f64>(&lov, &[4]) {
             let hi = Tensor::from_vec(hiv.clone(), &[5, 1, 1, 1])
                 .unwrap()
-                .to_dtype(DType::F16);
+                .to_dtype(DType::F16)
+                .unwrap();
             let r = x.clamp_tensor(Some(&lo), Some(&hi)).unwrap();
             assert_eq!(r.shape(), &[5, 3, 1, 4]);
             assert_eq!(r.dtype(), DType::F64);

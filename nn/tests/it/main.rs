@@ -1,0 +1,8 @@
+//! The integration tests of tessera-nn: one test binary per crate (the crate
+//! graph is linked once), one module per topic. A test that needs
+//! process-global state of its own (the live-byte counter, a global
+//! allocator) is a separate file in `tests/` that says why in its first line.
+
+mod init_stats;
+mod state_dict;
+mod torch_parity;
