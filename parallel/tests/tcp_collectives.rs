@@ -52,6 +52,7 @@ fn run_child(scenario: &str) -> Result<(), String> {
         "rendezvous" => connect(1 << 20).map(drop),
         "mismatch" => mismatch(),
         "roots" => roots(),
+        "sum" => sum(),
         other => Err(format!("unknown scenario {other}")),
     }
 }
@@ -214,6 +215,20 @@ fn roots() -> Result<(), String> {
         }) if r != 2 && DIAGNOSES.iter().any(|d| msg.contains(d)) => Ok(()),
         other => Err(format!("rank {r}: unexpected {other:?}")),
     }
+}
+
+/// One all-reduce of the ranks' numbers, checked.
+fn sum() -> Result<(), String> {
+    let comm = connect(1 << 20)?;
+    let (n, r) = (comm.world_size(), comm.rank());
+    let mut x = [r as f64 + 1.0];
+    comm.all_reduce_slice(&mut x, ReduceOp::Sum)
+        .map_err(|e| e.to_string())?;
+    let want = (n * (n + 1) / 2) as f64;
+    if x[0] != want {
+        return Err(format!("rank {r}: sum {} != {want}", x[0]));
+    }
+    Ok(())
 }
 
 fn free_port() -> u16 {
@@ -408,4 +423,33 @@ fn launcher_stops_the_others_when_one_fails() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("[rank0]: rank=0 of 2 local=0"), "{text}");
     assert!(text.contains("[rank1]: rank=1 of 2 local=1"), "{text}");
+}
+
+#[test]
+fn stray_clients_of_the_store_neither_block_nor_fail_the_job() {
+    use std::io::Write;
+    use std::net::TcpStream;
+    let port = free_port();
+    let mut children = spawn(3, &[0], "sum", port, 20.0);
+    // Rank 0's store is up once a connection succeeds; this probe hangs up
+    // at once, the first stray client.
+    let t = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(t.elapsed() < Duration::from_secs(10), "the store never listened");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // One client that connects and says nothing (held open to the end)...
+    let _silent = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    // ...and one that speaks another protocol and stays connected.
+    let mut garbage = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    garbage
+        .write_all(b"GET / HTTP/1.1\r\nHost: tessera\r\n\r\n")
+        .unwrap();
+    let t = Instant::now();
+    children.extend(spawn(3, &[1, 2], "sum", port, 20.0));
+    for (k, code) in wait_all(children, Duration::from_secs(30), None) {
+        assert_eq!(code, Some(0), "rank {k}");
+    }
+    // Well inside the 20 s rendezvous timeout a blocked store would wait out.
+    assert!(t.elapsed() < Duration::from_secs(10), "took {:?}", t.elapsed());
 }

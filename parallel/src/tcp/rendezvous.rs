@@ -2,16 +2,26 @@
 //! that collects every rank's data address and hands out the table; then
 //! the ranks connect in a full mesh (rank i dials every j < i). Every step
 //! has a deadline; a rank that never arrives fails the whole rendezvous on
-//! every rank that did.
+//! every rank that did. Connections are greeted concurrently, each within
+//! a few seconds, and a client that is not a tessera rank of this job (a
+//! port scanner, a health check, a stale rank of an earlier run) is dropped,
+//! so a stray connection to `MASTER_PORT` neither blocks nor fails the job.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::ops::ControlFlow;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use crate::error::{CommError, Result};
 
 const MAGIC: u32 = 0x7E55_0001;
 const POLL: Duration = Duration::from_millis(2);
+/// How long an accepted connection may take to send its greeting: a rank
+/// sends it as soon as it connects, so only a stray client is this slow.
+const HANDSHAKE: Duration = Duration::from_secs(5);
+/// Greetings read at once; more connections wait in the listen backlog.
+const MAX_HANDSHAKES: usize = 64;
 
 /// Resolves `host:port` (a name or an address).
 pub(crate) fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
@@ -67,30 +77,31 @@ fn run_store(
     table[0] = Some(SocketAddr::new(master.ip(), data_port));
     let mut clients = Vec::new();
     let mut failure = None;
-    while table.iter().any(Option::is_none) {
-        let Some(mut s) = accept_until(&store, deadline)? else {
-            let missing: Vec<usize> = (0..world).filter(|&k| table[k].is_none()).collect();
-            failure = Some(format!(
-                "ranks {missing:?} of {world} did not arrive before the timeout"
-            ));
-            break;
-        };
-        match read_registration(&mut s, world, deadline) {
+    let complete = gather(&store, deadline, read_registration, |reg, s| {
+        clients.push(s);
+        match check_registration(reg, world) {
             Ok((k, addr)) if table[k].is_none() => {
                 table[k] = Some(addr);
-                clients.push(s);
+                if table.iter().all(Option::is_some) {
+                    return ControlFlow::Break(());
+                }
+                ControlFlow::Continue(())
             }
             Ok((k, _)) => {
                 failure = Some(format!("rank {k} registered twice"));
-                clients.push(s);
-                break;
+                ControlFlow::Break(())
             }
             Err(msg) => {
                 failure = Some(msg);
-                clients.push(s);
-                break;
+                ControlFlow::Break(())
             }
         }
+    })?;
+    if !complete {
+        let missing: Vec<usize> = (0..world).filter(|&k| table[k].is_none()).collect();
+        failure = Some(format!(
+            "ranks {missing:?} of {world} did not arrive before the timeout"
+        ));
     }
     let nonce = ((std::process::id() as u64) << 32) ^ seed_from_time();
     let mut reply = Vec::new();
@@ -124,23 +135,35 @@ fn seed_from_time() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
-/// One registration: magic, rank, world, data address (the IP the client
-/// reached us from is what it advertises).
-fn read_registration(
-    s: &mut TcpStream,
-    world: usize,
-    deadline: Instant,
-) -> std::result::Result<(usize, SocketAddr), String> {
-    let ip = s.peer_addr().map_err(|e| e.to_string())?.ip();
+/// What a rank announces to the store: its rank, its world size and the
+/// address of its data listener (the IP the client reached us from, its port).
+struct Registration {
+    rank: u32,
+    world: u32,
+    addr: SocketAddr,
+}
+
+/// Reads one registration (magic, rank, world, data port); `None` for a
+/// client that is not a tessera rank (wrong magic, silence, hang-up).
+fn read_registration(s: &mut TcpStream, deadline: Instant) -> Option<Registration> {
+    let ip = s.peer_addr().ok()?.ip();
     let mut b = [0u8; 14];
-    read_until(s, &mut b, deadline).map_err(|e| format!("reading a registration: {e}"))?;
-    let magic = u32::from_le_bytes(b[0..4].try_into().expect("4 bytes"));
-    let rank = u32::from_le_bytes(b[4..8].try_into().expect("4 bytes")) as usize;
-    let their_world = u32::from_le_bytes(b[8..12].try_into().expect("4 bytes")) as usize;
-    let port = u16::from_le_bytes(b[12..14].try_into().expect("2 bytes"));
-    if magic != MAGIC {
-        return Err("a connection that is not a tessera rank reached the store".into());
-    }
+    read_until(s, &mut b, deadline).ok()?;
+    let word = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    (word(0) == MAGIC).then(|| Registration {
+        rank: word(4),
+        world: word(8),
+        addr: SocketAddr::new(ip, u16::from_le_bytes([b[12], b[13]])),
+    })
+}
+
+/// A registration from a tessera rank that does not fit this job is an
+/// error for the whole job (a misconfigured launch, not a stray client).
+fn check_registration(
+    reg: Registration,
+    world: usize,
+) -> std::result::Result<(usize, SocketAddr), String> {
+    let (rank, their_world) = (reg.rank as usize, reg.world as usize);
     if their_world != world {
         return Err(format!(
             "rank {rank} has world size {their_world}, rank 0 has {world}"
@@ -149,7 +172,65 @@ fn read_registration(
     if rank == 0 || rank >= world {
         return Err(format!("a rank registered as {rank}, outside 1..{world}"));
     }
-    Ok((rank, SocketAddr::new(ip, port)))
+    Ok((rank, reg.addr))
+}
+
+/// Serves `listener` until `take` breaks (`Ok(true)`) or the deadline
+/// passes (`Ok(false)`). Every connection reads its greeting on its own
+/// thread within [`HANDSHAKE`], so a silent client delays nobody; a
+/// connection whose `greet` gives `None` (not one of ours) is dropped.
+/// Accepted greetings reach `take` in the order they complete.
+fn gather<T: Send + 'static>(
+    listener: &TcpListener,
+    deadline: Instant,
+    greet: impl Fn(&mut TcpStream, Instant) -> Option<T> + Send + Sync + 'static,
+    mut take: impl FnMut(T, TcpStream) -> ControlFlow<()>,
+) -> Result<bool> {
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| CommError::io("rendezvous: accept", e))?;
+    let greet = Arc::new(greet);
+    let (tx, rx) = mpsc::channel::<Option<(T, TcpStream)>>();
+    let mut in_flight = 0usize;
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return Ok(false);
+        }
+        // Past the cap, connections wait in the kernel's backlog until a
+        // handshake ends, so a flood costs threads only up to the cap.
+        if in_flight < MAX_HANDSHAKES {
+            match listener.accept() {
+                Ok((mut s, _)) => {
+                    s.set_nonblocking(false)
+                        .map_err(|e| CommError::io("rendezvous: accept", e))?;
+                    let (greet, tx) = (Arc::clone(&greet), tx.clone());
+                    let until = deadline.min(now + HANDSHAKE);
+                    in_flight += 1;
+                    std::thread::spawn(move || {
+                        let got = greet(&mut s, until).map(|g| (g, s));
+                        // The gatherer may have finished; then nobody listens.
+                        let _ = tx.send(got);
+                    });
+                    continue;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(CommError::io("rendezvous: accept", e)),
+            }
+        }
+        match rx.recv_timeout(POLL) {
+            Ok(got) => {
+                in_flight -= 1;
+                if let Some((g, s)) = got {
+                    if take(g, s).is_break() {
+                        return Ok(true);
+                    }
+                }
+            }
+            // `tx` lives here, so the channel never disconnects.
+            Err(_) => {}
+        }
+    }
 }
 
 /// Ranks > 0: registers with the store (retrying until it listens) and
@@ -216,24 +297,33 @@ fn mesh(
             .map_err(|e| CommError::io("rendezvous: mesh", e))?;
         peers[j] = Some(s);
     }
-    while peers.iter().enumerate().any(|(j, p)| j > rank && p.is_none()) {
-        let Some(mut s) = accept_until(data, deadline)? else {
+    // Stray or stale connections (another job, a previous run) are dropped.
+    let hello = move |s: &mut TcpStream, until: Instant| {
+        let mut b = [0u8; 16];
+        read_until(s, &mut b, until).ok()?;
+        let magic = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        let their_nonce = u64::from_le_bytes(b[4..12].try_into().ok()?);
+        let j = u32::from_le_bytes([b[12], b[13], b[14], b[15]]) as usize;
+        (magic == MAGIC && their_nonce == nonce && j > rank && j < world).then_some(j)
+    };
+    let all_higher = |peers: &[Option<TcpStream>]| (rank + 1..world).all(|j| peers[j].is_some());
+    if !all_higher(&peers) {
+        let complete = gather(data, deadline, hello, |j, s| {
+            if peers[j].is_none() {
+                peers[j] = Some(s);
+            }
+            if all_higher(&peers) {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })?;
+        if !complete {
             let missing: Vec<usize> = (rank + 1..world).filter(|&j| peers[j].is_none()).collect();
             return Err(CommError::rendezvous(
                 "mesh",
                 format!("rank {rank}: ranks {missing:?} never connected"),
             ));
-        };
-        let mut hello = [0u8; 16];
-        if read_until(&mut s, &mut hello, deadline).is_err() {
-            continue;
-        }
-        let magic = u32::from_le_bytes(hello[0..4].try_into().expect("4 bytes"));
-        let their_nonce = u64::from_le_bytes(hello[4..12].try_into().expect("8 bytes"));
-        let j = u32::from_le_bytes(hello[12..16].try_into().expect("4 bytes")) as usize;
-        // Stray or stale connections (another job, a previous run) are dropped.
-        if magic == MAGIC && their_nonce == nonce && j > rank && j < world && peers[j].is_none() {
-            peers[j] = Some(s);
         }
     }
     for s in peers.iter().flatten() {
@@ -256,28 +346,6 @@ fn connect_until(addr: SocketAddr, deadline: Instant, what: &'static str) -> Res
         match TcpStream::connect_timeout(&addr, left.min(Duration::from_secs(1))) {
             Ok(s) => return Ok(s),
             Err(_) => std::thread::sleep(Duration::from_millis(20).min(left)),
-        }
-    }
-}
-
-/// The next connection, or `None` at the deadline.
-fn accept_until(l: &TcpListener, deadline: Instant) -> Result<Option<TcpStream>> {
-    l.set_nonblocking(true)
-        .map_err(|e| CommError::io("rendezvous: accept", e))?;
-    loop {
-        match l.accept() {
-            Ok((s, _)) => {
-                s.set_nonblocking(false)
-                    .map_err(|e| CommError::io("rendezvous: accept", e))?;
-                return Ok(Some(s));
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() >= deadline {
-                    return Ok(None);
-                }
-                std::thread::sleep(POLL);
-            }
-            Err(e) => return Err(CommError::io("rendezvous: accept", e)),
         }
     }
 }
