@@ -453,3 +453,128 @@ fn stray_clients_of_the_store_neither_block_nor_fail_the_job() {
     // Well inside the 20 s rendezvous timeout a blocked store would wait out.
     assert!(t.elapsed() < Duration::from_secs(10), "took {:?}", t.elapsed());
 }
+
+#[test]
+fn launcher_help_exits_zero_and_the_program_needs_no_double_dash() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera-run"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("--grace-period"));
+    let status = Command::new(env!("CARGO_BIN_EXE_tessera-run"))
+        .args(["--nproc-per-node", "2", "/bin/true"])
+        .status()
+        .unwrap();
+    assert!(status.success(), "{status}");
+    let out = Command::new(env!("CARGO_BIN_EXE_tessera-run"))
+        .args(["--nproc-per-node=2", "sh", "-c", "echo rank=$RANK"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("[rank1]: rank=1"), "{text}");
+}
+
+/// Whether process `pid` is gone (no such process, or a zombie nobody reaped).
+fn gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// Starts a launcher with 2 ranks running `script` (which must write its
+/// pids, one per line, to `$D/$RANK` at once, by a rename), sends it `sig` once both ranks are
+/// up, and returns the launcher's status, how long it took to exit after
+/// the signal, and the ranks' pids.
+fn signal_the_launcher(
+    script: &str,
+    sig: i32,
+    grace: &str,
+) -> (std::process::ExitStatus, Duration, Vec<u32>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static RUN: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "tessera-run-signal-{}-{}",
+        std::process::id(),
+        RUN.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut launcher = Command::new(env!("CARGO_BIN_EXE_tessera-run"))
+        .args(["--nproc-per-node", "2", "--grace-period", grace, "sh", "-c", script])
+        .env("D", &dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let read_pids = |rank: usize| -> Option<Vec<u32>> {
+        let text = std::fs::read_to_string(dir.join(rank.to_string())).ok()?;
+        let pids: Vec<u32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+        (!pids.is_empty()).then_some(pids)
+    };
+    let t = Instant::now();
+    let pids = loop {
+        if let (Some(a), Some(b)) = (read_pids(0), read_pids(1)) {
+            break [a, b].concat();
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "the ranks never started");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let t = Instant::now();
+    // SAFETY: kill has no memory-safety preconditions.
+    assert_eq!(unsafe { libc::kill(launcher.id() as libc::pid_t, sig) }, 0);
+    let status = loop {
+        if let Some(s) = launcher.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed() > Duration::from_secs(20) {
+            let _ = launcher.kill();
+            panic!("the launcher ignored signal {sig}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let took = t.elapsed();
+    let _ = std::fs::remove_dir_all(&dir);
+    (status, took, pids)
+}
+
+#[test]
+fn launcher_forwards_termination_signals_to_every_rank_and_what_it_started() {
+    use std::os::unix::process::ExitStatusExt;
+    // A rank that is a shell with a sleeping child: SIGTERM must reach both,
+    // as it reaches the group on a terminal. (A shell's background job
+    // ignores SIGINT, so SIGINT is tried on a rank with no child.)
+    let with_child =
+        "sleep 30 & echo $! > $D/$RANK.tmp; echo $$ >> $D/$RANK.tmp; mv $D/$RANK.tmp $D/$RANK; wait";
+    let alone = "echo $$ > $D/$RANK.tmp; mv $D/$RANK.tmp $D/$RANK; exec sleep 30";
+    for (sig, script) in [
+        (libc::SIGTERM, with_child),
+        (libc::SIGINT, alone),
+        (libc::SIGTERM, alone),
+    ] {
+        let (status, took, pids) = signal_the_launcher(script, sig, "10");
+        assert_eq!(status.signal(), Some(sig), "the launcher's status: {status}");
+        assert!(took < Duration::from_secs(5), "signal {sig}: took {took:?}");
+        for pid in pids {
+            assert!(gone(pid), "signal {sig}: process {pid} outlived the launcher");
+        }
+    }
+}
+
+#[test]
+fn launcher_kills_ranks_that_ignore_sigterm_after_the_grace_period() {
+    use std::os::unix::process::ExitStatusExt;
+    let script = "trap '' TERM; sleep 30 & echo $! > $D/$RANK.tmp; echo $$ >> $D/$RANK.tmp; \
+                  mv $D/$RANK.tmp $D/$RANK; wait";
+    let (status, took, pids) = signal_the_launcher(script, libc::SIGTERM, "1");
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status}");
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(6),
+        "took {took:?} with a 1 s grace period"
+    );
+    for pid in pids {
+        assert!(gone(pid), "process {pid} outlived the launcher");
+    }
+}
