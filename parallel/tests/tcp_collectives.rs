@@ -554,9 +554,10 @@ fn launcher_forwards_termination_signals_to_every_rank_and_what_it_started() {
         (libc::SIGINT, alone),
         (libc::SIGTERM, alone),
     ] {
-        let (status, took, pids) = signal_the_launcher(script, sig, "10");
+        // Ranks that obey exit long before the 25 s grace period ends.
+        let (status, took, pids) = signal_the_launcher(script, sig, "25");
         assert_eq!(status.signal(), Some(sig), "the launcher's status: {status}");
-        assert!(took < Duration::from_secs(5), "signal {sig}: took {took:?}");
+        assert!(took < Duration::from_secs(12), "signal {sig}: took {took:?}");
         for pid in pids {
             assert!(gone(pid), "signal {sig}: process {pid} outlived the launcher");
         }
@@ -571,7 +572,8 @@ fn launcher_kills_ranks_that_ignore_sigterm_after_the_grace_period() {
     let (status, took, pids) = signal_the_launcher(script, libc::SIGTERM, "1");
     assert_eq!(status.signal(), Some(libc::SIGTERM), "{status}");
     assert!(
-        took >= Duration::from_millis(900) && took < Duration::from_secs(6),
+        // Well short of the ranks' 30 s sleep, with room for a loaded machine.
+        took >= Duration::from_millis(900) && took < Duration::from_secs(15),
         "took {took:?} with a 1 s grace period"
     );
     for pid in pids {

@@ -165,7 +165,7 @@ impl Tensor {
         let shape = self.shape().to_vec();
         match (whole, self.storage_mut()) {
             (true, Some(storage)) if !std::ptr::eq(storage as *const _, other.storage().as_ref()) => {
-                let dst = storage.as_mut_slice::<T>();
+                let dst = storage.as_mut_slice::<T>(op)?;
                 let src = other.storage().as_slice::<B>();
                 fill_rows(dst, [&lb], |o, [ob], [tb]| {
                     let mut p = ob as isize;
@@ -204,7 +204,7 @@ impl Tensor {
             *self = Tensor::build_overwrite::<T>("make_mut", self.shape(), |out| self.copy_into(out))?;
         }
         let storage = self.storage_mut().expect("a fresh copy has one owner");
-        Ok(storage.as_mut_slice::<T>())
+        storage.as_mut_slice::<T>("make_mut")
     }
 
     /// The tensor converted to `dtype`: floats round to nearest even (f16,

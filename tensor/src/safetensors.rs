@@ -220,7 +220,7 @@ fn from_st_dtype(d: StDtype) -> Option<DType> {
 fn copy_storage(bytes: &[u8], dtype: DType) -> Result<Option<Storage>> {
     fn pod<T: Element + bytemuck::Pod>(bytes: &[u8]) -> Result<Storage> {
         let mut s = Storage::for_overwrite::<T>("load", bytes.len() / std::mem::size_of::<T>())?;
-        bytemuck::cast_slice_mut::<T, u8>(s.as_mut_slice::<T>()).copy_from_slice(bytes);
+        bytemuck::cast_slice_mut::<T, u8>(s.as_mut_slice::<T>("load")?).copy_from_slice(bytes);
         Ok(s)
     }
     Ok(Some(match dtype {
@@ -236,7 +236,7 @@ fn copy_storage(bytes: &[u8], dtype: DType) -> Result<Option<Storage>> {
                 return Ok(None);
             }
             let mut s = Storage::for_overwrite::<bool>("load", bytes.len())?;
-            for (o, &b) in s.as_mut_slice::<bool>().iter_mut().zip(bytes) {
+            for (o, &b) in s.as_mut_slice::<bool>("load")?.iter_mut().zip(bytes) {
                 *o = b == 1;
             }
             s

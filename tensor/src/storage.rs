@@ -97,7 +97,7 @@ impl Storage {
     /// [`Storage::zeros`].
     pub fn from_slice<T: Element>(op: &'static str, data: &[T]) -> Result<Self> {
         let mut s = Self::for_overwrite::<T>(op, data.len())?;
-        s.as_mut_slice::<T>().copy_from_slice(data);
+        s.as_mut_slice::<T>(op)?.copy_from_slice(data);
         Ok(s)
     }
 
@@ -147,18 +147,13 @@ impl Storage {
     }
 
     /// `bytes.len() / size` elements of `dtype` copied from host bytes laid
-    /// out as in memory (a download from a GPU).
+    /// out as in memory (a download from a GPU). Errors, naming `op`, when
+    /// the host memory is out.
     #[cfg(feature = "cuda")]
-    pub(crate) fn from_raw_bytes(dtype: DType, bytes: &[u8]) -> Self {
-        crate::with_dtype!(dtype, T => {
-            let mut s = Storage::for_overwrite::<T>("to_device", bytes.len() / dtype.size_in_bytes())
-                .unwrap_or_else(|e| panic!("{e}"));
-            s.raw_bytes_mut().copy_from_slice(bytes);
-            s
-        })
+    pub(crate) fn from_raw_bytes(op: &'static str, dtype: DType, bytes: &[u8]) -> Result<Self> {
+        crate::with_dtype!(dtype, T => Storage::from_bytes::<T>(op, bytes))
     }
 
-    /// The GPU buffer, when the elements live on a GPU.
     #[cfg(feature = "cuda")]
     pub(crate) fn device_buffer(&self) -> Option<&crate::cuda::DeviceBuffer> {
         match &self.buf {
@@ -240,23 +235,44 @@ impl Storage {
         }
     }
 
+    /// A copy on the same device (a mapped storage becomes owned memory).
+    /// Errors, naming `op`, when the copy cannot be allocated
+    /// ([`Error::OutOfMemory`] with the elements and bytes on the host) or
+    /// the GPU driver reports an error.
+    pub fn try_clone(&self, op: &'static str) -> Result<Self> {
+        #[cfg(feature = "cuda")]
+        if let Buffer::Cuda(b) = &self.buf {
+            return Ok(Storage::from_device(b.try_clone(op)?, self.dtype, self.len));
+        }
+        #[cfg(all(test, feature = "cuda"))]
+        if let Buffer::FakeCuda = self.buf {
+            return Ok(Storage::fake_cuda(self.dtype, self.len));
+        }
+        crate::with_dtype!(self.dtype, T => Storage::from_bytes::<T>(op, self.as_bytes()))
+    }
+
     /// The elements as a mutable typed slice. A mapped storage is first
-    /// copied into owned memory (copy-on-write).
-    pub(crate) fn as_mut_slice<T: Element>(&mut self) -> &mut [T] {
+    /// copied into owned memory (copy-on-write); that copy failing for lack
+    /// of memory is an [`Error::OutOfMemory`] naming `op`, the elements and
+    /// the bytes.
+    pub(crate) fn as_mut_slice<T: Element>(&mut self, op: &'static str) -> Result<&mut [T]> {
         assert!(self.device.is_cpu(), "{}", on_device("as_mut_slice", self.device));
         assert_eq!(T::DTYPE, self.dtype, "kernel dispatched on the wrong dtype");
         if let Buffer::Mapped { .. } = self.buf {
-            // Copy-on-write of a memory-mapped tensor: the kernel writing
-            // it has nowhere to return an error to.
-            let mut owned =
-                Storage::for_overwrite::<T>("copy-on-write", self.len).unwrap_or_else(|e| panic!("{e}"));
-            owned.raw_bytes_mut().copy_from_slice(self.as_bytes());
-            *self = owned;
+            *self = Storage::from_bytes::<T>(op, self.as_bytes())?;
         }
         let len = self.len;
         let bytes = self.raw_bytes_mut();
         // SAFETY: as in `try_as_slice`; the buffer is owned and borrowed mutably.
-        unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr() as *mut T, len) }
+        Ok(unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr() as *mut T, len) })
+    }
+
+    /// An owned copy of `bytes` laid out as `T`s in memory
+    /// (`bytes.len()` a multiple of `T`'s size).
+    fn from_bytes<T: Element>(op: &'static str, bytes: &[u8]) -> Result<Self> {
+        let mut s = Storage::for_overwrite::<T>(op, bytes.len() / T::DTYPE.size_in_bytes())?;
+        s.raw_bytes_mut().copy_from_slice(bytes);
+        Ok(s)
     }
 
     fn raw_bytes_mut(&mut self) -> &mut [u8] {
@@ -280,27 +296,6 @@ fn on_device(op: &'static str, device: Device) -> Error {
             "not implemented on {device} (host access to device memory); call .to_device(Device::Cpu) first"
         ),
     )
-}
-
-impl Clone for Storage {
-    /// A copy on the same device.
-    ///
-    /// # Panics
-    /// When the copy cannot be allocated (host or GPU memory is out) or
-    /// the driver reports an error.
-    fn clone(&self) -> Self {
-        #[cfg(feature = "cuda")]
-        if let Buffer::Cuda(b) = &self.buf {
-            let copy = b.try_clone("clone").unwrap_or_else(|e| panic!("{e}"));
-            return Storage::from_device(copy, self.dtype, self.len);
-        }
-        #[cfg(all(test, feature = "cuda"))]
-        if let Buffer::FakeCuda = self.buf {
-            return Storage::fake_cuda(self.dtype, self.len);
-        }
-        crate::with_dtype!(self.dtype, T => Storage::from_slice::<T>("clone", self.as_slice::<T>()))
-            .unwrap_or_else(|e| panic!("{e}"))
-    }
 }
 
 impl Drop for Storage {

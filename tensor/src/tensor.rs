@@ -99,7 +99,7 @@ impl Tensor {
         fill: impl FnOnce(&mut [T]),
     ) -> Result<Tensor> {
         let mut storage = Self::allocate::<T>(op, shape, true)?;
-        fill(storage.as_mut_slice::<T>());
+        fill(storage.as_mut_slice::<T>(op)?);
         Ok(Self::from_parts(storage, Layout::contiguous(shape)))
     }
 
@@ -113,7 +113,7 @@ impl Tensor {
         fill: impl FnOnce(&mut [T]),
     ) -> Result<Tensor> {
         let mut storage = Self::allocate::<T>(op, shape, false)?;
-        fill(storage.as_mut_slice::<T>());
+        fill(storage.as_mut_slice::<T>(op)?);
         Ok(Self::from_parts(storage, Layout::contiguous(shape)))
     }
 

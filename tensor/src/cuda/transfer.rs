@@ -42,7 +42,7 @@ fn download(op: &'static str, t: &Tensor) -> Result<Tensor> {
     };
     let size = t.dtype().size_in_bytes();
     let bytes = device_buffer(op, t)?.download(op, lo * size..hi * size)?;
-    let storage = Storage::from_raw_bytes(t.dtype(), &bytes);
+    let storage = Storage::from_raw_bytes(op, t.dtype(), &bytes)?;
     let layout = Layout::new(t.shape().to_vec(), t.strides().to_vec(), t.layout().offset() - lo);
     Tensor::from_parts(storage, layout).contiguous()
 }

@@ -107,3 +107,57 @@ fn allocation_failure_is_an_error_naming_op_shape_and_bytes() {
         3.0
     );
 }
+
+/// A safetensors file holding one f32 tensor `w` of `n` elements whose data
+/// is a hole (sparse on disk); `None` when the file system cannot hold it.
+fn sparse_safetensors(n: usize) -> Option<std::path::PathBuf> {
+    use std::io::Write;
+    let mut header = format!(r#"{{"w":{{"dtype":"F32","shape":[{n}],"data_offsets":[0,{}]}}}}"#, n * 4);
+    while header.len() % 8 != 0 {
+        header.push(' ');
+    }
+    let path = std::env::temp_dir().join(format!("tessera-sparse-{}.safetensors", std::process::id()));
+    let mut f = std::fs::File::create(&path).ok()?;
+    f.write_all(&(header.len() as u64).to_le_bytes()).ok()?;
+    f.write_all(header.as_bytes()).ok()?;
+    match f.set_len((8 + header.len() + n * 4) as u64) {
+        Ok(()) => Some(path),
+        Err(e) => {
+            eprintln!("skipped: a sparse file of {n} f32s cannot be made here: {e}");
+            let _ = std::fs::remove_file(&path);
+            None
+        }
+    }
+}
+
+#[test]
+fn copies_of_a_mapped_tensor_that_cannot_be_allocated_are_errors() {
+    // Under `vm.overcommit_memory = 1` an 8 TiB allocation succeeds and the
+    // copy would then exhaust memory page by page: nothing to test there.
+    if std::fs::read_to_string("/proc/sys/vm/overcommit_memory").is_ok_and(|m| m.trim() == "1") {
+        eprintln!("skipped: the kernel grants any allocation (vm.overcommit_memory = 1)");
+        return;
+    }
+    // 2^41 f32 = 8 TiB: mapped read-only at no cost, more than any machine
+    // we run on can allocate, and within ext4's 16 TiB file limit.
+    let n = 1usize << 41;
+    let Some(path) = sparse_safetensors(n) else {
+        return;
+    };
+    let loaded = tessera_tensor::safetensors::load(&path);
+    let _ = std::fs::remove_file(&path);
+    let mut t = loaded.unwrap().remove("w").unwrap();
+    assert!(t.storage().is_mapped() && t.numel() == n);
+    let bytes = (n * 4).to_string();
+    let e = fails_naming(t.storage().try_clone("clone"), &["clone", &bytes]);
+    assert!(matches!(e, Error::OutOfMemory { .. }), "{e:?}");
+    // Writing in place copies the mapped data first (copy-on-write).
+    let e = fails_naming(t.make_mut::<f32>().map(|_| ()), &["make_mut", &bytes]);
+    assert!(matches!(e, Error::OutOfMemory { .. }), "{e:?}");
+    let one = Tensor::scalar(1.0f32);
+    let e = fails_naming(t.zip_map_::<f32, f32>(&one, "add_", |a, b| a + b), &["add_", &bytes]);
+    assert!(matches!(e, Error::OutOfMemory { .. }), "{e:?}");
+    // The tensor still reads its file.
+    assert!(t.storage().is_mapped());
+    assert_eq!(t.narrow(0, n - 1, 1).unwrap().to_vec::<f32>().unwrap(), [0.0]);
+}
