@@ -3,7 +3,6 @@
 //! collectives send loans of the sender's memory, so a ring step copies
 //! each byte once.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::error::{CommError, Result};
@@ -64,7 +63,6 @@ impl LocalGroup {
         }
         let world = Arc::new(World {
             boxes: (0..n).map(|_| Mailbox::default()).collect(),
-            gone: (0..n).map(|_| AtomicBool::new(false)).collect(),
             shm: Registry::default(),
         });
         Ok((0..n)
@@ -88,7 +86,6 @@ fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
 
 struct World {
     boxes: Vec<Mailbox>,
-    gone: Vec<AtomicBool>,
     shm: Registry,
 }
 
@@ -103,11 +100,14 @@ impl Transport for LocalTransport {
     }
 
     fn send(&self, to: usize, frame: Frame) -> std::result::Result<(), String> {
-        if self.world.gone[to].load(Ordering::Acquire) {
-            return Err(format!("rank {to} has exited"));
+        // Refused atomically with the receiver's shutdown: a check of a
+        // "gone" flag before pushing could pass just before the receiver
+        // emptied its mailbox for good, stranding a loan until the timeout.
+        if self.world.boxes[to].push(self.rank, frame) {
+            Ok(())
+        } else {
+            Err(format!("rank {to} has exited"))
         }
-        self.world.boxes[to].push(self.rank, frame);
-        Ok(())
     }
 
     fn lends(&self) -> bool {
@@ -125,8 +125,7 @@ impl Transport for LocalTransport {
 
 impl Drop for LocalTransport {
     fn drop(&mut self) {
-        self.world.gone[self.rank].store(true, Ordering::Release);
-        self.world.boxes[self.rank].clear();
+        self.world.boxes[self.rank].shut();
         let why = format!("rank {} exited (its communicator was dropped)", self.rank);
         for (k, b) in self.world.boxes.iter().enumerate() {
             if k != self.rank {

@@ -43,6 +43,8 @@ struct State {
     /// Sources whose every frame has been delivered (their stream ended).
     drained: std::collections::HashSet<usize>,
     aborted: HashMap<u64, (usize, String)>,
+    /// The owner is gone: frames pushed from now on are refused.
+    shut: bool,
 }
 
 /// The inbox of one rank.
@@ -57,9 +59,15 @@ impl Mailbox {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Delivers a frame from global rank `src`.
-    pub fn push(&self, src: usize, frame: Frame) {
+    /// Delivers a frame from global rank `src`; false (the frame dropped,
+    /// which settles a loan as unread) when the owner has shut the mailbox.
+    pub fn push(&self, src: usize, frame: Frame) -> bool {
         let mut st = self.lock();
+        if st.shut {
+            drop(st);
+            drop(frame);
+            return false;
+        }
         match frame.hdr.kind {
             Kind::Abort => {
                 // `aux` names the rank whose failure started the abort; `src`
@@ -84,6 +92,7 @@ impl Mailbox {
         }
         drop(st);
         self.cv.notify_all();
+        true
     }
 
     /// Marks global rank `src` as gone: receives from it that find no
@@ -204,10 +213,16 @@ impl Mailbox {
         drop(dropped);
     }
 
-    /// Drops every queued frame (the rank is going away: loans go back to
-    /// their senders at once).
-    pub fn clear(&self) {
-        let queues = std::mem::take(&mut self.lock().queues);
+    /// Drops every queued frame and refuses later ones (the rank is going
+    /// away: loans go back to their senders at once, and a sender racing
+    /// the shutdown learns that its frame was refused instead of leaving a
+    /// loan nobody will read).
+    pub fn shut(&self) {
+        let queues = {
+            let mut st = self.lock();
+            st.shut = true;
+            std::mem::take(&mut st.queues)
+        };
         drop(queues);
     }
 }

@@ -178,7 +178,11 @@ impl TcpTransport {
                 .spawn(move || {
                     let why = loop {
                         match read_frame(&mut r) {
-                            Ok(f) => mb.push(k, f),
+                            // Refused only after the transport's drop, which
+                            // joins this thread after closing the stream.
+                            Ok(f) => {
+                                mb.push(k, f);
+                            }
                             Err(e) => break e,
                         }
                     };
@@ -268,7 +272,7 @@ impl Drop for TcpTransport {
                 let _ = r.join();
             }
         }
-        self.mailbox.clear();
+        self.mailbox.shut();
     }
 }
 
