@@ -1,17 +1,19 @@
-//! `--pipeline-stages P`: the same training as [`crate::run::train`] (same
+//! `--pipeline-stages P`: the same training as [`super::run::train`] (same
 //! model, init, optimizer, schedule and batches), with the CNN's layers split
-//! evenly into P stages (P·V chunks for the interleaved schedule) that run
-//! on P threads of the `local` backend under the chosen pipeline schedule.
-//! Each batch is split into M micro-batches whose gradients are summed, so
-//! the arithmetic is single-process training with gradient accumulation.
-//! After every epoch the stages' parameters are gathered into one model to
-//! measure test accuracy.
+//! evenly into P stages (P·V chunks for the interleaved schedule) under the
+//! chosen pipeline schedule: on P threads of the `local` backend, or, when
+//! started by `tessera-run --nproc-per-node P` (or torchrun, or srun), one
+//! stage per process over `tcp`. Each batch is split into M micro-batches
+//! whose gradients are summed, so the arithmetic is single-process training
+//! with gradient accumulation, and threads and processes give the same
+//! bits. After every epoch the stages send their parameters to stage 0,
+//! which assembles one model to measure test accuracy.
 
 use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use tessera::autograd::{CrossEntropyOptions, Target};
@@ -20,23 +22,26 @@ use tessera::optim::{LrScheduler, OneCycleLR, OneCycleOptions};
 use tessera::parallel::pipeline::{
     LossFn, Partition, PipelineEngine, PipelineModule, Schedule, ScheduleKind,
 };
-use tessera::parallel::{Communicator, LocalGroup};
+use tessera::parallel::{tcp, CommExt, Communicator, LocalGroup};
 use tessera::tensor::{rng, DType, StateDict, Tensor};
 
-use crate::cli::Args;
-use crate::run::{count_correct, evaluate, load_data, optimizer, BoxResult, EpochRecord, Split};
+use super::cli::Args;
+use super::run::{count_correct, evaluate, load_data, optimizer, BoxResult, EpochRecord, Split};
 
-/// What the stages share in this process: the parameters gathered for
-/// evaluation and the last stage's training figures of the epoch.
-#[derive(Default)]
-struct Shared {
-    params: Mutex<HashMap<String, Tensor>>,
-    /// (loss sum, correct, seen) of the epoch, written by the last stage.
-    epoch: Mutex<(f64, usize, usize)>,
+/// Message tags of the per-epoch reports to stage 0.
+const TAG_NAMES: u64 = 1 << 40;
+const TAG_PARAMS: u64 = TAG_NAMES + 1;
+const TAG_EPOCH: u64 = TAG_NAMES + 2;
+
+/// Whether a launcher (tessera-run, torchrun, srun) started this process
+/// as one rank of a job.
+fn launched() -> bool {
+    std::env::var_os("WORLD_SIZE").is_some() || std::env::var_os("SLURM_NTASKS").is_some()
 }
 
 /// Trains as `args` says with pipeline parallelism; returns the epoch
-/// records (printed and logged as in single-process mode).
+/// records (printed and logged as in single-process mode) on the process
+/// that holds stage 0, none on the other processes.
 pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
     let clock = Instant::now();
     if let Some(n) = args.threads {
@@ -53,28 +58,41 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
         1
     };
     let schedule = Schedule::new(kind, args.pipeline_stages, args.micro_batches, chunks)?;
+    let processes = launched();
     eprintln!(
-        "pipeline: {} stages on threads, schedule {}, {} micro-batches of {}, {} chunk(s) per stage",
+        "pipeline: {} stages on {}, schedule {}, {} micro-batches of {}, {} chunk(s) per stage",
         args.pipeline_stages,
+        if processes { "tcp processes" } else { "threads" },
         kind.name(),
         args.micro_batches,
         args.batch_size / args.micro_batches,
         chunks
     );
     std::fs::create_dir_all(&args.out)?;
-    let shared = Shared::default();
     // The loader is not shared with the stage threads, its batches are.
     let batches: Vec<Vec<Vec<usize>>> = (0..args.epochs)
         .map(|e| data.loader.batch_indices(e as u64))
         .collect();
     let (train, test) = (&data.train, &data.test);
+    let data = StageData {
+        train,
+        test,
+        batches: &batches,
+    };
+    if processes {
+        let comm = tcp::init_from_env()?;
+        if comm.world_size() != args.pipeline_stages {
+            return Err(format!(
+                "--pipeline-stages {} but the launcher started {} processes",
+                args.pipeline_stages,
+                comm.world_size()
+            )
+            .into());
+        }
+        return run_stage(&comm, args, &data, &schedule, clock);
+    }
     let outs = LocalGroup::run(args.pipeline_stages, |comm| {
-        let data = StageData {
-            train,
-            test,
-            batches: &batches,
-        };
-        run_stage(comm, args, &data, &schedule, &shared, clock).map_err(|e| e.to_string())
+        run_stage(comm, args, &data, &schedule, clock).map_err(|e| e.to_string())
     })?;
     let mut records = None;
     let mut errors = Vec::new();
@@ -105,7 +123,6 @@ fn run_stage(
     args: &Args,
     data: &StageData<'_>,
     schedule: &Schedule,
-    shared: &Shared,
     clock: Instant,
 ) -> BoxResult<Vec<EpochRecord>> {
     let (rank, p) = (comm.rank(), comm.world_size());
@@ -162,22 +179,19 @@ fn run_stage(
             seen += idx.numel();
         }
         let train_secs = epoch_start.elapsed().as_secs_f64();
-        {
-            let mut params = shared.params.lock().map_err(|_| "a stage panicked")?;
-            for (name, p) in engine.stage().named_parameters() {
-                params.insert(name, p.tensor());
-            }
+        let params = gather_params(comm, engine.stage().named_parameters())?;
+        // The last stage saw the labels: its figures go to stage 0.
+        let mut figures = [loss_sum, correct.swap(0, Ordering::Relaxed) as f64, seen as f64];
+        if last && !first {
+            comm.send_slice(&figures, 0, TAG_EPOCH)?;
+        } else if first && !last {
+            comm.recv_slice(&mut figures, p - 1, TAG_EPOCH)?;
         }
-        if last {
-            *shared.epoch.lock().map_err(|_| "a stage panicked")? =
-                (loss_sum, correct.swap(0, Ordering::Relaxed), seen);
-        }
-        comm.barrier()?;
-        if let (Some(model), Some(log)) = (&eval_model, &mut log) {
-            let params = std::mem::take(&mut *shared.params.lock().map_err(|_| "a stage panicked")?);
+        if let (Some(model), Some(log), Some(params)) = (&eval_model, &mut log, params) {
             model.load_state_dict(&StateDict::from(params), true)?;
             let test_acc = 100.0 * evaluate(model, data.test, 1000)?;
-            let (loss_sum, correct, seen) = *shared.epoch.lock().map_err(|_| "a stage panicked")?;
+            let [loss_sum, correct, seen] = figures;
+            let (seen, correct) = (seen as usize, correct as usize);
             let (train_loss, train_acc) = (loss_sum / seen as f64, 100.0 * correct as f64 / seen as f64);
             let elapsed = clock.elapsed().as_secs_f64();
             if reached.is_none() && test_acc >= target {
@@ -204,7 +218,6 @@ fn run_stage(
                 test_acc,
             });
         }
-        comm.barrier()?;
     }
     if let Some(model) = &eval_model {
         state_dict::save(model, args.out.join("model.safetensors"))?;
@@ -218,4 +231,28 @@ fn run_stage(
         }
     }
     Ok(records)
+}
+
+/// Every stage's named parameters, gathered on stage 0 (`None` elsewhere):
+/// each other stage sends its names (one line each) and then its tensors.
+fn gather_params(
+    comm: &dyn Communicator,
+    mine: Vec<(String, tessera::autograd::Parameter)>,
+) -> BoxResult<Option<HashMap<String, Tensor>>> {
+    if comm.rank() != 0 {
+        let names: Vec<&str> = mine.iter().map(|(n, _)| n.as_str()).collect();
+        comm.send_bytes(names.join("\n").as_bytes(), 0, TAG_NAMES)?;
+        for (_, p) in &mine {
+            comm.send_tensor(&p.tensor(), 0, TAG_PARAMS)?;
+        }
+        return Ok(None);
+    }
+    let mut all: HashMap<String, Tensor> = mine.into_iter().map(|(n, p)| (n, p.tensor())).collect();
+    for stage in 1..comm.world_size() {
+        let names = String::from_utf8(comm.recv_bytes(stage, TAG_NAMES)?)?;
+        for name in names.lines() {
+            all.insert(name.to_string(), comm.recv_tensor(stage, TAG_PARAMS)?);
+        }
+    }
+    Ok(Some(all))
 }
