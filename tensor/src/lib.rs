@@ -30,6 +30,7 @@ mod error;
 mod layout;
 mod map;
 mod map_simd;
+mod meter;
 pub mod ops;
 pub mod rng;
 pub mod safetensors;
@@ -61,6 +62,7 @@ pub use shape_arg::{DimArg, ShapeArg};
 pub use simd::Level as SimdLevel;
 pub use special::erf;
 pub use state_dict::StateDict;
+pub use meter::{MemoryMeter, MeterGuard};
 pub use storage::{live_bytes, Storage};
 pub use tensor::Tensor;
 #[cfg(feature = "cuda")]

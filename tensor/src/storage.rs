@@ -29,6 +29,8 @@ enum Buffer {
     Owned {
         ptr: NonNull<u8>,
         bytes: usize,
+        /// The meter charged with the buffer, if its thread had entered one.
+        meter: Option<Arc<crate::meter::Meter>>,
     },
     Mapped {
         map: Arc<memmap2::Mmap>,
@@ -85,7 +87,11 @@ impl Storage {
         };
         LIVE_BYTES.fetch_add(bytes, Ordering::Relaxed);
         let s = Storage {
-            buf: Buffer::Owned { ptr, bytes },
+            buf: Buffer::Owned {
+                ptr,
+                bytes,
+                meter: crate::meter::charge(bytes),
+            },
             dtype: T::DTYPE,
             len,
             device: Device::Cpu,
@@ -278,7 +284,7 @@ impl Storage {
     fn raw_bytes_mut(&mut self) -> &mut [u8] {
         match &mut self.buf {
             // SAFETY: the allocation holds `bytes` initialised bytes, uniquely borrowed.
-            Buffer::Owned { ptr, bytes } => unsafe { std::slice::from_raw_parts_mut(ptr.as_ptr(), *bytes) },
+            Buffer::Owned { ptr, bytes, .. } => unsafe { std::slice::from_raw_parts_mut(ptr.as_ptr(), *bytes) },
             Buffer::Mapped { .. } => unreachable!("mapped storage is copied before mutation"),
             #[cfg(feature = "cuda")]
             Buffer::Cuda(_) => unreachable!("GPU storage is rejected before mutation"),
@@ -300,8 +306,11 @@ fn on_device(op: &'static str, device: Device) -> Error {
 
 impl Drop for Storage {
     fn drop(&mut self) {
-        if let Buffer::Owned { ptr, bytes } = self.buf {
+        if let Buffer::Owned { ptr, bytes, ref meter } = self.buf {
             LIVE_BYTES.fetch_sub(bytes, Ordering::Relaxed);
+            if let Some(m) = meter {
+                m.release(bytes);
+            }
             if bytes > 0 {
                 // SAFETY: allocated by `alloc::allocate(bytes)` in `allocate`.
                 unsafe { alloc::free(ptr, bytes) };

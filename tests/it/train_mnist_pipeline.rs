@@ -22,12 +22,13 @@ use std::time::{Duration, Instant};
 /// Set in the ranks this test starts: the output directory.
 const CHILD: &str = "TESSERA_TEST_PIPELINE_OUT";
 
-/// Two steps of a 2-stage 1F1B pipeline with 4 micro-batches.
+/// Four steps (the fewest one-cycle accepts) of a 2-stage 1F1B pipeline
+/// with 4 micro-batches.
 fn args(out: &Path) -> cli::Args {
     let data = concat!(env!("CARGO_MANIFEST_DIR"), "/datasets/mnist");
     let flags = [
         "--epochs", "1", "--batch-size", "64", "--lr", "0.05", "--seed", "5",
-        "--train-limit", "128", "--test-limit", "100", "--pipeline-stages", "2",
+        "--train-limit", "256", "--test-limit", "100", "--pipeline-stages", "2",
         "--micro-batches", "4", "--schedule", "1f1b", "--data", data, "--out",
     ];
     let all = flags.iter().map(|s| s.to_string()).chain([out.display().to_string()]);

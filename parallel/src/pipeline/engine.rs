@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tessera_autograd::{GradModeGuard, Gradients, Parameter, Var};
 use tessera_nn::Module;
 use tessera_optim::{GradAccumulator, Optimizer};
-use tessera_tensor::Tensor;
+use tessera_tensor::{MemoryMeter, Tensor};
 
 use super::instr::{Instr, Schedule, ScheduleKind};
 use super::module::PipelineStage;
@@ -33,11 +33,13 @@ pub struct StepReport {
     /// once (stashed between their forward and backward): what the
     /// schedule's [`Schedule::peak_in_flight`] says, measured.
     pub peak_stashed: usize,
-    /// The most bytes of tensor storage alive in this process right after
-    /// any of this stage's passes ([`tessera_tensor::live_bytes`], sampled):
-    /// activation memory measured through the allocator. Process-wide, so
-    /// with stages as threads of one process it counts all of them.
-    pub peak_live_bytes: usize,
+    /// This stage's activation memory measured through the allocator: the
+    /// most bytes of tensor storage that this stage's passes and messages
+    /// allocated during the batch and held at once (stashed activations,
+    /// received tensors, tensors waiting to be sent, gradients being
+    /// accumulated), counted by a [`tessera_tensor::MemoryMeter`] per stage,
+    /// so stages that are threads of one process are told apart.
+    pub peak_activation_bytes: usize,
     /// Time spent in forward and backward passes.
     pub busy: Duration,
     /// When the batch started on this stage.
@@ -214,6 +216,12 @@ impl<'c> PipelineEngine<'c> {
     /// Runs this stage's program, in order.
     fn execute<'o>(&self, run: &mut Run<'_>, mut opt: Option<&mut (dyn Optimizer + 'o)>) -> Result<()> {
         for &instr in self.schedule.instrs(self.stage.stage()) {
+            // The reductions and the optimizer step are not activation memory.
+            let metered = !matches!(
+                instr,
+                Instr::ReduceTiedGrads | Instr::ReduceGrads | Instr::OptimizerStep
+            );
+            let _scope = metered.then(|| run.meter.enter());
             run.exec(self, instr, opt.as_deref_mut())
                 .map_err(|e| self.wrap(&instr, e))?;
         }
@@ -254,7 +262,7 @@ struct Run<'t> {
     loss: f64,
     has_loss: bool,
     peak: usize,
-    peak_bytes: usize,
+    meter: MemoryMeter,
     busy: Duration,
     started: Instant,
     finished: Instant,
@@ -301,7 +309,7 @@ impl<'t> Run<'t> {
             loss: 0.0,
             has_loss: false,
             peak: 0,
-            peak_bytes: 0,
+            meter: MemoryMeter::new(),
             busy: Duration::ZERO,
             started: now,
             finished: now,
@@ -312,7 +320,7 @@ impl<'t> Run<'t> {
         StepReport {
             loss: self.has_loss.then_some(self.loss),
             peak_stashed: self.peak,
-            peak_live_bytes: self.peak_bytes,
+            peak_activation_bytes: self.meter.peak_bytes(),
             busy: self.busy,
             started: self.started,
             finished: self.finished,
@@ -441,7 +449,6 @@ impl<'t> Run<'t> {
     fn pass_done(&mut self, t0: Instant) {
         self.finished = Instant::now();
         self.busy += self.finished - t0;
-        self.peak_bytes = self.peak_bytes.max(tessera_tensor::live_bytes());
     }
 }
 
