@@ -611,9 +611,13 @@ fn activation_memory_per_stage_follows_the_schedule() {
         let (g2, g4, g8) = (g[0][stage] as f64, g[1][stage] as f64, g[2][stage] as f64);
         // GPipe stashes all m micro-batches: each 2 more cost the same again.
         assert!(g4 > g2 && ((g8 - g4) / (g4 - g2) - 2.0).abs() < 0.1, "stage {stage}: gpipe {g:?}");
-        // 1F1B: no growth with m (stage 0 holds 2 = p, stage 1 holds 1).
-        let (f2, f8) = (f[0][stage] as f64, f[2][stage] as f64);
-        assert!((f8 - f2).abs() <= 0.05 * f2, "stage {stage}: 1f1b {f:?}");
+        // 1F1B holds at most p = 2 micro-batches (stage 1 one): past m = p
+        // the peak does not grow (m = 4 and 8 give the same bytes), and it
+        // exceeds m = 2's by less than half a micro-batch's activations
+        // (a gradient received while both micro-batches are stashed).
+        let per_micro_batch = (g4 - g2) / 2.0;
+        let (f2, f4, f8) = (f[0][stage] as f64, f[1][stage] as f64, f[2][stage] as f64);
+        assert!(f4 == f8 && f8 - f2 < 0.5 * per_micro_batch, "stage {stage}: 1f1b {f:?}");
         assert!(f8 < 0.5 * g8, "stage {stage}: 1f1b {f:?} against gpipe {g:?}");
     }
     // With m = 2 = p both schedules hold every micro-batch on stage 0.
