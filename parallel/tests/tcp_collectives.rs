@@ -503,7 +503,15 @@ fn signal_the_launcher(
     ));
     std::fs::create_dir_all(&dir).unwrap();
     let mut launcher = Command::new(env!("CARGO_BIN_EXE_tessera-run"))
-        .args(["--nproc-per-node", "2", "--grace-period", grace, "sh", "-c", script])
+        .args([
+            "--nproc-per-node",
+            "2",
+            "--grace-period",
+            grace,
+            "sh",
+            "-c",
+            script,
+        ])
         .env("D", &dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null())

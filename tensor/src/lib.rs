@@ -52,6 +52,7 @@ pub use dtype::{DType, Element, FloatElement, FloatMath};
 pub use error::{Error, Result};
 pub use half::{bf16, f16};
 pub use layout::{broadcast_shapes, checked_numel, contiguous_strides, dim_index, dim_indices, Layout};
+pub use meter::{MemoryMeter, MeterGuard};
 pub use ops::batch_norm::{BatchNormForward, BatchNormOutput};
 pub use ops::creation::TensorOptions;
 pub use ops::cross_entropy::{CrossEntropyOptions, Reduction};
@@ -62,7 +63,6 @@ pub use shape_arg::{DimArg, ShapeArg};
 pub use simd::Level as SimdLevel;
 pub use special::erf;
 pub use state_dict::StateDict;
-pub use meter::{MemoryMeter, MeterGuard};
 pub use storage::{live_bytes, Storage};
 pub use tensor::Tensor;
 #[cfg(feature = "cuda")]

@@ -284,7 +284,9 @@ impl Storage {
     fn raw_bytes_mut(&mut self) -> &mut [u8] {
         match &mut self.buf {
             // SAFETY: the allocation holds `bytes` initialised bytes, uniquely borrowed.
-            Buffer::Owned { ptr, bytes, .. } => unsafe { std::slice::from_raw_parts_mut(ptr.as_ptr(), *bytes) },
+            Buffer::Owned { ptr, bytes, .. } => unsafe {
+                std::slice::from_raw_parts_mut(ptr.as_ptr(), *bytes)
+            },
             Buffer::Mapped { .. } => unreachable!("mapped storage is copied before mutation"),
             #[cfg(feature = "cuda")]
             Buffer::Cuda(_) => unreachable!("GPU storage is rejected before mutation"),
@@ -306,7 +308,12 @@ fn on_device(op: &'static str, device: Device) -> Error {
 
 impl Drop for Storage {
     fn drop(&mut self) {
-        if let Buffer::Owned { ptr, bytes, ref meter } = self.buf {
+        if let Buffer::Owned {
+            ptr,
+            bytes,
+            ref meter,
+        } = self.buf
+        {
             LIVE_BYTES.fetch_sub(bytes, Ordering::Relaxed);
             if let Some(m) = meter {
                 m.release(bytes);

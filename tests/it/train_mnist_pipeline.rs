@@ -27,11 +27,32 @@ const CHILD: &str = "TESSERA_TEST_PIPELINE_OUT";
 fn args(out: &Path) -> cli::Args {
     let data = concat!(env!("CARGO_MANIFEST_DIR"), "/datasets/mnist");
     let flags = [
-        "--epochs", "1", "--batch-size", "64", "--lr", "0.05", "--seed", "5",
-        "--train-limit", "256", "--test-limit", "100", "--pipeline-stages", "2",
-        "--micro-batches", "4", "--schedule", "1f1b", "--data", data, "--out",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "64",
+        "--lr",
+        "0.05",
+        "--seed",
+        "5",
+        "--train-limit",
+        "256",
+        "--test-limit",
+        "100",
+        "--pipeline-stages",
+        "2",
+        "--micro-batches",
+        "4",
+        "--schedule",
+        "1f1b",
+        "--data",
+        data,
+        "--out",
     ];
-    let all = flags.iter().map(|s| s.to_string()).chain([out.display().to_string()]);
+    let all = flags
+        .iter()
+        .map(|s| s.to_string())
+        .chain([out.display().to_string()]);
     cli::Args::parse(all).unwrap()
 }
 
@@ -85,7 +106,11 @@ fn a_pipeline_over_tcp_processes_trains_to_the_bits_of_threads() {
     let mut ranks: Vec<_> = (0..2)
         .map(|rank| {
             Command::new(&exe)
-                .args(["--exact", "train_mnist_pipeline::pipeline_rank_entry", "--nocapture"])
+                .args([
+                    "--exact",
+                    "train_mnist_pipeline::pipeline_rank_entry",
+                    "--nocapture",
+                ])
                 .args(["--test-threads", "1"])
                 .env(CHILD, &procs)
                 .env("RANK", rank.to_string())

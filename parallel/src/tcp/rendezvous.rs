@@ -159,10 +159,7 @@ fn read_registration(s: &mut TcpStream, deadline: Instant) -> Option<Registratio
 
 /// A registration from a tessera rank that does not fit this job is an
 /// error for the whole job (a misconfigured launch, not a stray client).
-fn check_registration(
-    reg: Registration,
-    world: usize,
-) -> std::result::Result<(usize, SocketAddr), String> {
+fn check_registration(reg: Registration, world: usize) -> std::result::Result<(usize, SocketAddr), String> {
     let (rank, their_world) = (reg.rank as usize, reg.world as usize);
     if their_world != world {
         return Err(format!(

@@ -601,7 +601,10 @@ fn activation_memory_per_stage_follows_the_schedule() {
         .collect()
     };
     let ms = [2, 4, 8];
-    let g: Vec<Vec<usize>> = ms.iter().map(|&m| peaks(Schedule::gpipe(2, m).unwrap())).collect();
+    let g: Vec<Vec<usize>> = ms
+        .iter()
+        .map(|&m| peaks(Schedule::gpipe(2, m).unwrap()))
+        .collect();
     let f: Vec<Vec<usize>> = ms
         .iter()
         .map(|&m| peaks(Schedule::one_f_one_b(2, m).unwrap()))
@@ -610,14 +613,20 @@ fn activation_memory_per_stage_follows_the_schedule() {
     for stage in 0..2 {
         let (g2, g4, g8) = (g[0][stage] as f64, g[1][stage] as f64, g[2][stage] as f64);
         // GPipe stashes all m micro-batches: each 2 more cost the same again.
-        assert!(g4 > g2 && ((g8 - g4) / (g4 - g2) - 2.0).abs() < 0.1, "stage {stage}: gpipe {g:?}");
+        assert!(
+            g4 > g2 && ((g8 - g4) / (g4 - g2) - 2.0).abs() < 0.1,
+            "stage {stage}: gpipe {g:?}"
+        );
         // 1F1B holds at most p = 2 micro-batches (stage 1 one): past m = p
         // the peak does not grow (m = 4 and 8 give the same bytes), and it
         // exceeds m = 2's by less than half a micro-batch's activations
         // (a gradient received while both micro-batches are stashed).
         let per_micro_batch = (g4 - g2) / 2.0;
         let (f2, f4, f8) = (f[0][stage] as f64, f[1][stage] as f64, f[2][stage] as f64);
-        assert!(f4 == f8 && f8 - f2 < 0.5 * per_micro_batch, "stage {stage}: 1f1b {f:?}");
+        assert!(
+            f4 == f8 && f8 - f2 < 0.5 * per_micro_batch,
+            "stage {stage}: 1f1b {f:?}"
+        );
         assert!(f8 < 0.5 * g8, "stage {stage}: 1f1b {f:?} against gpipe {g:?}");
     }
     // With m = 2 = p both schedules hold every micro-batch on stage 0.

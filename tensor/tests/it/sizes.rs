@@ -112,7 +112,10 @@ fn allocation_failure_is_an_error_naming_op_shape_and_bytes() {
 /// is a hole (sparse on disk); `None` when the file system cannot hold it.
 fn sparse_safetensors(n: usize) -> Option<std::path::PathBuf> {
     use std::io::Write;
-    let mut header = format!(r#"{{"w":{{"dtype":"F32","shape":[{n}],"data_offsets":[0,{}]}}}}"#, n * 4);
+    let mut header = format!(
+        r#"{{"w":{{"dtype":"F32","shape":[{n}],"data_offsets":[0,{}]}}}}"#,
+        n * 4
+    );
     while header.len() % 8 != 0 {
         header.push(' ');
     }
@@ -155,7 +158,10 @@ fn copies_of_a_mapped_tensor_that_cannot_be_allocated_are_errors() {
     let e = fails_naming(t.make_mut::<f32>().map(|_| ()), &["make_mut", &bytes]);
     assert!(matches!(e, Error::OutOfMemory { .. }), "{e:?}");
     let one = Tensor::scalar(1.0f32);
-    let e = fails_naming(t.zip_map_::<f32, f32>(&one, "add_", |a, b| a + b), &["add_", &bytes]);
+    let e = fails_naming(
+        t.zip_map_::<f32, f32>(&one, "add_", |a, b| a + b),
+        &["add_", &bytes],
+    );
     assert!(matches!(e, Error::OutOfMemory { .. }), "{e:?}");
     // The tensor still reads its file.
     assert!(t.storage().is_mapped());

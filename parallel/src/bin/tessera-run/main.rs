@@ -271,9 +271,7 @@ fn supervise(children: &mut [(usize, Child)], grace: Duration) -> Outcome {
     let mut running: Vec<bool> = vec![true; children.len()];
     while running.iter().any(|&r| r) {
         if let Some(sig) = procs::take_signal() {
-            eprintln!(
-                "tessera-run: got signal {sig}; forwarding it to the ranks (SIGKILL after {grace:?})"
-            );
+            eprintln!("tessera-run: got signal {sig}; forwarding it to the ranks (SIGKILL after {grace:?})");
             stop_all(children, sig, grace);
             return Outcome::Signalled(sig);
         }
@@ -288,9 +286,7 @@ fn supervise(children: &mut [(usize, Child)], grace: Duration) -> Outcome {
                     let rank = *rank;
                     eprintln!("tessera-run: rank {rank} failed ({status}); stopping the other ranks");
                     stop_all(children, procs::TERM, grace);
-                    return Outcome::Failed(
-                        status.code().map_or(1, |c| u8::try_from(c).unwrap_or(1).max(1)),
-                    );
+                    return Outcome::Failed(status.code().map_or(1, |c| u8::try_from(c).unwrap_or(1).max(1)));
                 }
                 Ok(None) => {}
                 Err(e) => {
