@@ -23,7 +23,7 @@ use tessera_autograd::{record, Parameter, Var};
 use tessera_nn::Module;
 use tessera_optim::{Sgd, SgdOptions};
 use tessera_parallel::pipeline::{LossFn, Partition, PipelineEngine, PipelineModule, Schedule, StepReport};
-use tessera_parallel::{Communicator, LocalGroup};
+use tessera_parallel::{CommExt, Communicator, LocalGroup};
 use tessera_tensor::{DType, Tensor};
 
 /// Forward plus backward time of one stage per micro-batch is `2 ·
@@ -112,6 +112,34 @@ fn run(schedule: &Schedule, stage_ms: f64) -> f64 {
     bubbles[REPEATS / 2]
 }
 
+/// The one-way time of a micro-batch-sized activation between two stage
+/// threads on `local` (`send_tensor` → `recv_tensor`, half the median
+/// round trip of a ping-pong), in microseconds: what each message on the
+/// schedule's critical path adds to the span, as idle time.
+fn p2p_latency_us(x: &Tensor) -> f64 {
+    const TRIPS: usize = 200;
+    let times = LocalGroup::run(2, |comm| {
+        let peer = 1 - comm.rank();
+        let mut trips = Vec::with_capacity(TRIPS);
+        for _ in 0..TRIPS {
+            let t = Instant::now();
+            if comm.rank() == 0 {
+                comm.send_tensor(x, peer, 0).unwrap();
+                comm.recv_tensor(peer, 0).unwrap();
+            } else {
+                let y = comm.recv_tensor(peer, 0).unwrap();
+                comm.send_tensor(&y, peer, 0).unwrap();
+            }
+            trips.push(t.elapsed().as_secs_f64());
+        }
+        trips
+    })
+    .unwrap();
+    let mut trips = times[0].clone();
+    trips.sort_by(f64::total_cmp);
+    trips[TRIPS / 2] / 2.0 * 1e6
+}
+
 fn main() {
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     let ms = stage_ms();
@@ -119,6 +147,8 @@ fn main() {
         "# workload: every virtual stage sleeps {ms} ms / v in forward and in backward (sleep, not compute: see the file's docs); median of {REPEATS} batches"
     );
     let t = Instant::now();
+    let latency = p2p_latency_us(&Tensor::zeros(&[1, 4], DType::F32).unwrap());
+    println!("bench\tpipeline_p2p_local\ttessera\tone_way_latency\t{latency:.1}\tus");
     for name in ["gpipe", "1f1b", "interleaved"] {
         for p in [2, 4] {
             for m in [4, 8, 16] {
