@@ -18,7 +18,9 @@
 //!
 //! `--pipeline-stages P --micro-batches M --schedule gpipe|1f1b|interleaved`
 //! trains the same model as a P-stage pipeline on P threads (the
-//! `tessera-parallel` pipeline engine); see `train_mnist/pipeline.rs`.
+//! `tessera-parallel` pipeline engine), or one stage per process under
+//! `tessera-run --nproc-per-node P train_mnist --pipeline-stages P ...`
+//! (same bits); see `train_mnist/pipeline.rs`.
 
 #[path = "train_mnist/cli.rs"]
 mod cli;

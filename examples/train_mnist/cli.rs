@@ -24,7 +24,8 @@ pub const USAGE: &str = "usage: train_mnist [--epochs N] [--batch-size N] [--lr 
   --stop-after N
                 stop after N epochs as if interrupted (tests --resume)
   --pipeline-stages P
-                train as a P-stage pipeline on P threads (1: off). The
+                train as a P-stage pipeline on P threads, or one stage
+                per process under tessera-run (1: off). The
                 layers are split evenly by count; stage 0 reads the images,
                 the last stage the labels. Drops the last partial batch.
   --micro-batches M

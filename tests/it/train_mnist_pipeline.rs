@@ -3,18 +3,7 @@
 //! bits as the two stages on threads. The test binary re-executes itself as
 //! the two ranks, with the environment `tessera-run` gives them.
 
-#[allow(dead_code)]
-#[path = "../../examples/train_mnist/cli.rs"]
-mod cli;
-#[path = "../../examples/train_mnist/pipeline.rs"]
-mod pipeline;
-#[allow(dead_code)]
-#[path = "../../examples/train_mnist/progress.rs"]
-mod progress;
-#[allow(dead_code)]
-#[path = "../../examples/train_mnist/run.rs"]
-mod run;
-
+use crate::train_mnist_example::{cli, pipeline};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -4,13 +4,7 @@
 //! example's modules are compiled into this test; it trains on a 512-image
 //! slice of `datasets/mnist` to stay short.
 
-#[allow(dead_code)]
-#[path = "../../examples/train_mnist/cli.rs"]
-mod cli;
-#[path = "../../examples/train_mnist/progress.rs"]
-mod progress;
-#[path = "../../examples/train_mnist/run.rs"]
-mod run;
+use crate::train_mnist_example::{cli, run};
 
 use std::path::{Path, PathBuf};
 

@@ -215,17 +215,15 @@ fn gather<T: Send + 'static>(
                 Err(e) => return Err(CommError::io("rendezvous: accept", e)),
             }
         }
-        match rx.recv_timeout(POLL) {
-            Ok(got) => {
-                in_flight -= 1;
-                if let Some((g, s)) = got {
-                    if take(g, s).is_break() {
-                        return Ok(true);
-                    }
+        // A timeout is the only error: `tx` lives here, so the channel
+        // never disconnects.
+        if let Ok(got) = rx.recv_timeout(POLL) {
+            in_flight -= 1;
+            if let Some((g, s)) = got {
+                if take(g, s).is_break() {
+                    return Ok(true);
                 }
             }
-            // `tx` lives here, so the channel never disconnects.
-            Err(_) => {}
         }
     }
 }

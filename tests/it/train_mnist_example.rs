@@ -1,0 +1,12 @@
+//! The modules of `examples/train_mnist`, compiled once for the tests that
+//! drive them (`train_mnist_resume`, `train_mnist_pipeline`).
+
+#[allow(dead_code)]
+#[path = "../../examples/train_mnist/cli.rs"]
+pub mod cli;
+#[path = "../../examples/train_mnist/pipeline.rs"]
+pub mod pipeline;
+#[path = "../../examples/train_mnist/progress.rs"]
+pub mod progress;
+#[path = "../../examples/train_mnist/run.rs"]
+pub mod run;
