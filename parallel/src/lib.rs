@@ -31,6 +31,7 @@
 
 mod collectives;
 mod comm;
+pub mod ddp;
 mod element;
 pub mod env;
 mod error;
@@ -47,6 +48,7 @@ mod shm;
 pub mod tcp;
 
 pub use comm::{CommExt, Communicator};
+pub use ddp::{DdpConfig, DdpStepStats, DistributedDataParallel};
 pub use element::{accumulate, is_comm_dtype, reduce_into, Buf, BufMut, CommElement, ReduceOp};
 pub use error::{CommError, Result};
 pub use group::{CommConfig, CpuComm};
