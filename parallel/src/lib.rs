@@ -46,6 +46,7 @@ pub mod pipeline;
 mod ring;
 mod shm;
 pub mod tcp;
+pub mod zero;
 
 pub use comm::{CommExt, Communicator};
 pub use ddp::{DdpConfig, DdpStepStats, DistributedDataParallel};
@@ -53,5 +54,6 @@ pub use element::{accumulate, is_comm_dtype, reduce_into, Buf, BufMut, CommEleme
 pub use error::{CommError, Result};
 pub use group::{CommConfig, CpuComm};
 pub use local::LocalGroup;
+pub use zero::{ZeroConfig, ZeroOptimizer, ZeroStage};
 pub use ring::{fold_reference, ring_chunk};
 pub use tessera_tensor::{bf16, f16};

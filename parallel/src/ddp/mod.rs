@@ -17,7 +17,7 @@
 //! use tessera_autograd::Var;
 //! use tessera_nn::{Linear, Module};
 //! use tessera_optim::{Optimizer, Sgd, SgdOptions};
-//! use tessera_parallel::{DdpConfig, DistributedDataParallel, LocalGroup};
+//! use tessera_parallel::{Communicator, DdpConfig, DistributedDataParallel, LocalGroup};
 //! use tessera_tensor::Tensor;
 //!
 //! let finals = LocalGroup::run(2, |comm| -> tessera_parallel::Result<Vec<f32>> {
@@ -35,12 +35,12 @@
 //! ```
 
 mod bucket;
-mod reducer;
+pub(crate) mod reducer;
 mod sync;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex, MutexGuard, Weak};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tessera_autograd::{Gradients, Parameter, Var};
 use tessera_nn::{Buffer, Module, Visit, Visitor};
@@ -50,7 +50,7 @@ pub use sync::{broadcast_coalesced, verify_same_shapes};
 
 use crate::comm::Communicator;
 use crate::error::{CommError, Result};
-use reducer::{reduce_job, Done, Reducer};
+use reducer::{local_backward, lock, synced_backward, ReduceKind, Reducer};
 
 /// Settings of [`DistributedDataParallel`], with PyTorch's defaults.
 #[derive(Debug, Clone, PartialEq)]
@@ -188,17 +188,9 @@ impl<'c, M: Module> DistributedDataParallel<'c, M> {
             params.iter().map(|(n, _)| n.clone()).collect(),
             &numels,
             specs,
+            ReduceKind::AllReduce,
         )));
-        for (i, (_, p)) in params.iter().enumerate() {
-            // A weak handle: hooks outlive the wrapper (a leaf keeps its
-            // hooks), and do nothing once it is gone.
-            let weak: Weak<Mutex<Reducer>> = Arc::downgrade(&reducer);
-            p.var().register_hook(move |g| {
-                if let Some(r) = weak.upgrade() {
-                    lock(&r).on_grad(i, g);
-                }
-            })?;
-        }
+        reducer::register_hooks(&reducer, params.iter().map(|(_, p)| p))?;
         Ok(DistributedDataParallel {
             module,
             comm,
@@ -277,75 +269,17 @@ impl<'c, M: Module> DistributedDataParallel<'c, M> {
     ) -> Result<Gradients> {
         let find_unused = self.config.find_unused_parameters;
         if !self.sync.load(Ordering::SeqCst) {
-            lock(&self.reducer).begin(None, self.config.overlap);
-            let grads = run();
-            let ended = lock(&self.reducer).end(grads.is_ok(), find_unused);
-            let grads = grads?;
-            ended?;
-            return Ok(grads);
+            return local_backward(&self.reducer, find_unused, run);
         }
-        let comm = self.comm;
-        std::thread::scope(|scope| {
-            let (job_tx, job_rx) = mpsc::channel();
-            let (done_tx, done_rx) = mpsc::channel::<Done>();
-            let worker = std::thread::Builder::new()
-                .name("tessera-ddp-comm".into())
-                .spawn_scoped(scope, move || {
-                    for job in job_rx {
-                        if done_tx.send(reduce_job(comm, job)).is_err() {
-                            break;
-                        }
-                    }
-                })
-                .map_err(|e| CommError::io("DistributedDataParallel::backward", e))?;
-            let t0 = Instant::now();
-            lock(&self.reducer).begin(Some(job_tx), self.config.overlap);
-            let grads = run();
-            let backward = t0.elapsed();
-            let launched = lock(&self.reducer).end(grads.is_ok(), find_unused);
-            let t1 = Instant::now();
-            let mut failure = None;
-            let mut stats = DdpStepStats {
-                backward,
-                ..Default::default()
-            };
-            for (b, reduced, took) in done_rx {
-                let mut red = lock(&self.reducer);
-                stats.communication += took;
-                match reduced {
-                    Ok(flat) => {
-                        stats.buckets += 1;
-                        stats.bytes_reduced += flat.numel() * flat.dtype().size_in_bytes();
-                        red.restore(b, flat);
-                    }
-                    Err(e) => {
-                        failure.get_or_insert(e);
-                    }
-                }
+        let (mut grads, stats) = synced_backward(&self.reducer, self.comm, self.config.overlap, find_unused, run)?;
+        let red = lock(&self.reducer);
+        for (i, (_, p)) in self.params.iter().enumerate() {
+            if let (Some(id), Some(g)) = (p.id(), red.grad_view(i, &p.shape())?) {
+                grads.insert(id, g);
             }
-            stats.exposed = t1.elapsed();
-            stats.launched_during_backward = lock(&self.reducer).launched_by_hooks();
-            if worker.join().is_err() {
-                failure.get_or_insert(CommError::arg(
-                    "DistributedDataParallel::backward",
-                    "the communication thread panicked",
-                ));
-            }
-            let mut grads = grads?;
-            let launched = launched?;
-            if let Some(e) = failure {
-                return Err(e);
-            }
-            debug_assert_eq!(launched, stats.buckets);
-            let red = lock(&self.reducer);
-            for (i, (_, p)) in self.params.iter().enumerate() {
-                if let (Some(id), Some(g)) = (p.id(), red.grad_view(i, &p.shape())?) {
-                    grads.insert(id, g);
-                }
-            }
-            *self.stats.lock().unwrap_or_else(|e| e.into_inner()) = stats;
-            Ok(grads)
-        })
+        }
+        *self.stats.lock().unwrap_or_else(|e| e.into_inner()) = stats;
+        Ok(grads)
     }
 
     /// The trainable parameters DDP reduces, in definition order.
@@ -418,8 +352,3 @@ fn sync_module_states(comm: &dyn Communicator, params: &[Parameter], buffers: &[
     Ok(())
 }
 
-fn lock(r: &Mutex<Reducer>) -> MutexGuard<'_, Reducer> {
-    // A panic in a hook cannot leave the counts half-updated in a way later
-    // calls rely on: `begin` resets them.
-    r.lock().unwrap_or_else(|e| e.into_inner())
-}

@@ -3,12 +3,16 @@
 //! in bucket order, to the communication thread that all-reduces it while
 //! backward goes on (PyTorch's `reducer.cpp`, spec §2.2).
 
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
+
+use tessera_autograd::{Gradients, Parameter};
 
 use tessera_tensor::{with_float_dtype, DType, FloatElement, FloatMath, Tensor};
 
 use super::bucket::BucketSpec;
+use super::DdpStepStats;
 use crate::comm::{CommExt, Communicator};
 use crate::element::ReduceOp;
 use crate::error::{CommError, Result};
@@ -23,16 +27,160 @@ pub(crate) struct Job {
 /// buffer, and the time the all-reduce took.
 pub(crate) type Done = (usize, Result<Tensor>, Duration);
 
-/// All-reduces (sums) `job`'s buffer in place over `comm`.
-pub(crate) fn reduce_job(comm: &dyn Communicator, mut job: Job) -> Done {
+/// What a bucket's reduction leaves where.
+#[derive(Debug, Clone)]
+pub(crate) enum ReduceKind {
+    /// DDP: every rank gets the sum of the whole bucket.
+    AllReduce,
+    /// ZeRO: bucket b covers the elements from `ranges[b].0` on of a flat
+    /// buffer split into partitions of `ranges[b].1` elements, rank r
+    /// owning partition r. Each owner gets the sum of its part of the
+    /// bucket (a reduce to it); the rest of the bucket is left unspecified.
+    ToOwners { ranges: Vec<(usize, usize)> },
+}
+
+/// Reduces (sums) `job`'s buffer in place over `comm` as `kind` says.
+fn reduce_job(comm: &dyn Communicator, kind: &ReduceKind, mut job: Job) -> Done {
     let t0 = Instant::now();
-    let r = all_reduce_flat(comm, &mut job.flat).map(|()| job.flat);
+    let r = reduce_flat(comm, kind, job.bucket, &mut job.flat).map(|()| job.flat);
     (job.bucket, r, t0.elapsed())
 }
 
-fn all_reduce_flat(comm: &dyn Communicator, flat: &mut Tensor) -> Result<()> {
+fn reduce_flat(comm: &dyn Communicator, kind: &ReduceKind, bucket: usize, flat: &mut Tensor) -> Result<()> {
     let dtype = flat.dtype();
-    with_float_dtype!(dtype, T => comm.all_reduce_slice(flat.make_mut::<T>()?, ReduceOp::Sum), else Err(not_float(dtype)))
+    with_float_dtype!(dtype, T => {
+        let buf = flat.make_mut::<T>()?;
+        match kind {
+            ReduceKind::AllReduce => comm.all_reduce_slice(buf, ReduceOp::Sum),
+            ReduceKind::ToOwners { ranges } => {
+                let (start, part) = ranges[bucket];
+                for (owner, lo, hi) in owned_ranges(start, buf.len(), part) {
+                    comm.reduce_slice(&mut buf[lo..hi], ReduceOp::Sum, owner)?;
+                }
+                Ok(())
+            }
+        }
+    }, else Err(not_float(dtype)))
+}
+
+/// The pieces of the range `start .. start + len` of a buffer split into
+/// partitions of `part` elements: (owner, local start, local end).
+pub(crate) fn owned_ranges(start: usize, len: usize, part: usize) -> Vec<(usize, usize, usize)> {
+    let mut out = Vec::new();
+    let mut at = start;
+    while at < start + len && part > 0 {
+        let owner = at / part;
+        let end = ((owner + 1) * part).min(start + len);
+        out.push((owner, at - start, end - start));
+        at = end;
+    }
+    out
+}
+
+/// Registers, on every parameter, the hook that hands its final gradient
+/// to `reducer` (as parameter `i` of the list). The hooks hold a weak
+/// handle: a leaf keeps its hooks, and they do nothing once the reducer is
+/// gone. Errors when a parameter is frozen.
+pub(crate) fn register_hooks<'a>(reducer: &Arc<Mutex<Reducer>>, params: impl Iterator<Item = &'a Parameter>) -> Result<()> {
+    for (i, p) in params.enumerate() {
+        let weak: Weak<Mutex<Reducer>> = Arc::downgrade(reducer);
+        p.var().register_hook(move |g| {
+            if let Some(r) = weak.upgrade() {
+                lock(&r).on_grad(i, g);
+            }
+        })?;
+    }
+    Ok(())
+}
+
+/// Locks the reducer. A panic in a hook cannot leave counts that later
+/// calls rely on (`begin` resets them), so a poisoned lock is still usable.
+pub(crate) fn lock(r: &Mutex<Reducer>) -> MutexGuard<'_, Reducer> {
+    r.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs a backward pass that only accumulates into the buckets (`no_sync`):
+/// returns its local gradients.
+pub(crate) fn local_backward(
+    reducer: &Mutex<Reducer>,
+    find_unused: bool,
+    run: impl FnOnce() -> tessera_tensor::Result<Gradients>,
+) -> Result<Gradients> {
+    lock(reducer).begin(None, false);
+    let grads = run();
+    let ended = lock(reducer).end(grads.is_ok(), find_unused);
+    let grads = grads?;
+    ended?;
+    Ok(grads)
+}
+
+/// Runs a backward pass whose buckets are reduced on a communication thread
+/// (from the hooks when `overlap`, else once backward returned), waits for
+/// every reduction, and returns the pass's gradients (untouched: the
+/// reduced values are in the buckets) with what it measured. Errors when
+/// backward fails, a parameter got no gradient (unless `find_unused`), or a
+/// reduction fails.
+pub(crate) fn synced_backward(
+    reducer: &Mutex<Reducer>,
+    comm: &dyn Communicator,
+    overlap: bool,
+    find_unused: bool,
+    run: impl FnOnce() -> tessera_tensor::Result<Gradients>,
+) -> Result<(Gradients, DdpStepStats)> {
+    let kind = lock(reducer).kind.clone();
+    std::thread::scope(|scope| {
+        let (job_tx, job_rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel::<Done>();
+        let kind = &kind;
+        let worker = std::thread::Builder::new()
+            .name("tessera-reducer".into())
+            .spawn_scoped(scope, move || {
+                for job in job_rx {
+                    if done_tx.send(reduce_job(comm, kind, job)).is_err() {
+                        break;
+                    }
+                }
+            })
+            .map_err(|e| CommError::io("DistributedDataParallel::backward", e))?;
+        let t0 = Instant::now();
+        lock(reducer).begin(Some(job_tx), overlap);
+        let grads = run();
+        let backward = t0.elapsed();
+        let launched = lock(reducer).end(grads.is_ok(), find_unused);
+        let t1 = Instant::now();
+        let mut failure = None;
+        let mut stats = DdpStepStats {
+            backward,
+            ..Default::default()
+        };
+        for (b, reduced, took) in done_rx {
+            stats.communication += took;
+            match reduced {
+                Ok(flat) => {
+                    stats.buckets += 1;
+                    stats.bytes_reduced += flat.numel() * flat.dtype().size_in_bytes();
+                    lock(reducer).restore(b, flat);
+                }
+                Err(e) => {
+                    failure.get_or_insert(e);
+                }
+            }
+        }
+        stats.exposed = t1.elapsed();
+        stats.launched_during_backward = lock(reducer).launched_by_hooks();
+        if worker.join().is_err() {
+            failure.get_or_insert(CommError::arg(
+                "DistributedDataParallel::backward",
+                "the communication thread panicked",
+            ));
+        }
+        let grads = grads?;
+        launched?;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        Ok((grads, stats))
+    })
 }
 
 fn not_float(dtype: DType) -> CommError {
@@ -54,6 +202,7 @@ struct Bucket {
 /// share.
 pub(crate) struct Reducer {
     world: usize,
+    kind: ReduceKind,
     names: Vec<String>,
     /// Per parameter: (bucket, element offset, element count).
     slots: Vec<(usize, usize, usize)>,
@@ -77,7 +226,7 @@ pub(crate) struct Reducer {
 }
 
 impl Reducer {
-    pub fn new(world: usize, names: Vec<String>, numels: &[usize], buckets: Vec<BucketSpec>) -> Reducer {
+    pub fn new(world: usize, names: Vec<String>, numels: &[usize], buckets: Vec<BucketSpec>, kind: ReduceKind) -> Reducer {
         let mut slots = vec![(0, 0, 0); names.len()];
         for (b, spec) in buckets.iter().enumerate() {
             for (&p, &off) in spec.params.iter().zip(&spec.offsets) {
@@ -87,6 +236,7 @@ impl Reducer {
         let n = names.len();
         Reducer {
             world,
+            kind,
             names,
             slots,
             buckets: buckets
@@ -259,6 +409,19 @@ impl Reducer {
     /// Takes back the buffer of bucket `b` after its all-reduce.
     pub fn restore(&mut self, b: usize, flat: Tensor) {
         self.buckets[b].flat = Some(flat);
+    }
+
+    /// The buffer of bucket `b`, if it holds one.
+    pub fn flat(&self, b: usize) -> Option<&Tensor> {
+        self.buckets[b].flat.as_ref()
+    }
+
+    /// Frees every bucket buffer (they are made again, zeroed, when the
+    /// next gradient arrives).
+    pub fn release(&mut self) {
+        for b in &mut self.buckets {
+            b.flat = None;
+        }
     }
 
     /// Parameter `i`'s reduced gradient: a view into its bucket (no copy),

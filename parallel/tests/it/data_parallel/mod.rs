@@ -4,6 +4,7 @@
 //! any order and power-of-two world sizes must agree bitwise.
 
 mod ddp;
+mod zero;
 
 use tessera_autograd::{Gradients, Parameter, Reduction, Var};
 use tessera_nn::{Linear, Module};
