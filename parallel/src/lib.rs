@@ -54,6 +54,6 @@ pub use element::{accumulate, is_comm_dtype, reduce_into, Buf, BufMut, CommEleme
 pub use error::{CommError, Result};
 pub use group::{CommConfig, CpuComm};
 pub use local::LocalGroup;
-pub use zero::{ZeroConfig, ZeroOptimizer, ZeroStage};
 pub use ring::{fold_reference, ring_chunk};
 pub use tessera_tensor::{bf16, f16};
+pub use zero::{ZeroConfig, ZeroOptimizer, ZeroStage};

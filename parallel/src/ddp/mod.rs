@@ -271,7 +271,8 @@ impl<'c, M: Module> DistributedDataParallel<'c, M> {
         if !self.sync.load(Ordering::SeqCst) {
             return local_backward(&self.reducer, find_unused, run);
         }
-        let (mut grads, stats) = synced_backward(&self.reducer, self.comm, self.config.overlap, find_unused, run)?;
+        let (mut grads, stats) =
+            synced_backward(&self.reducer, self.comm, self.config.overlap, find_unused, run)?;
         let red = lock(&self.reducer);
         for (i, (_, p)) in self.params.iter().enumerate() {
             if let (Some(id), Some(g)) = (p.id(), red.grad_view(i, &p.shape())?) {
@@ -351,4 +352,3 @@ fn sync_module_states(comm: &dyn Communicator, params: &[Parameter], buffers: &[
     }
     Ok(())
 }
-

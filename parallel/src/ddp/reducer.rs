@@ -81,7 +81,10 @@ pub(crate) fn owned_ranges(start: usize, len: usize, part: usize) -> Vec<(usize,
 /// to `reducer` (as parameter `i` of the list). The hooks hold a weak
 /// handle: a leaf keeps its hooks, and they do nothing once the reducer is
 /// gone. Errors when a parameter is frozen.
-pub(crate) fn register_hooks<'a>(reducer: &Arc<Mutex<Reducer>>, params: impl Iterator<Item = &'a Parameter>) -> Result<()> {
+pub(crate) fn register_hooks<'a>(
+    reducer: &Arc<Mutex<Reducer>>,
+    params: impl Iterator<Item = &'a Parameter>,
+) -> Result<()> {
     for (i, p) in params.enumerate() {
         let weak: Weak<Mutex<Reducer>> = Arc::downgrade(reducer);
         p.var().register_hook(move |g| {
@@ -226,7 +229,13 @@ pub(crate) struct Reducer {
 }
 
 impl Reducer {
-    pub fn new(world: usize, names: Vec<String>, numels: &[usize], buckets: Vec<BucketSpec>, kind: ReduceKind) -> Reducer {
+    pub fn new(
+        world: usize,
+        names: Vec<String>,
+        numels: &[usize],
+        buckets: Vec<BucketSpec>,
+        kind: ReduceKind,
+    ) -> Reducer {
         let mut slots = vec![(0, 0, 0); names.len()];
         for (b, spec) in buckets.iter().enumerate() {
             for (&p, &off) in spec.params.iter().zip(&spec.offsets) {

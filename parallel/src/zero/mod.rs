@@ -124,7 +124,7 @@ impl<'c> ZeroOptimizer<'c> {
                 ),
             ));
         }
-        if matches!(optimizer.name(), "LAMB" | "LARS") {
+        if matches!(optimizer.name(), "Lamb" | "Lars") {
             return Err(CommError::arg(
                 OP,
                 format!(
@@ -169,7 +169,13 @@ impl<'c> ZeroOptimizer<'c> {
         for (p, t) in all.iter().zip(synced) {
             p.set(t)?;
         }
-        let master_dtype = |d: DType| if matches!(d, DType::F16 | DType::BF16) { DType::F32 } else { d };
+        let master_dtype = |d: DType| {
+            if matches!(d, DType::F16 | DType::BF16) {
+                DType::F32
+            } else {
+                d
+            }
+        };
         let mut built = Vec::new();
         for (_, dtype, layout, params, first) in groups {
             let flat = flatten(&params, &layout, dtype)?;
@@ -189,7 +195,9 @@ impl<'c> ZeroOptimizer<'c> {
         let mut specs = Vec::new();
         let mut buckets = Vec::new();
         for (g, grp) in built.iter().enumerate().rev() {
-            let cap = config.reduce_bucket_size.saturating_mul(grp.dtype.size_in_bytes());
+            let cap = config
+                .reduce_bucket_size
+                .saturating_mul(grp.dtype.size_in_bytes());
             let shapes: Vec<_> = grp.params.iter().map(|p| (grp.dtype, p.numel())).collect();
             for mut spec in assign_buckets(&shapes, cap, cap) {
                 let start = grp.layout.offsets[spec.params[0]];
@@ -208,7 +216,10 @@ impl<'c> ZeroOptimizer<'c> {
                     .map(move |(i, p)| format!("group {g} parameter {i} {:?}", p.shape()))
             })
             .collect();
-        let ranges = buckets.iter().map(|&(g, start, _)| (start, built[g].layout.part)).collect();
+        let ranges = buckets
+            .iter()
+            .map(|&(g, start, _)| (start, built[g].layout.part))
+            .collect();
         let reducer = Arc::new(Mutex::new(Reducer::new(
             world,
             names,
@@ -285,7 +296,12 @@ impl<'c> ZeroOptimizer<'c> {
         let mut sq = [0.0f64];
         for g in &self.groups {
             let grad = g.grad.as_ref().expect("taken");
-            sq[0] += grad.to_dtype(DType::F64)?.to_vec::<f64>()?.iter().map(|v| v * v).sum::<f64>();
+            sq[0] += grad
+                .to_dtype(DType::F64)?
+                .to_vec::<f64>()?
+                .iter()
+                .map(|v| v * v)
+                .sum::<f64>();
         }
         self.comm.all_reduce_slice(&mut sq, crate::ReduceOp::Sum)?;
         let norm = sq[0].sqrt();

@@ -26,7 +26,14 @@ pub fn memory_model(stage: ZeroStage, psi: f64, n_d: f64, k: f64) -> f64 {
 
 /// [`memory_model`] with `param_bytes` and `grad_bytes` per element (4 and
 /// 4 for f32 training, where `k` counts the f32 master copy too).
-pub fn memory_model_with(stage: ZeroStage, psi: f64, n_d: f64, param_bytes: f64, grad_bytes: f64, k: f64) -> f64 {
+pub fn memory_model_with(
+    stage: ZeroStage,
+    psi: f64,
+    n_d: f64,
+    param_bytes: f64,
+    grad_bytes: f64,
+    k: f64,
+) -> f64 {
     let (p, g) = (param_bytes * psi, grad_bytes * psi);
     let os = k * psi;
     match stage {
@@ -61,6 +68,9 @@ mod tests {
         assert!((gb(ZeroStage::One) - 31.4).abs() < 0.05);
         assert!((gb(ZeroStage::Two) - 16.6).abs() < 0.05);
         assert!((gb(ZeroStage::Three) - 1.9).abs() < 0.05);
-        assert_eq!(comm_model(ZeroStage::Three, 10.0) / comm_model(ZeroStage::Baseline, 10.0), 1.5);
+        assert_eq!(
+            comm_model(ZeroStage::Three, 10.0) / comm_model(ZeroStage::Baseline, 10.0),
+            1.5
+        );
     }
 }

@@ -4,7 +4,10 @@ use proptest::prelude::*;
 use tessera_nn::{Linear, Module};
 use tessera_optim::{Adam, AdamOptions, Lamb, LambOptions, Optimizer, Sgd, SgdOptions};
 use tessera_parallel::zero::{comm_model, memory_model_with};
-use tessera_parallel::{CommError, DdpConfig, DistributedDataParallel, LocalGroup, ZeroConfig, ZeroOptimizer, ZeroStage};
+use tessera_parallel::{
+    CommError, Communicator, DdpConfig, DistributedDataParallel, LocalGroup, ZeroConfig, ZeroOptimizer,
+    ZeroStage,
+};
 
 use super::{assert_close, loss, Net};
 
@@ -43,7 +46,8 @@ fn single_process(world: usize, steps: usize, adam: bool) -> Vec<Vec<f64>> {
     let net = Net::new(11);
     let mut opt = optimizer(adam, net.parameters());
     for s in 0..steps {
-        opt.step(&loss(&net, s, 0..world * B).backward().unwrap()).unwrap();
+        opt.step(&loss(&net, s, 0..world * B).backward().unwrap())
+            .unwrap();
     }
     net.values()
 }
@@ -69,9 +73,12 @@ fn zero_run(world: usize, steps: usize, adam: bool, config: ZeroConfig) -> Vec<V
 proptest! {
     #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
 
-    /// ZeRO-1/2 after k steps equal one process on the concatenated batch
-    /// (bitwise for power-of-two N), for SGD and Adam and bucket sizes
-    /// from one element (every bucket one parameter) to the whole model.
+    /// ZeRO-1/2 after k steps equal one process on the concatenated batch,
+    /// for SGD and Adam and bucket sizes from one element (every bucket one
+    /// parameter) to the whole model: bitwise for power-of-two N while the
+    /// sums are exact (SGD keeps the weights dyadic; Adam's square root
+    /// does not, so its second step's gradients round, in an order that
+    /// depends on the batch split).
     #[test]
     fn zero_equals_one_process_on_the_concatenated_batch(
         world in 1usize..=4,
@@ -86,7 +93,8 @@ proptest! {
         let got = zero_run(world, steps, adam, config);
         for (r, g) in got.iter().enumerate() {
             let what = format!("{stage:?} rank {r} of {world}, bucket {bucket}, adam {adam}");
-            assert_close(g, &want, world.is_power_of_two(), &what);
+            let exact = world.is_power_of_two() && (!adam || steps == 1);
+            assert_close(g, &want, exact, &what);
             assert_close(g, &got[0], true, &what);
         }
     }
@@ -108,8 +116,14 @@ impl Module for Wide {
 const W: usize = 128;
 
 fn wide_loss(m: &Wide, rank: usize) -> tessera_autograd::Var {
-    let x = tessera_tensor::Tensor::full(&[2, W], 0.01 * (rank + 1) as f64, tessera_tensor::DType::F32).unwrap();
-    m.forward(&tessera_autograd::Var::constant(x)).unwrap().square().unwrap().mean(&[], false).unwrap()
+    let x =
+        tessera_tensor::Tensor::full(&[2, W], 0.01 * (rank + 1) as f64, tessera_tensor::DType::F32).unwrap();
+    m.forward(&tessera_autograd::Var::constant(x))
+        .unwrap()
+        .square()
+        .unwrap()
+        .mean(&[], false)
+        .unwrap()
 }
 
 /// Measured bytes per rank (Adam, f32: 4-byte parameters and gradients,
@@ -138,9 +152,16 @@ fn measured_bytes_and_communication_follow_the_models() {
         for (psi, mem, comm_elements) in got {
             let model = memory_model_with(stage, psi as f64, N as f64, 4.0, 4.0, 12.0);
             let ratio = mem.total() as f64 / model;
-            assert!((ratio - 1.0).abs() < 0.05, "{stage:?}: measured {mem:?} vs model {model}");
+            assert!(
+                (ratio - 1.0).abs() < 0.05,
+                "{stage:?}: measured {mem:?} vs model {model}"
+            );
             let c = comm_elements as f64 / comm_model(stage, psi as f64);
-            assert!((c - 1.0).abs() < 0.01, "{stage:?}: {comm_elements} elements vs 2Ψ = {}", 2 * psi);
+            assert!(
+                (c - 1.0).abs() < 0.01,
+                "{stage:?}: {comm_elements} elements vs 2Ψ = {}",
+                2 * psi
+            );
             let s = if stage == ZeroStage::One { 1 } else { 2 };
             println!("bench\tzero{s}_n4\ttessera\tbytes_measured_over_model\t{ratio:.4}\tratio");
         }
@@ -151,8 +172,11 @@ fn measured_bytes_and_communication_follow_the_models() {
         let m = Linear::new(W, W, true).unwrap();
         let psi = m.num_parameters();
         let ddp = DistributedDataParallel::new(m, comm, DdpConfig::default()).unwrap();
-        let x = tessera_autograd::Var::constant(tessera_tensor::Tensor::ones(&[1, W], tessera_tensor::DType::F32).unwrap());
-        ddp.backward(&ddp.forward(&x).unwrap().sum(&[], false).unwrap()).unwrap();
+        let x = tessera_autograd::Var::constant(
+            tessera_tensor::Tensor::ones(&[1, W], tessera_tensor::DType::F32).unwrap(),
+        );
+        ddp.backward(&ddp.forward(&x).unwrap().sum(&[], false).unwrap())
+            .unwrap();
         (psi, ddp.last_step_stats().bytes_reduced / 4)
     })
     .unwrap();
@@ -166,11 +190,15 @@ fn stage_3_and_trust_ratio_optimizers_are_refused() {
     LocalGroup::run(2, |comm| {
         let net = Net::new(1);
         let sgd = optimizer(false, net.parameters());
-        let e = ZeroOptimizer::new(sgd.as_ref(), comm, ZeroConfig::stage(ZeroStage::Three)).err().unwrap();
+        let e = ZeroOptimizer::new(sgd.as_ref(), comm, ZeroConfig::stage(ZeroStage::Three))
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("Three"), "{e}");
         let lamb = Lamb::new(net.parameters(), LambOptions::default()).unwrap();
-        let e = ZeroOptimizer::new(&lamb, comm, ZeroConfig::stage(ZeroStage::One)).err().unwrap();
-        assert!(e.to_string().contains("LAMB"), "{e}");
+        let e = ZeroOptimizer::new(&lamb, comm, ZeroConfig::stage(ZeroStage::One))
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("Lamb"), "{e}");
     })
     .unwrap();
 }
@@ -197,7 +225,10 @@ fn clipping_across_partitions_equals_one_process() {
     })
     .unwrap();
     for (norm, values) in got {
-        assert!((norm - want_norm).abs() < 1e-12 * want_norm, "{norm} vs {want_norm}");
+        assert!(
+            (norm - want_norm).abs() < 1e-12 * want_norm,
+            "{norm} vs {want_norm}"
+        );
         assert_close(&values, &want, false, "clipped");
     }
 }
