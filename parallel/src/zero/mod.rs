@@ -19,6 +19,7 @@
 
 mod model;
 mod partition;
+mod state;
 
 use std::sync::{Arc, Mutex};
 
@@ -78,6 +79,11 @@ struct Group {
     dtype: DType,
     layout: FlatLayout,
     params: Vec<Parameter>,
+    /// Each parameter's index in the wrapped optimizer's numbering (its
+    /// state dict's `state.{k}`), which counts frozen parameters too.
+    index: Vec<usize>,
+    /// The number of parameters of the wrapped optimizer's group.
+    group_len: usize,
     /// Index of the group's first parameter in the reducer's list.
     first: usize,
     /// This rank's master partition, which the inner optimizer updates.
@@ -136,13 +142,16 @@ impl<'c> ZeroOptimizer<'c> {
         let (world, rank) = (comm.world_size(), comm.rank());
         let mut all: Vec<Parameter> = Vec::new();
         let mut groups = Vec::new();
+        let mut k = 0;
         for g in 0..optimizer.num_groups() {
-            let params: Vec<Parameter> = optimizer
-                .group_params(g)
+            let listed = optimizer.group_params(g);
+            let (index, params): (Vec<usize>, Vec<Parameter>) = listed
                 .iter()
-                .filter(|p| p.requires_grad())
-                .cloned()
-                .collect();
+                .enumerate()
+                .filter(|(_, p)| p.requires_grad())
+                .map(|(i, p)| (k + i, p.clone()))
+                .unzip();
+            k += listed.len();
             let dtype = params.first().map_or(DType::F32, Parameter::dtype);
             for p in &params {
                 let t = p.tensor();
@@ -160,7 +169,7 @@ impl<'c> ZeroOptimizer<'c> {
             }
             let numels: Vec<usize> = params.iter().map(Parameter::numel).collect();
             let layout = FlatLayout::new(&numels, world);
-            groups.push((g, dtype, layout, params.clone(), all.len()));
+            groups.push((dtype, layout, params.clone(), index, listed.len(), all.len()));
             all.extend(params);
         }
         // Rank 0's values everywhere, then flat buffers with the parameters
@@ -177,7 +186,7 @@ impl<'c> ZeroOptimizer<'c> {
             }
         };
         let mut built = Vec::new();
-        for (_, dtype, layout, params, first) in groups {
+        for (dtype, layout, params, index, group_len, first) in groups {
             let flat = flatten(&params, &layout, dtype)?;
             point_into(&params, &layout, &flat)?;
             let (lo, hi) = layout.partition(rank);
@@ -186,6 +195,8 @@ impl<'c> ZeroOptimizer<'c> {
                 dtype,
                 layout,
                 params,
+                index,
+                group_len,
                 first,
                 master,
                 grad: None,

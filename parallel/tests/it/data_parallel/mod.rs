@@ -54,6 +54,13 @@ impl Net {
         }
     }
 
+    /// Overwrites every parameter with `values` (as [`Net::values`] gives).
+    pub fn set_values(&self, values: &[Vec<f64>]) {
+        for (p, v) in self.parameters().iter().zip(values) {
+            p.set(Tensor::from_vec(v.clone(), &p.shape()).unwrap()).unwrap();
+        }
+    }
+
     /// Every parameter's values, in definition order.
     pub fn values(&self) -> Vec<Vec<f64>> {
         self.parameters()
