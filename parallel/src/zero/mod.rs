@@ -29,6 +29,7 @@ use tessera_tensor::{with_float_dtype, DType, Device, Tensor};
 
 pub use model::{comm_model, memory_model, memory_model_with, ZeroStage};
 pub use partition::{FlatLayout, ALIGNMENT_FACTOR};
+pub use state::{consolidate_sharded, shard_file, INDEX_FILE};
 
 use crate::comm::{CommExt, Communicator};
 use crate::ddp::reducer::{self, lock, owned_ranges, synced_backward, ReduceKind, Reducer};

@@ -293,3 +293,105 @@ fn consolidated_state_equals_the_unsharded_state_and_resumes_at_another_world_si
         assert_close(&v, &net.values(), false, "resumed at N = 4");
     }
 }
+
+/// A sharded checkpoint resumes on the same world size to the same
+/// parameters as an uninterrupted run, is refused at another world size
+/// with a message saying to consolidate, and consolidates offline to the
+/// state `consolidated_state_dict` gathers.
+#[test]
+fn sharded_checkpoints_resume_on_the_same_world_size_and_consolidate() {
+    let dir = std::env::temp_dir().join(format!("tessera-zero-shards-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let train = |comm: &tessera_parallel::CpuComm,
+                 zero: &mut ZeroOptimizer<'_>,
+                 net: &Net,
+                 steps: std::ops::Range<usize>| {
+        let r = comm.rank();
+        for s in steps {
+            zero.backward(&loss(net, s, r * B..(r + 1) * B)).unwrap();
+            zero.step().unwrap();
+        }
+    };
+    let got = LocalGroup::run(2, |comm| {
+        let net = Net::new(11);
+        let opt = optimizer(true, net.parameters());
+        let mut zero = ZeroOptimizer::new(opt.as_ref(), comm, ZeroConfig::stage(ZeroStage::Two)).unwrap();
+        train(comm, &mut zero, &net, 0..2);
+        zero.save_sharded(&dir).unwrap();
+        let saved = net.values();
+        let gathered = zero.consolidated_state_dict().unwrap();
+        train(comm, &mut zero, &net, 2..3);
+        let uninterrupted = net.values();
+
+        let again = Net::new(0);
+        again.set_values(&saved);
+        let opt = optimizer(true, again.parameters());
+        let mut resumed = ZeroOptimizer::new(opt.as_ref(), comm, ZeroConfig::stage(ZeroStage::Two)).unwrap();
+        resumed.load_sharded(&dir).unwrap();
+        train(comm, &mut resumed, &again, 2..3);
+        (uninterrupted, again.values(), gathered)
+    })
+    .unwrap();
+    for (uninterrupted, resumed, _) in &got {
+        assert_close(resumed, uninterrupted, true, "resumed from shards");
+    }
+    let offline = tessera_parallel::zero::consolidate_sharded(&dir).unwrap();
+    let gathered = &got[0].2;
+    assert_eq!(offline.metadata(), gathered.metadata());
+    for (k, t) in gathered.iter() {
+        assert_eq!(
+            offline.tensor(k).unwrap().to_vec::<f64>().unwrap(),
+            t.to_vec::<f64>().unwrap(),
+            "{k}"
+        );
+    }
+    let refused = LocalGroup::run(4, |comm| {
+        let net = Net::new(11);
+        let opt = optimizer(true, net.parameters());
+        let mut zero = ZeroOptimizer::new(opt.as_ref(), comm, ZeroConfig::stage(ZeroStage::Two)).unwrap();
+        let e = zero.load_sharded(&dir).unwrap_err().to_string();
+        zero.load_consolidated(&offline).unwrap();
+        e
+    })
+    .unwrap();
+    for e in refused {
+        assert!(
+            e.contains("2 ranks") && e.contains("has 4") && e.contains("consolidate"),
+            "{e}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A rank that exits mid-training makes the others' ZeRO backward or step
+/// fail promptly.
+#[test]
+fn a_dead_rank_fails_the_other_zero_ranks() {
+    let config = tessera_parallel::CommConfig {
+        timeout: std::time::Duration::from_secs(5),
+        ..Default::default()
+    };
+    let t0 = std::time::Instant::now();
+    let got = LocalGroup::run_with(3, config, |comm| {
+        let net = Net::new(11);
+        let opt = optimizer(false, net.parameters());
+        let mut zero = ZeroOptimizer::new(opt.as_ref(), comm, ZeroConfig::stage(ZeroStage::Two))?;
+        let r = comm.rank();
+        zero.backward(&loss(&net, 0, r * B..(r + 1) * B))?;
+        if r == 1 {
+            return Ok(());
+        }
+        zero.step()?;
+        zero.backward(&loss(&net, 1, r * B..(r + 1) * B))
+    })
+    .unwrap();
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(5),
+        "took {:?}",
+        t0.elapsed()
+    );
+    assert!(got[1].is_ok());
+    for r in [0, 2] {
+        assert!(got[r].as_ref().unwrap_err().is_fatal(), "{:?}", got[r]);
+    }
+}
