@@ -316,3 +316,59 @@ fn a_dead_rank_fails_the_others_within_the_timeout() {
         assert!(r.as_ref().unwrap_err().is_fatal(), "{:?}", r.as_ref().err());
     }
 }
+
+/// The same equivalence over `tcp` (two ranks as threads of this process
+/// talking through loopback sockets): DDP and ZeRO-2 after two steps equal
+/// one process on the concatenated batch, bitwise.
+#[test]
+fn ddp_and_zero_over_tcp_equal_one_process() {
+    use tessera_parallel::tcp::{connect, TcpConfig};
+    use tessera_parallel::{ZeroConfig, ZeroOptimizer, ZeroStage};
+    const N: usize = 2;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let want = single_process(N, 2);
+    let got: Vec<(Vec<Vec<f64>>, Vec<Vec<f64>>)> = std::thread::scope(|s| {
+        let ranks: Vec<_> = (0..N)
+            .map(|rank| {
+                s.spawn(move || {
+                    let comm = connect(&TcpConfig {
+                        master_addr: "127.0.0.1".into(),
+                        master_port: port,
+                        rank,
+                        world_size: N,
+                        connect_timeout: Duration::from_secs(30),
+                        comm: CommConfig::default(),
+                    })
+                    .unwrap();
+                    let rows = |s: usize| (s, rank * B..(rank + 1) * B);
+                    let ddp =
+                        DistributedDataParallel::new(Net::new(7 + rank as u64), &comm, cfg(100)).unwrap();
+                    let mut opt = sgd(ddp.parameters());
+                    for step in 0..2 {
+                        let (s, r) = rows(step);
+                        opt.step(&ddp.backward(&loss(&ddp, s, r)).unwrap()).unwrap();
+                    }
+                    let net = Net::new(7);
+                    let opt = sgd(net.parameters());
+                    let mut zero =
+                        ZeroOptimizer::new(&opt, &comm, ZeroConfig::stage(ZeroStage::Two)).unwrap();
+                    for step in 0..2 {
+                        let (s, r) = rows(step);
+                        zero.backward(&loss(&net, s, r)).unwrap();
+                        zero.step().unwrap();
+                    }
+                    (ddp.module().values(), net.values())
+                })
+            })
+            .collect();
+        ranks.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (ddp, zero) in &got {
+        assert_close(ddp, &want, true, "DDP over tcp");
+        assert_close(zero, &want, true, "ZeRO-2 over tcp");
+    }
+}
