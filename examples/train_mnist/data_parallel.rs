@@ -23,7 +23,9 @@ use tessera::parallel::{
 use tessera::tensor::{rng, Tensor};
 
 use crate::cli::Args;
-use crate::run::{count_correct, evaluate, load_data, optimizer, BoxResult, EpochRecord, Split};
+use crate::run::{
+    count_correct, evaluate, load_data, optimizer, rank_0_records, BoxResult, EpochRecord, Split,
+};
 
 /// Trains as `args` says with data parallelism; returns rank 0's epoch
 /// records.
@@ -45,19 +47,7 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
     let outs = LocalGroup::run(args.world, |comm| {
         run_rank(comm, args, train, test, &batches, clock).map_err(|e| e.to_string())
     })?;
-    let mut records = None;
-    let mut errors = Vec::new();
-    for (rank, out) in outs.into_iter().enumerate() {
-        match out {
-            Ok(r) if rank == 0 => records = Some(r),
-            Ok(_) => {}
-            Err(e) => errors.push(format!("rank {rank}: {e}")),
-        }
-    }
-    match records {
-        Some(r) if errors.is_empty() => Ok(r),
-        _ => Err(errors.join("; ").into()),
-    }
+    rank_0_records(outs, "rank")
 }
 
 /// DDP or ZeRO around the model and the optimizer.

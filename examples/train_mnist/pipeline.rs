@@ -24,7 +24,9 @@ use tessera::parallel::{Communicator, LocalGroup};
 use tessera::tensor::{rng, DType, StateDict, Tensor};
 
 use crate::cli::Args;
-use crate::run::{count_correct, evaluate, load_data, optimizer, BoxResult, EpochRecord, Split};
+use crate::run::{
+    count_correct, evaluate, load_data, optimizer, rank_0_records, BoxResult, EpochRecord, Split,
+};
 
 /// What the stages share in this process: the parameters gathered for
 /// evaluation and the last stage's training figures of the epoch.
@@ -76,19 +78,7 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
         };
         run_stage(comm, args, &data, &schedule, &shared, clock).map_err(|e| e.to_string())
     })?;
-    let mut records = None;
-    let mut errors = Vec::new();
-    for (stage, out) in outs.into_iter().enumerate() {
-        match out {
-            Ok(r) if stage == 0 => records = Some(r),
-            Ok(_) => {}
-            Err(e) => errors.push(format!("stage {stage}: {e}")),
-        }
-    }
-    match records {
-        Some(r) if errors.is_empty() => Ok(r),
-        _ => Err(errors.join("; ").into()),
-    }
+    rank_0_records(outs, "stage")
 }
 
 /// The data every stage reads.

@@ -326,7 +326,9 @@ impl Reducer {
         self.active = false;
         let launch = self.launch.take();
         let out = self.finish_marking(backward_ok, find_unused);
-        if out.is_ok() && self.sync {
+        // After a failed backward nothing more is launched: the buckets
+        // already in flight are the ones every rank could have started.
+        if out.is_ok() && self.sync && backward_ok {
             self.launch = launch;
             self.launch_ready();
             self.launch = None;
