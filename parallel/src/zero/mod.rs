@@ -24,7 +24,7 @@ mod state;
 use std::sync::{Arc, Mutex};
 
 use tessera_autograd::{Gradients, Parameter, Var};
-use tessera_optim::Optimizer;
+use tessera_optim::{GradScaler, Optimizer};
 use tessera_tensor::{with_float_dtype, DType, Device, Tensor};
 
 pub use model::{comm_model, memory_model, memory_model_with, ZeroStage};
@@ -327,19 +327,88 @@ impl<'c> ZeroOptimizer<'c> {
         Ok(norm)
     }
 
+    /// Unscales this rank's gradient partitions with `scaler` (after a
+    /// backward of the scaled loss, `backward_with(|| scaler.backward(&loss))`)
+    /// and returns whether any rank found an inf or NaN: every rank records
+    /// the same verdict, so [`ZeroOptimizer::step_scaled`] skips the step
+    /// on all of them or none. Errors as `GradScaler::unscale_`, when no
+    /// backward ran since the last step, or when communication fails.
+    pub fn unscale_(&mut self, scaler: &mut GradScaler) -> Result<bool> {
+        self.take_partitions()?;
+        let mut grads = self.partition_grads()?;
+        let comm = self.comm;
+        let found = scaler.unscale_across(&mut grads, &mut |local| {
+            let mut flag = [f64::from(u8::from(local))];
+            comm.all_reduce_slice(&mut flag, crate::ReduceOp::Max)
+                .map_err(|e| {
+                    tessera_tensor::Error::io(
+                        "GradScaler::unscale_",
+                        format!("all-reducing the inf/NaN flag failed: {e}"),
+                    )
+                })?;
+            Ok(flag[0] > 0.0)
+        })?;
+        self.restore_partition_grads(grads)?;
+        Ok(found)
+    }
+
+    /// The step under loss scaling: unscales (unless
+    /// [`ZeroOptimizer::unscale_`] ran), then steps and all-gathers unless
+    /// some rank found an inf or NaN, in which case no rank steps. Returns
+    /// whether the step was taken; call `scaler.update()` after it. Errors
+    /// as [`ZeroOptimizer::step`] and `GradScaler::step`.
+    pub fn step_scaled(&mut self, scaler: &mut GradScaler) -> Result<bool> {
+        self.take_partitions()?;
+        let mut grads = self.partition_grads()?;
+        let stepped = scaler.step(self.inner.as_mut(), &mut grads)?;
+        for g in &mut self.groups {
+            g.grad = None;
+        }
+        if stepped {
+            self.gather_params()?;
+        }
+        Ok(stepped)
+    }
+
     /// Updates this rank's partition with the inner optimizer and
     /// all-gathers the flat parameters, so every rank holds the same new
     /// parameters. Errors when no backward ran since the last step, as the
     /// inner optimizer's step does, or when communication fails.
     pub fn step(&mut self) -> Result<()> {
         self.take_partitions()?;
-        let mut grads = Gradients::default();
+        let grads = self.partition_grads()?;
         for g in &mut self.groups {
-            let grad = g.grad.take().expect("taken");
+            g.grad = None;
+        }
+        self.inner.step(&grads)?;
+        self.gather_params()
+    }
+
+    /// The gradient partitions keyed by their master partitions, in the
+    /// masters' dtype.
+    fn partition_grads(&self) -> Result<Gradients> {
+        let mut grads = Gradients::default();
+        for g in &self.groups {
+            let grad = g.grad.as_ref().expect("taken");
             let id = g.master.id().expect("masters require grad");
             grads.insert(id, grad.to_dtype(g.master.dtype())?);
         }
-        self.inner.step(&grads)?;
+        Ok(grads)
+    }
+
+    /// Puts edited partition gradients back (in the parameters' dtype).
+    fn restore_partition_grads(&mut self, grads: Gradients) -> Result<()> {
+        for g in &mut self.groups {
+            if let Some(t) = g.master.id().and_then(|id| grads.get_id(id)) {
+                g.grad = Some(t.to_dtype(g.dtype)?);
+            }
+        }
+        Ok(())
+    }
+
+    /// All-gathers every group's flat parameters from the ranks' master
+    /// partitions and points the parameters into them.
+    fn gather_params(&mut self) -> Result<()> {
         for g in &self.groups {
             let mine = g.master.tensor().to_dtype(g.dtype)?;
             let flat = with_float_dtype!(g.dtype, T => {

@@ -395,3 +395,55 @@ fn a_dead_rank_fails_the_other_zero_ranks() {
         assert!(got[r].as_ref().unwrap_err().is_fatal(), "{:?}", got[r]);
     }
 }
+
+/// Loss scaling across partitions: with finite gradients ZeRO-2 under a
+/// GradScaler equals one process under one; when one rank alone produces
+/// an inf, every rank skips the step and backs the scale off alike.
+#[test]
+fn loss_scaling_skips_the_step_on_every_rank_when_one_overflows() {
+    use tessera_optim::{GradScaler, GradScalerOptions};
+    let scaler = || {
+        GradScaler::new(GradScalerOptions {
+            init_scale: 1024.0,
+            ..Default::default()
+        })
+        .unwrap()
+    };
+    let net = Net::new(3);
+    let mut opt = optimizer(false, net.parameters());
+    let mut s = scaler();
+    let mut grads = s.backward(&loss(&net, 0, 0..2 * B)).unwrap();
+    assert!(s.step(opt.as_mut(), &mut grads).unwrap());
+    s.update().unwrap();
+    let want = net.values();
+    let got = LocalGroup::run(2, |comm| {
+        let net = Net::new(3);
+        let opt = optimizer(false, net.parameters());
+        let mut zero = ZeroOptimizer::new(opt.as_ref(), comm, ZeroConfig::stage(ZeroStage::Two)).unwrap();
+        let mut s = scaler();
+        let r = comm.rank();
+        let l = loss(&net, 0, r * B..(r + 1) * B);
+        zero.backward_with(|| s.backward(&l)).unwrap();
+        assert!(zero.step_scaled(&mut s).unwrap());
+        s.update().unwrap();
+        let after_first = net.values();
+        // Rank 1's loss overflows; rank 0's does not.
+        let l = loss(&net, 1, r * B..(r + 1) * B);
+        let l = if r == 1 {
+            l.mul_scalar(f64::INFINITY).unwrap()
+        } else {
+            l
+        };
+        zero.backward_with(|| s.backward(&l)).unwrap();
+        assert!(zero.unscale_(&mut s).unwrap(), "rank {r} sees the overflow");
+        assert!(!zero.step_scaled(&mut s).unwrap());
+        s.update().unwrap();
+        assert_eq!(net.values(), after_first, "rank {r} skipped the step");
+        (after_first, s.scale())
+    })
+    .unwrap();
+    for (values, scale) in got {
+        assert_close(&values, &want, true, "scaled step");
+        assert_eq!(scale, 512.0);
+    }
+}
