@@ -4,7 +4,10 @@
 //! (overlap) and with every all-reduce after backward (no overlap), for the
 //! MNIST MLP (784–1024–1024–10) and the MNIST CNN, and the fraction of the
 //! communication hidden behind backward (`1 − exposed / communication`,
-//! measured per step by the reducer). Then scaling: N = 2 ranks × 1 thread
+//! measured per step by the reducer; the communication time includes the
+//! wait for the slower rank). With the default 25 MiB cap the MLP's
+//! gradients form two buckets, so `_cap1mb` lines repeat the overlap run
+//! with 1 MiB buckets. Then scaling: N = 2 ranks × 1 thread
 //! against 1 rank × 2 threads on the same global batch, in samples/s.
 //! Lines: `bench\tddp_overlap_<model>_n2\ttessera\t<metric>\t<v>\t<unit>`
 //! and `bench\tddp_scaling_<model>\ttessera\t...`.
@@ -45,7 +48,8 @@ fn batch(n: usize, conv: bool, seed: usize) -> (Var, Tensor) {
 }
 
 /// Mean step time (forward + backward + reduction) of `world` ranks with
-/// `threads` compute threads each, `rows` rows per rank.
+/// `threads` compute threads each, `rows` rows per rank, buckets of at
+/// most `cap` bytes.
 fn run(
     model: fn() -> Sequential,
     conv: bool,
@@ -53,6 +57,7 @@ fn run(
     threads: usize,
     rows: usize,
     overlap: bool,
+    cap: usize,
 ) -> Measured {
     let per_rank = LocalGroup::run(world, |comm| {
         let pool = rayon::ThreadPoolBuilder::new()
@@ -62,6 +67,7 @@ fn run(
         pool.install(|| {
             let config = DdpConfig {
                 overlap,
+                bucket_cap_bytes: cap,
                 ..DdpConfig::default()
             };
             let ddp = DistributedDataParallel::new(model(), comm, config).unwrap();
@@ -104,8 +110,9 @@ fn main() {
         ("mlp", mlp as fn() -> Sequential, false, 64),
         ("cnn", cnn, true, 32),
     ] {
-        let on = run(model, conv, 2, 1, rows, true);
-        let off = run(model, conv, 2, 1, rows, false);
+        let cap = DdpConfig::default().bucket_cap_bytes;
+        let on = run(model, conv, 2, 1, rows, true, cap);
+        let off = run(model, conv, 2, 1, rows, false, cap);
         let w = format!("ddp_overlap_{name}_n2");
         line(&w, "step_time_overlap", on.step.as_secs_f64() * 1e3, "ms");
         line(&w, "step_time_no_overlap", off.step.as_secs_f64() * 1e3, "ms");
@@ -125,9 +132,18 @@ fn main() {
             saved / off.exposed.as_secs_f64().max(1e-9),
             "ratio",
         );
+        // Buckets of 1 MiB: more, smaller all-reduces, started earlier.
+        let small = run(model, conv, 2, 1, rows, true, 1 << 20);
+        line(
+            &w,
+            "step_time_overlap_cap1mb",
+            small.step.as_secs_f64() * 1e3,
+            "ms",
+        );
+        line(&w, "hidden_fraction_cap1mb", small.hidden, "ratio");
 
-        let ranks = run(model, conv, 2, 1, rows, true);
-        let threads = run(model, conv, 1, 2, 2 * rows, true);
+        let ranks = run(model, conv, 2, 1, rows, true, cap);
+        let threads = run(model, conv, 1, 2, 2 * rows, true, cap);
         let s = format!("ddp_scaling_{name}");
         line(
             &s,

@@ -13,6 +13,20 @@
 //! the ring all-reduce's fixed fold order leaves every rank with bitwise the
 //! same gradients, hence the same parameters after the optimizer step.
 //!
+//! Where tessera differs from PyTorch:
+//! - Gradients are the value backward returns, not a `.grad` field: call
+//!   [`DistributedDataParallel::backward`] (or `backward_with` for any
+//!   backward form) instead of `loss.backward()`. Under `no_sync` the
+//!   accumulation lives in DDP's buckets, and the synchronising backward
+//!   returns the averaged sum of all micro-batches.
+//! - The bucket order is the static reverse definition order from the
+//!   first step (spec §2.1's decision); there is no rebuild in the
+//!   observed gradient order.
+//! - With `find_unused_parameters`, parameters without a gradient are
+//!   marked ready when backward returns (no graph walk before it), so the
+//!   buckets holding them are reduced after backward rather than during it.
+//! - Parameters must be CPU tensors (the `local` and `tcp` backends).
+//!
 //! ```
 //! use tessera_autograd::Var;
 //! use tessera_nn::{Linear, Module};
