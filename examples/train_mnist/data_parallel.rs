@@ -23,9 +23,7 @@ use tessera::parallel::{
 use tessera::tensor::{rng, Tensor};
 
 use crate::cli::Args;
-use crate::run::{
-    count_correct, evaluate, load_data, optimizer, rank_0_records, BoxResult, EpochRecord, Split,
-};
+use crate::run::{count_correct, evaluate, load_data, optimizer, BoxResult, EpochRecord, Split};
 
 /// Trains as `args` says with data parallelism; returns rank 0's epoch
 /// records.
@@ -200,4 +198,25 @@ fn run_rank(
         }
     }
     Ok(records)
+}
+
+/// Rank 0's records from the results of ranks run as threads, or every
+/// rank's error, each named `{what} {rank}`.
+pub(crate) fn rank_0_records(
+    outs: Vec<Result<Vec<EpochRecord>, String>>,
+    what: &str,
+) -> BoxResult<Vec<EpochRecord>> {
+    let mut records = None;
+    let mut errors = Vec::new();
+    for (rank, out) in outs.into_iter().enumerate() {
+        match out {
+            Ok(r) if rank == 0 => records = Some(r),
+            Ok(_) => {}
+            Err(e) => errors.push(format!("{what} {rank}: {e}")),
+        }
+    }
+    match records {
+        Some(r) if errors.is_empty() => Ok(r),
+        _ => Err(errors.join("; ").into()),
+    }
 }

@@ -24,9 +24,8 @@ use tessera::parallel::{Communicator, LocalGroup};
 use tessera::tensor::{rng, DType, StateDict, Tensor};
 
 use crate::cli::Args;
-use crate::run::{
-    count_correct, evaluate, load_data, optimizer, rank_0_records, BoxResult, EpochRecord, Split,
-};
+use crate::data_parallel::rank_0_records;
+use crate::run::{count_correct, evaluate, load_data, optimizer, BoxResult, EpochRecord, Split};
 
 /// What the stages share in this process: the parameters gathered for
 /// evaluation and the last stage's training figures of the epoch.

@@ -13,8 +13,8 @@ const BROADCAST_BUCKET_BYTES: usize = 250 * 1024 * 1024;
 
 /// Checks that every rank passes the same number of tensors with the same
 /// shapes and dtypes (PyTorch's `_verify_param_shape_across_processes`; a
-/// collective). Errors naming the ranks that differ from rank 0 and what
-/// this rank holds.
+/// collective). Errors, as `DistributedDataParallel::new`, naming the ranks
+/// that differ from rank 0 and what this rank holds.
 pub fn verify_same_shapes(comm: &dyn Communicator, named: &[(&str, Tensor)]) -> Result<()> {
     let n = comm.world_size();
     if n == 1 {

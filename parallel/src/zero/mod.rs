@@ -33,7 +33,7 @@ pub use state::{consolidate_sharded, shard_file, INDEX_FILE};
 
 use crate::comm::{CommExt, Communicator};
 use crate::ddp::reducer::{self, lock, owned_ranges, synced_backward, ReduceKind, Reducer};
-use crate::ddp::{assign_buckets, broadcast_coalesced, DdpStepStats};
+use crate::ddp::{assign_buckets, broadcast_coalesced, verify_same_shapes, DdpStepStats};
 use crate::error::{CommError, Result};
 
 /// Settings of [`ZeroOptimizer`], with DeepSpeed's defaults.
@@ -173,9 +173,12 @@ impl<'c> ZeroOptimizer<'c> {
             groups.push((dtype, layout, params.clone(), index, listed.len(), all.len()));
             all.extend(params);
         }
-        // Rank 0's values everywhere, then flat buffers with the parameters
-        // as views into them.
-        let synced = broadcast_coalesced(comm, &all.iter().map(Parameter::tensor).collect::<Vec<_>>(), 0)?;
+        // The same parameters on every rank, rank 0's values everywhere,
+        // then flat buffers with the parameters as views into them.
+        let tensors: Vec<Tensor> = all.iter().map(Parameter::tensor).collect();
+        let named: Vec<(&str, Tensor)> = tensors.iter().map(|t| ("parameter", t.clone())).collect();
+        verify_same_shapes(comm, &named).map_err(|e| e.in_op(OP))?;
+        let synced = broadcast_coalesced(comm, &tensors, 0)?;
         for (p, t) in all.iter().zip(synced) {
             p.set(t)?;
         }

@@ -331,7 +331,7 @@ fn ddp_and_zero_over_tcp_equal_one_process() {
         .unwrap()
         .port();
     let want = single_process(N, 2);
-    let got: Vec<(Vec<Vec<f64>>, Vec<Vec<f64>>)> = std::thread::scope(|s| {
+    let got: Vec<_> = std::thread::scope(|s| {
         let ranks: Vec<_> = (0..N)
             .map(|rank| {
                 s.spawn(move || {

@@ -470,3 +470,17 @@ fn loss_scaling_skips_the_step_on_every_rank_when_one_overflows() {
         assert_eq!(scale, 512.0);
     }
 }
+
+#[test]
+fn ranks_with_different_shapes_are_refused() {
+    let got = LocalGroup::run(2, |comm| {
+        let m = Linear::new(2, 1 + comm.rank(), true).unwrap();
+        let opt = Sgd::new(m.parameters(), SgdOptions::default()).unwrap();
+        ZeroOptimizer::new(&opt, comm, ZeroConfig::stage(ZeroStage::One)).map(|_| ())
+    })
+    .unwrap();
+    for r in got {
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("ZeroOptimizer::new") && e.contains("ranks [1]"), "{e}");
+    }
+}
