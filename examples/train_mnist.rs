@@ -21,9 +21,16 @@
 //! `tessera-parallel` pipeline engine), or one stage per process under
 //! `tessera-run --nproc-per-node P train_mnist --pipeline-stages P ...`
 //! (same bits); see `train_mnist/pipeline.rs`.
+//!
+//! `--ddp` or `--zero 1|2` trains with data parallelism over `--world N`
+//! threads (`--backend local`) or over the processes of `tessera-run
+//! --nproc-per-node N -- train_mnist --zero 2 --backend tcp`; see
+//! `train_mnist/data_parallel.rs`.
 
 #[path = "train_mnist/cli.rs"]
 mod cli;
+#[path = "train_mnist/data_parallel.rs"]
+mod data_parallel;
 #[path = "train_mnist/pipeline.rs"]
 mod pipeline;
 #[path = "train_mnist/progress.rs"]
@@ -43,7 +50,9 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let trained = if args.pipeline_stages > 1 {
+    let trained = if args.data_parallel() {
+        data_parallel::train(&args)
+    } else if args.pipeline_stages > 1 {
         pipeline::train(&args)
     } else {
         run::train(&args)

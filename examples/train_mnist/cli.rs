@@ -6,6 +6,7 @@ use std::path::PathBuf;
 pub const USAGE: &str = "usage: train_mnist [--epochs N] [--batch-size N] [--lr F] [--seed N] \
 [--threads N] [--data DIR] [--out DIR] [--resume] [--target PERCENT]
 [--pipeline-stages P --micro-batches M --schedule gpipe|1f1b|deepspeed|interleaved [--chunks V]]
+[--ddp | --zero 1|2] [--backend local|tcp] [--world N]
 
   --epochs      epochs to train (10)
   --batch-size  samples per step (128)
@@ -33,7 +34,14 @@ pub const USAGE: &str = "usage: train_mnist [--epochs N] [--batch-size N] [--lr 
                 size must be divisible by M
   --schedule S  pipeline schedule: gpipe, 1f1b (default), deepspeed,
                 interleaved (M divisible by P)
-  --chunks V    model chunks per stage of the interleaved schedule (2)";
+  --chunks V    model chunks per stage of the interleaved schedule (2)
+  --ddp         data parallelism: DistributedDataParallel over the ranks;
+                each batch is split into equal row blocks, one per rank
+  --zero S      data parallelism with ZeRO stage S (1: optimizer state,
+                2: also gradients partitioned over the ranks)
+  --backend B   local: --world ranks as threads of this process (default);
+                tcp: one rank per process, from tessera-run's environment
+  --world N     ranks of the local backend (2)";
 
 /// The parsed flags.
 #[derive(Debug, Clone)]
@@ -54,9 +62,18 @@ pub struct Args {
     pub micro_batches: usize,
     pub schedule: String,
     pub chunks: usize,
+    pub ddp: bool,
+    pub zero: Option<u8>,
+    pub backend: String,
+    pub world: usize,
 }
 
 impl Args {
+    /// True with `--ddp` or `--zero`.
+    pub fn data_parallel(&self) -> bool {
+        self.ddp || self.zero.is_some()
+    }
+
     /// Parses `--flag value` pairs (and `--flag=value`). Errors with a
     /// message naming the bad flag or value.
     pub fn parse(args: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -77,6 +94,10 @@ impl Args {
             micro_batches: 4,
             schedule: "1f1b".into(),
             chunks: 2,
+            ddp: false,
+            zero: None,
+            backend: "local".into(),
+            world: 2,
         };
         let mut it = args.flat_map(|s| match s.split_once('=') {
             Some((k, v)) if s.starts_with("--") => vec![k.to_string(), v.to_string()],
@@ -87,10 +108,17 @@ impl Args {
                 a.resume = true;
                 continue;
             }
+            if flag == "--ddp" {
+                a.ddp = true;
+                continue;
+            }
             if flag == "--help" || flag == "-h" {
                 return Err("help".into());
             }
-            const VALUED: [&str; 15] = [
+            const VALUED: [&str; 18] = [
+                "--zero",
+                "--backend",
+                "--world",
                 "--epochs",
                 "--batch-size",
                 "--lr",
@@ -128,6 +156,9 @@ impl Args {
                 "--micro-batches" => a.micro_batches = value.parse().map_err(|e| bad(format!("{e}")))?,
                 "--schedule" => a.schedule = value,
                 "--chunks" => a.chunks = value.parse().map_err(|e| bad(format!("{e}")))?,
+                "--zero" => a.zero = Some(value.parse().map_err(|e| bad(format!("{e}")))?),
+                "--backend" => a.backend = value,
+                "--world" => a.world = value.parse().map_err(|e| bad(format!("{e}")))?,
                 _ => unreachable!("every flag of VALUED has an arm"),
             }
         }
@@ -146,6 +177,20 @@ impl Args {
             }
             if a.resume || a.stop_after.is_some() {
                 return Err("--resume and --stop-after are not supported with --pipeline-stages".into());
+            }
+        }
+        if a.data_parallel() {
+            if !matches!(a.zero, None | Some(1) | Some(2)) || (a.ddp && a.zero.is_some()) {
+                return Err("--zero takes 1 or 2 (stage 3 is not implemented), and excludes --ddp".into());
+            }
+            if !matches!(a.backend.as_str(), "local" | "tcp") || a.world == 0 {
+                return Err(format!(
+                    "--backend must be local or tcp and --world positive, got {} and {}",
+                    a.backend, a.world
+                ));
+            }
+            if a.pipeline_stages > 1 || a.resume || a.stop_after.is_some() {
+                return Err("--ddp and --zero exclude --pipeline-stages, --resume and --stop-after".into());
             }
         }
         if !(a.lr.is_finite() && a.lr > 0.0) {

@@ -26,7 +26,9 @@ use tessera::parallel::{tcp, CommExt, Communicator, LocalGroup};
 use tessera::tensor::{rng, DType, StateDict, Tensor};
 
 use super::cli::Args;
-use super::run::{count_correct, evaluate, load_data, optimizer, BoxResult, EpochRecord, Split};
+use super::run::{
+    count_correct, evaluate, load_data, optimizer, rank_0_records, BoxResult, EpochRecord, Split,
+};
 
 /// Message tags of the per-epoch reports to stage 0.
 const TAG_NAMES: u64 = 1 << 40;
@@ -94,19 +96,7 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
     let outs = LocalGroup::run(args.pipeline_stages, |comm| {
         run_stage(comm, args, &data, &schedule, clock).map_err(|e| e.to_string())
     })?;
-    let mut records = None;
-    let mut errors = Vec::new();
-    for (stage, out) in outs.into_iter().enumerate() {
-        match out {
-            Ok(r) if stage == 0 => records = Some(r),
-            Ok(_) => {}
-            Err(e) => errors.push(format!("stage {stage}: {e}")),
-        }
-    }
-    match records {
-        Some(r) if errors.is_empty() => Ok(r),
-        _ => Err(errors.join("; ").into()),
-    }
+    rank_0_records(outs, "stage")
 }
 
 /// The data every stage reads.

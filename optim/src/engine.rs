@@ -12,7 +12,7 @@ use crate::{Hyper, Optimizer, ParamGroup, StateDict};
 /// How one optimizer updates a parameter: its hyperparameters, its state
 /// buffers, and a fused kernel over flat buffers. Implement it (and use
 /// [`GroupOptimizer`]) to add an optimizer.
-pub trait Rule: Send + Sync {
+pub trait Rule: Send + Sync + Clone + 'static {
     /// The per-group hyperparameters (the optimizer's options struct).
     type Hyper: Hyper + Clone + 'static;
 
@@ -248,6 +248,26 @@ impl<R: Rule> Optimizer for GroupOptimizer<R> {
 
     fn hyper_mut(&mut self, group: usize) -> Option<&mut dyn Hyper> {
         self.groups.get_mut(group).map(|g| &mut g.hyper as &mut dyn Hyper)
+    }
+
+    fn with_params(&self, groups: Vec<Vec<Parameter>>) -> Result<Box<dyn Optimizer>> {
+        if groups.len() != self.groups.len() {
+            return Err(Error::arg(
+                "with_params",
+                format!(
+                    "{}: {} parameter lists given for {} groups",
+                    R::NAME,
+                    groups.len(),
+                    self.groups.len()
+                ),
+            ));
+        }
+        let groups = groups
+            .into_iter()
+            .zip(&self.groups)
+            .map(|(params, g)| ParamGroup::new(params, g.hyper.clone()))
+            .collect();
+        Ok(Box::new(GroupOptimizer::from_rule(self.rule.clone(), groups)?))
     }
 
     fn step(&mut self, grads: &Gradients) -> Result<()> {

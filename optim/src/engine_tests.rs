@@ -386,3 +386,31 @@ fn results_do_not_depend_on_the_thread_count() {
     };
     assert_eq!(run(1), run(4));
 }
+
+/// `with_params` keeps the kind and every group's hyperparameters, with
+/// fresh state over the new parameters.
+#[test]
+fn with_params_rebuilds_the_same_optimizer_over_other_parameters() {
+    use crate::{Optimizer, ParamGroup, Sgd, SgdOptions};
+    let p =
+        |v: f32| tessera_autograd::Parameter::new(tessera_tensor::Tensor::from_vec(vec![v], &[1]).unwrap());
+    let h = |lr| SgdOptions {
+        lr,
+        momentum: 0.5,
+        ..Default::default()
+    };
+    let opt = Sgd::with_groups(vec![
+        ParamGroup::new(vec![p(1.0)], h(0.1)),
+        ParamGroup::new(vec![p(2.0)], h(0.2)),
+    ])
+    .unwrap();
+    let (a, b) = (p(3.0), p(4.0));
+    let mut other = opt.with_params(vec![vec![a.clone()], vec![b.clone()]]).unwrap();
+    assert_eq!(other.name(), "SGD");
+    assert_eq!(other.lrs(), vec![0.1, 0.2]);
+    let mut grads = tessera_autograd::Gradients::default();
+    grads.insert(a.id().unwrap(), a.tensor());
+    other.step(&grads).unwrap();
+    assert_eq!(a.tensor().to_vec::<f32>().unwrap(), vec![3.0 - 0.1 * 3.0]);
+    assert!(opt.with_params(vec![vec![a]]).is_err());
+}

@@ -33,6 +33,13 @@ pub trait Optimizer: Send {
     /// Mutable hyperparameters of group `group`, `None` when out of range.
     fn hyper_mut(&mut self, group: usize) -> Option<&mut dyn Hyper>;
 
+    /// The same optimizer (kind, configuration and every group's
+    /// hyperparameters) over other parameters, with fresh state: group g
+    /// gets `groups[g]`. ZeRO builds the optimizer of a rank's shard this
+    /// way. Errors when the number of lists is not the number of groups, or
+    /// as the optimizer's constructor does (a parameter listed twice).
+    fn with_params(&self, groups: Vec<Vec<Parameter>>) -> Result<Box<dyn Optimizer>>;
+
     /// Updates every parameter that has a gradient in `grads`. Errors,
     /// before changing anything, when a gradient's shape or dtype differ
     /// from its parameter's or a hyperparameter is out of its domain.

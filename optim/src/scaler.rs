@@ -130,6 +130,18 @@ impl GradScaler {
     /// was inf or NaN (returned). Errors when called twice in one iteration
     /// (before [`GradScaler::update`]) or after the step.
     pub fn unscale_(&mut self, grads: &mut Gradients) -> Result<bool> {
+        self.unscale_across(grads, &mut Ok)
+    }
+
+    /// [`GradScaler::unscale_`] for gradients sharded over ranks (ZeRO):
+    /// `combine` turns this rank's inf/NaN flag into the flag of all ranks
+    /// (an all-reduce of it), so that every rank records, returns and acts
+    /// on the same verdict. Errors as `unscale_`, or as `combine`.
+    pub fn unscale_across(
+        &mut self,
+        grads: &mut Gradients,
+        combine: &mut dyn FnMut(bool) -> Result<bool>,
+    ) -> Result<bool> {
         const OP: &str = "GradScaler::unscale_";
         if !self.opts.enabled {
             return Ok(false);
@@ -149,6 +161,7 @@ impl GradScaler {
         for (_, g) in grads.iter_mut() {
             found_inf |= unscale_tensor(g, inv)?;
         }
+        let found_inf = combine(found_inf)?;
         self.stage = Stage::Unscaled { found_inf };
         Ok(found_inf)
     }

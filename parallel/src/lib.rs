@@ -31,6 +31,7 @@
 
 mod collectives;
 mod comm;
+pub mod ddp;
 mod element;
 pub mod env;
 mod error;
@@ -45,11 +46,14 @@ pub mod pipeline;
 mod ring;
 mod shm;
 pub mod tcp;
+pub mod zero;
 
 pub use comm::{CommExt, Communicator};
+pub use ddp::{DdpConfig, DdpStepStats, DistributedDataParallel};
 pub use element::{accumulate, is_comm_dtype, reduce_into, Buf, BufMut, CommElement, ReduceOp};
 pub use error::{CommError, Result};
 pub use group::{CommConfig, CpuComm};
 pub use local::LocalGroup;
 pub use ring::{fold_reference, ring_chunk};
 pub use tessera_tensor::{bf16, f16};
+pub use zero::{ZeroConfig, ZeroOptimizer, ZeroStage};

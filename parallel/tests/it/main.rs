@@ -4,6 +4,7 @@
 //! allocator) is a separate file in `tests/` that says why in its first line.
 
 mod common;
+mod data_parallel;
 mod env;
 mod local_api;
 mod local_collectives;

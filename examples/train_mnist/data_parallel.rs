@@ -1,0 +1,203 @@
+//! `--ddp` / `--zero S`: the same training as [`super::run::train`] (model,
+//! init, optimizer, schedule, batches) with data parallelism: every batch
+//! is split into `N` equal row blocks, rank r trains on block r, and the
+//! gradients are averaged over the ranks by `DistributedDataParallel` or
+//! partitioned by `ZeroOptimizer` (stage 1 or 2), so the arithmetic is
+//! single-process training on the whole batch up to the reduction order.
+//! `--backend local --world N` runs N ranks as threads of this process;
+//! `--backend tcp` joins the group `tessera-run` (or `srun`) describes in
+//! the environment, one rank per process. Batches whose size is not a
+//! multiple of N (the last, partial one) are skipped. Rank 0 evaluates and
+//! logs.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::time::Instant;
+
+use tessera::autograd::{CrossEntropyOptions, Target, Var};
+use tessera::nn::{models::mnist_cnn, state_dict, Module, Sequential};
+use tessera::optim::{LrScheduler, OneCycleLR, OneCycleOptions, Optimizer};
+use tessera::parallel::{
+    tcp, Communicator, DdpConfig, DistributedDataParallel, LocalGroup, ZeroConfig, ZeroOptimizer, ZeroStage,
+};
+use tessera::tensor::{rng, Tensor};
+
+use super::cli::Args;
+use super::run::{
+    count_correct, evaluate, load_data, optimizer, rank_0_records, BoxResult, EpochRecord, Split,
+};
+
+/// Trains as `args` says with data parallelism; returns rank 0's epoch
+/// records.
+pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
+    let clock = Instant::now();
+    if let Some(n) = args.threads {
+        rayon::ThreadPoolBuilder::new().num_threads(n).build_global()?;
+    }
+    let data = load_data(args)?;
+    std::fs::create_dir_all(&args.out)?;
+    let batches: Vec<Vec<Vec<usize>>> = (0..args.epochs)
+        .map(|e| data.loader.batch_indices(e as u64))
+        .collect();
+    let (train, test) = (&data.train, &data.test);
+    if args.backend == "tcp" {
+        let comm = tcp::init_from_env()?;
+        return run_rank(&comm, args, train, test, &batches, clock);
+    }
+    let outs = LocalGroup::run(args.world, |comm| {
+        run_rank(comm, args, train, test, &batches, clock).map_err(|e| e.to_string())
+    })?;
+    rank_0_records(outs, "rank")
+}
+
+/// DDP or ZeRO around the model and the optimizer.
+enum Engine<'c> {
+    Ddp(DistributedDataParallel<'c, Sequential>, Box<dyn Optimizer>),
+    Zero(Sequential, ZeroOptimizer<'c>),
+}
+
+impl Engine<'_> {
+    fn model(&self) -> &Sequential {
+        match self {
+            Engine::Ddp(ddp, _) => ddp.module(),
+            Engine::Zero(m, _) => m,
+        }
+    }
+
+    fn optimizer(&mut self) -> &mut dyn Optimizer {
+        match self {
+            Engine::Ddp(_, opt) => opt.as_mut(),
+            Engine::Zero(_, zero) => zero.inner(),
+        }
+    }
+
+    /// Forward, backward and the averaged (or partitioned) gradients'
+    /// optimizer step; returns the logits.
+    fn step(&mut self, x: &Var, y: &Tensor, ce: &CrossEntropyOptions) -> BoxResult<Var> {
+        match self {
+            Engine::Ddp(ddp, opt) => {
+                let logits = ddp.forward(x)?;
+                let grads = ddp.backward(&logits.cross_entropy(Target::Indices(y), ce)?)?;
+                opt.step(&grads)?;
+                Ok(logits)
+            }
+            Engine::Zero(model, zero) => {
+                let logits = model.forward(x)?;
+                zero.backward(&logits.cross_entropy(Target::Indices(y), ce)?)?;
+                zero.step()?;
+                Ok(logits)
+            }
+        }
+    }
+}
+
+/// One rank's training loop; rank 0 also evaluates, prints and logs.
+fn run_rank(
+    comm: &dyn Communicator,
+    args: &Args,
+    train: &Split,
+    test: &Split,
+    batches: &[Vec<Vec<usize>>],
+    clock: Instant,
+) -> BoxResult<Vec<EpochRecord>> {
+    let (rank, n) = (comm.rank(), comm.world_size());
+    rng::manual_seed(args.seed);
+    let model = mnist_cnn()?;
+    let opt = optimizer(model.parameters(), args.lr)?;
+    let (mut engine, mode) = match args.zero {
+        None => (
+            Engine::Ddp(
+                DistributedDataParallel::new(model, comm, DdpConfig::default())?,
+                Box::new(opt),
+            ),
+            "ddp".to_string(),
+        ),
+        Some(s) => {
+            let stage = if s == 1 { ZeroStage::One } else { ZeroStage::Two };
+            let zero = ZeroOptimizer::new(&opt, comm, ZeroConfig::stage(stage))?;
+            (Engine::Zero(model, zero), format!("zero{s}"))
+        }
+    };
+    let usable = |b: &Vec<usize>| b.len().is_multiple_of(n);
+    let total_steps = batches.iter().flatten().filter(|b| usable(b)).count() as u64;
+    let mut sched = OneCycleLR::new(engine.optimizer(), OneCycleOptions::new(args.lr, total_steps))?;
+    let ce = CrossEntropyOptions::default();
+    let fashion = args.data.to_string_lossy().contains("fashion");
+    let target = args.target.unwrap_or(if fashion { 90.0 } else { 98.0 });
+    let mut log = match rank {
+        0 => Some(
+            OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(args.out.join("metrics.jsonl"))?,
+        ),
+        _ => None,
+    };
+    if rank == 0 {
+        eprintln!(
+            "data parallel: {mode} over {n} ranks ({}), global batch {}",
+            comm.backend(),
+            args.batch_size
+        );
+    }
+    let mut reached = None;
+    let mut records = Vec::new();
+    for (epoch, epoch_batches) in batches.iter().enumerate() {
+        let (mut loss_sum, mut correct, mut seen) = (0.0, 0usize, 0usize);
+        let epoch_start = Instant::now();
+        for idx in epoch_batches.iter().filter(|b| usable(b)) {
+            let rows = idx.len() / n;
+            let mine = &idx[rank * rows..(rank + 1) * rows];
+            let t = Tensor::from_vec(mine.iter().map(|&j| j as i64).collect(), &[rows])?;
+            let x = Var::constant(train.images.index_select(0, &t)?);
+            let y = train.labels.index_select(0, &t)?;
+            let logits = engine.step(&x, &y, &ce)?;
+            sched.step(engine.optimizer())?;
+            let loss = logits.cross_entropy(Target::Indices(&y), &ce)?;
+            loss_sum += loss.tensor().to_scalar::<f32>()? as f64 * rows as f64;
+            correct += count_correct(logits.tensor(), &y)?;
+            seen += rows;
+        }
+        let train_secs = epoch_start.elapsed().as_secs_f64();
+        if let Some(log) = &mut log {
+            let test_acc = 100.0 * evaluate(engine.model(), test, 1000)?;
+            // Rank 0's share of the batches: the training figures of 1/N
+            // of the data.
+            let (train_loss, train_acc) = (loss_sum / seen as f64, 100.0 * correct as f64 / seen as f64);
+            let elapsed = clock.elapsed().as_secs_f64();
+            if reached.is_none() && test_acc >= target {
+                reached = Some((epoch + 1, elapsed));
+            }
+            let samples_per_s = (seen * n) as f64 / train_secs;
+            println!(
+                "epoch {:>2}: train loss {train_loss:.4} acc {train_acc:.2}% (rank 0) | test acc {test_acc:.2}% | {samples_per_s:.0} samples/s | {elapsed:.1}s",
+                epoch + 1
+            );
+            writeln!(
+                log,
+                "{{\"epoch\":{},\"train_loss\":{train_loss:.6},\"train_acc\":{train_acc:.4},\"test_acc\":{test_acc:.4},\"samples_per_s\":{samples_per_s:.1},\"elapsed_s\":{elapsed:.3},\"data_parallel\":\"{mode}_n{n}\"}}",
+                epoch + 1
+            )?;
+            records.push(EpochRecord {
+                epoch: epoch + 1,
+                train_loss,
+                train_acc,
+                test_acc,
+            });
+        }
+        comm.barrier()?;
+    }
+    if rank == 0 {
+        state_dict::save(engine.model(), args.out.join("model.safetensors"))?;
+        match reached {
+            Some((epoch, secs)) => {
+                println!("reached {target:.1}% test accuracy after epoch {epoch} in {secs:.1}s wall time ({mode} n{n})")
+            }
+            None => println!(
+                "did not reach {target:.1}% test accuracy in {} epochs",
+                args.epochs
+            ),
+        }
+    }
+    Ok(records)
+}
