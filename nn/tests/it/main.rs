@@ -4,5 +4,6 @@
 //! allocator) is a separate file in `tests/` that says why in its first line.
 
 mod init_stats;
+mod models;
 mod state_dict;
 mod torch_parity;
