@@ -6,4 +6,5 @@
 mod init_stats;
 mod models;
 mod state_dict;
+mod timm_parity;
 mod torch_parity;
