@@ -136,7 +136,10 @@ impl Conv2d {
         if opts.same && opts.stride != [1, 1] {
             return Err(Error::arg(
                 "Conv2d::new",
-                format!("padding='same' is not supported for strided convolutions (stride {:?})", opts.stride),
+                format!(
+                    "padding='same' is not supported for strided convolutions (stride {:?})",
+                    opts.stride
+                ),
             ));
         }
         let shape = [out_channels, in_channels / g, kernel[0], kernel[1]];

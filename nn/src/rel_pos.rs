@@ -87,7 +87,11 @@ impl Module for RelPosBias {
         if input.ndim() != 4 || input.shape()[1..] != want {
             return Err(Error::shape(
                 "RelPosBias",
-                format!("expected logits [B, {}, {n}, {n}], got {:?}", want[0], input.shape()),
+                format!(
+                    "expected logits [B, {}, {n}, {n}], got {:?}",
+                    want[0],
+                    input.shape()
+                ),
             ));
         }
         input.add(&self.bias()?)

@@ -10,8 +10,8 @@ use super::resnet::drop_path_at;
 use crate::drop_path::drop_branch;
 use crate::init;
 use crate::{
-    AvgPool2d, BatchNorm, BatchNormOptions, Conv2d, Conv2dOptions, DropPath, Dropout, LayerNorm2d,
-    Linear, Module, RelPosBias, SiLU, SqueezeExcite, Visit, Visitor, GELU,
+    AvgPool2d, BatchNorm, BatchNormOptions, Conv2d, Conv2dOptions, DropPath, Dropout, LayerNorm2d, Linear,
+    Module, RelPosBias, SiLU, SqueezeExcite, Visit, Visitor, GELU,
 };
 
 /// The shape of a [`CoAtNet`]; `CoAtNetConfig::coatnet_0_224()` is timm's
@@ -661,7 +661,11 @@ impl Module for Attention2d {
         let bias = self.rel_pos.bias()?;
         let opts = AttnOptions {
             mask: Some(AttnMask::Additive(&bias)),
-            dropout_p: if self.attn_drop.is_training() { self.attn_drop.p } else { 0.0 },
+            dropout_p: if self.attn_drop.is_training() {
+                self.attn_drop.p
+            } else {
+                0.0
+            },
             ..AttnOptions::default()
         };
         let o = scaled_dot_product_attention(&q, &k, &v, &opts)?;

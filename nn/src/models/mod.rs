@@ -11,14 +11,13 @@ mod resnet;
 mod vit;
 
 pub use coatnet::{
-    coatnet_0_224, coatnet_1_224, coatnet_2_224, coatnet_3_224, Attention2d, AttnNorm,
-    BatchNormAct, CoAtNet, CoAtNetConfig, ConvMlp, Downsample2d, Head, MbConvBlock, PreLogits,
-    Stage, Stem, TransformerBlock2d,
+    coatnet_0_224, coatnet_1_224, coatnet_2_224, coatnet_3_224, Attention2d, AttnNorm, BatchNormAct, CoAtNet,
+    CoAtNetConfig, ConvMlp, Downsample2d, Head, MbConvBlock, PreLogits, Stage, Stem, TransformerBlock2d,
 };
 pub use mnist::{mnist_cnn, mnist_mlp};
 pub use resnet::{
-    resnet101, resnet18, resnet34, resnet50, Downsample, ResNet, ResNetBlock, ResNetConfig,
-    ResNetStem, ResidualBlock,
+    resnet101, resnet18, resnet34, resnet50, Downsample, ResNet, ResNetBlock, ResNetConfig, ResNetStem,
+    ResidualBlock,
 };
 pub use vit::{
     vit_base_patch16_224, vit_small_patch16_224, vit_tiny_patch16_224, Mlp, PatchEmbed, VisionTransformer,

@@ -8,9 +8,7 @@ use tessera_tensor::{Error, Result};
 
 use crate::drop_path::drop_branch;
 use crate::init::{self, FanMode, Nonlinearity};
-use crate::{
-    BatchNorm, BatchNormOptions, Conv2d, Conv2dOptions, DropPath, Linear, MaxPool2d, Module,
-};
+use crate::{BatchNorm, BatchNormOptions, Conv2d, Conv2dOptions, DropPath, Linear, MaxPool2d, Module};
 
 /// The residual block of a [`ResNet`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

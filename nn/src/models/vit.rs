@@ -401,7 +401,11 @@ impl Module for VitAttention {
             .permute(&[2, 0, 3, 1, 4])?;
         let (q, k, v) = (qkv.select(0, 0)?, qkv.select(0, 1)?, qkv.select(0, 2)?);
         let opts = AttnOptions {
-            dropout_p: if self.attn_drop.is_training() { self.attn_drop.p } else { 0.0 },
+            dropout_p: if self.attn_drop.is_training() {
+                self.attn_drop.p
+            } else {
+                0.0
+            },
             ..AttnOptions::default()
         };
         let o = scaled_dot_product_attention(&q, &k, &v, &opts)?;
@@ -412,7 +416,9 @@ impl Module for VitAttention {
 
 impl Module for Mlp {
     fn forward(&self, input: &Var) -> Result<Var> {
-        let h = self.drop1.forward(&self.act.forward(&self.fc1.forward(input)?)?)?;
+        let h = self
+            .drop1
+            .forward(&self.act.forward(&self.fc1.forward(input)?)?)?;
         self.drop2.forward(&self.fc2.forward(&h)?)
     }
 }

@@ -6,5 +6,6 @@
 mod init_stats;
 mod models;
 mod state_dict;
+mod timm_layers;
 mod timm_parity;
 mod torch_parity;

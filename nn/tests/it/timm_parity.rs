@@ -29,7 +29,11 @@ fn check(name: &str, mut model: impl Module) {
     assert_eq!(got.shape(), [2, 10], "{name}: logits shape");
     let got = got.contiguous().unwrap().to_vec::<f32>().unwrap();
     let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let worst = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    let worst = got
+        .iter()
+        .zip(&want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
     assert!(
         worst <= 1e-4 * scale,
         "{name}: max |tessera − timm| = {worst} for logits up to {scale}"
@@ -56,7 +60,9 @@ fn resnet_basic_small_stem_matches_timm() {
 fn resnet_bottleneck_imagenet_stem_matches_timm() {
     let cfg = ResNetConfig {
         layers: [1, 1, 1, 1],
-        ..ResNetConfig::resnet50().widths(64, [4, 8, 16, 32]).num_classes(10)
+        ..ResNetConfig::resnet50()
+            .widths(64, [4, 8, 16, 32])
+            .num_classes(10)
     };
     check("resnet_bottleneck_imagenet", built(|| ResNet::new(&cfg)));
 }
