@@ -13,8 +13,8 @@ use tessera::data::formats::Mnist;
 use tessera::data::{DataLoader, VecDataset};
 use tessera::nn::{state_dict, Module};
 use tessera::optim::{
-    clip_grad_norm, param_groups_weight_decay, AdamW, AdamWOptions, CosineLR, CosineOptions,
-    LrScheduler, Optimizer,
+    clip_grad_norm, param_groups_weight_decay, AdamW, AdamWOptions, CosineLR, CosineOptions, LrScheduler,
+    Optimizer,
 };
 use tessera::tensor::{rng, Checkpoint, DType, PadMode, StateDict, Tensor};
 
@@ -36,7 +36,9 @@ pub fn train(args: &Args) -> BoxResult<()> {
     if let Some(n) = args.threads {
         rayon::ThreadPoolBuilder::new().num_threads(n).build_global()?;
     }
-    let img_size = args.img_size.unwrap_or_else(|| zoo::default_img_size(&args.model));
+    let img_size = args
+        .img_size
+        .unwrap_or_else(|| zoo::default_img_size(&args.model));
     let (train, test) = load_data(args, img_size)?;
     let n_train = train.labels.shape()[0];
     let loader = DataLoader::builder(VecDataset::new((0..n_train as i64).collect::<Vec<_>>()))
@@ -50,7 +52,11 @@ pub fn train(args: &Args) -> BoxResult<()> {
     rng::manual_seed(args.seed);
     let mut model = zoo::build(args, img_size, 1, classes)?;
     let ema = match args.ema_decay {
-        Some(d) => Some(Ema::new(zoo::build(args, img_size, 1, classes)?, model.as_ref(), d)?),
+        Some(d) => Some(Ema::new(
+            zoo::build(args, img_size, 1, classes)?,
+            model.as_ref(),
+            d,
+        )?),
         None => None,
     };
     let hyper = AdamWOptions {
@@ -68,10 +74,13 @@ pub fn train(args: &Args) -> BoxResult<()> {
         warmup_lr_init: 1e-6,
         ..CosineOptions::new(total_steps.saturating_sub(warmup).max(1))
     };
-    let mut sched = CosineLR::new(&mut opt, CosineOptions {
-        warmup_prefix: true,
-        ..sched_opts
-    })?;
+    let mut sched = CosineLR::new(
+        &mut opt,
+        CosineOptions {
+            warmup_prefix: true,
+            ..sched_opts
+        },
+    )?;
 
     std::fs::create_dir_all(&args.out)
         .map_err(|e| format!("cannot create the output directory {}: {e}", args.out.display()))?;

@@ -67,3 +67,12 @@ pub(crate) fn drop_branch(drop_path: &Option<DropPath>, y: Var) -> Result<Var> {
         None => Ok(y),
     }
 }
+
+/// The drop-path rate of block `index` of `total`: linear from 0 to
+/// `rate` (timm's `torch.linspace(0, rate, total)`).
+pub(crate) fn drop_path_at(rate: f64, index: usize, total: usize) -> f64 {
+    if total <= 1 {
+        return 0.0;
+    }
+    rate * index as f64 / (total - 1) as f64
+}

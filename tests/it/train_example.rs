@@ -97,7 +97,10 @@ fn resume_gives_identical_weights_ema_and_metrics() {
     for file in ["model.safetensors", "ema.safetensors"] {
         let wa = std::fs::read(a.join(file)).unwrap();
         let wb = std::fs::read(b.join(file)).unwrap();
-        assert!(wa == wb, "{file}: the resumed run differs from the uninterrupted one");
+        assert!(
+            wa == wb,
+            "{file}: the resumed run differs from the uninterrupted one"
+        );
     }
     for d in [a, b] {
         std::fs::remove_dir_all(d).unwrap();

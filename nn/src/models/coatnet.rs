@@ -6,8 +6,7 @@
 use tessera_autograd::{scaled_dot_product_attention, AttnMask, AttnOptions, Var};
 use tessera_tensor::{Error, GeluApprox, Result};
 
-use super::resnet::drop_path_at;
-use crate::drop_path::drop_branch;
+use crate::drop_path::{drop_branch, drop_path_at};
 use crate::init;
 use crate::{
     AvgPool2d, BatchNorm, BatchNormOptions, Conv2d, Conv2dOptions, DropPath, Dropout, LayerNorm2d, Linear,

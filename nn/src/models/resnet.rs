@@ -6,7 +6,7 @@ use tessera_autograd::Var;
 use tessera_tensor::ops::pool::Pool2dParams;
 use tessera_tensor::{Error, Result};
 
-use crate::drop_path::drop_branch;
+use crate::drop_path::{drop_branch, drop_path_at};
 use crate::init::{self, FanMode, Nonlinearity};
 use crate::{BatchNorm, BatchNormOptions, Conv2d, Conv2dOptions, DropPath, Linear, MaxPool2d, Module};
 
@@ -377,15 +377,6 @@ impl Module for Downsample {
     fn forward(&self, input: &Var) -> Result<Var> {
         self.bn.forward(&self.conv.forward(input)?)
     }
-}
-
-/// The drop-path rate of block `index` of `total`: linear from 0 to
-/// `rate` (timm's `torch.linspace(0, rate, total)`).
-pub(crate) fn drop_path_at(rate: f64, index: usize, total: usize) -> f64 {
-    if total <= 1 {
-        return 0.0;
-    }
-    rate * index as f64 / (total - 1) as f64
 }
 
 fn check_config(cfg: &ResNetConfig) -> Result<()> {

@@ -4,8 +4,7 @@
 use tessera_autograd::{scaled_dot_product_attention, AttnOptions, Parameter, Var};
 use tessera_tensor::{DType, Error, GeluApprox, Result, Tensor};
 
-use super::resnet::drop_path_at;
-use crate::drop_path::drop_branch;
+use crate::drop_path::{drop_branch, drop_path_at};
 use crate::{init, Conv2d, Conv2dOptions, DropPath, Dropout, LayerNorm, Linear, Module, GELU};
 
 /// The shape of a [`VisionTransformer`]; `VitConfig::vit_tiny_patch16_224()`
