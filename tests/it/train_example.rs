@@ -8,14 +8,15 @@
 #[allow(dead_code)]
 #[path = "../../examples/train/cli.rs"]
 mod cli;
-#[path = "../../examples/train_mnist/progress.rs"]
-mod progress;
 #[path = "../../examples/train/run.rs"]
 mod run;
 #[path = "../../examples/train/zoo.rs"]
 mod zoo;
 
 use std::path::{Path, PathBuf};
+
+// The progress bar is train_mnist's, compiled once for the test binary.
+use super::train_mnist_resume::progress;
 
 use tessera::tensor::StateDict;
 

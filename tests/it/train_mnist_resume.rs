@@ -8,7 +8,7 @@
 #[path = "../../examples/train_mnist/cli.rs"]
 mod cli;
 #[path = "../../examples/train_mnist/progress.rs"]
-mod progress;
+pub(crate) mod progress;
 #[path = "../../examples/train_mnist/run.rs"]
 mod run;
 
