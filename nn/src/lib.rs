@@ -15,10 +15,12 @@
 //!   [`GroupNorm`], [`Dropout`], [`Embedding`], [`MaxPool2d`],
 //!   [`AvgPool2d`], [`AdaptiveAvgPool2d`], [`Flatten`], [`Identity`],
 //!   activations, [`Sequential`], [`ModuleList`], [`MultiheadAttention`],
-//!   [`TransformerEncoderLayer`]; losses ([`CrossEntropyLoss`], ...).
+//!   [`TransformerEncoderLayer`], timm's [`DropPath`], [`SqueezeExcite`],
+//!   [`RelPosBias`] and [`LayerNorm2d`]; losses ([`CrossEntropyLoss`], ...).
 //! - [`init`]: `torch.nn.init`'s schemes; every layer starts with
 //!   PyTorch's default init.
-//! - [`models`]: ready-made networks (the MNIST MLP and CNN).
+//! - [`models`]: ready-made networks with torchvision/timm names and
+//!   structure (ResNet, ViT, CoAtNet) and the MNIST MLP and CNN.
 //!
 //! ```
 //! use tessera_nn::{Linear, Module, ReLU, Sequential};
@@ -40,6 +42,7 @@ mod attention;
 mod buffer;
 mod container;
 mod conv;
+mod drop_path;
 mod embedding;
 pub mod init;
 mod linear;
@@ -48,6 +51,8 @@ pub mod models;
 mod module;
 mod norm;
 mod pool;
+mod rel_pos;
+mod se;
 pub mod state_dict;
 mod training;
 mod transformer;
@@ -58,12 +63,15 @@ pub use attention::{MhaMasks, MultiheadAttention};
 pub use buffer::Buffer;
 pub use container::{ModuleList, Sequential};
 pub use conv::{Conv2d, Conv2dOptions};
+pub use drop_path::DropPath;
 pub use embedding::Embedding;
 pub use linear::{Flatten, Identity, Linear};
 pub use loss::{BCEWithLogitsLoss, CrossEntropyLoss, MSELoss, NLLLoss};
 pub use module::Module;
-pub use norm::{BatchNorm, BatchNormOptions, GroupNorm, LayerNorm};
+pub use norm::{BatchNorm, BatchNormOptions, GroupNorm, LayerNorm, LayerNorm2d};
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, MaxPool2d};
+pub use rel_pos::RelPosBias;
+pub use se::SqueezeExcite;
 pub use state_dict::LoadReport;
 pub use tessera_autograd::{Parameter, Reduction, Var};
 pub use tessera_derive::Module;

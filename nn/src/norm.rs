@@ -269,3 +269,47 @@ impl Module for GroupNorm {
         input.group_norm(self.num_groups, w.as_ref(), b.as_ref(), self.eps)
     }
 }
+
+/// Layer normalization of `[N, C, H, W]` over the channels at each
+/// position (timm's `LayerNorm2d`): per-channel `weight` (ones) and `bias`
+/// (zeros), `eps` 1e-6 by default in timm.
+#[derive(Debug, Clone, Module)]
+pub struct LayerNorm2d {
+    /// Per-channel scale `[C]`.
+    pub weight: Parameter,
+    /// Per-channel shift `[C]`.
+    pub bias: Parameter,
+    /// Added to the variance.
+    #[module(skip)]
+    pub eps: f64,
+}
+
+impl LayerNorm2d {
+    /// `LayerNorm2d(num_channels, eps)` in f32. Errors only if the
+    /// parameters cannot be allocated.
+    pub fn new(num_channels: usize, eps: f64) -> Result<LayerNorm2d> {
+        Ok(LayerNorm2d {
+            weight: Parameter::new(Tensor::ones(&[num_channels], DType::F32)?),
+            bias: Parameter::new(Tensor::zeros(&[num_channels], DType::F32)?),
+            eps,
+        })
+    }
+}
+
+impl Module for LayerNorm2d {
+    /// Errors when the input is not `[N, C, H, W]` with this norm's `C`.
+    fn forward(&self, input: &Var) -> Result<Var> {
+        let c = self.weight.numel();
+        if input.ndim() != 4 || input.shape()[1] != c {
+            return Err(Error::shape(
+                "LayerNorm2d",
+                format!("expected input [N, {c}, H, W], got {:?}", input.shape()),
+            ));
+        }
+        let (w, b) = (self.weight.var(), self.bias.var());
+        input
+            .permute(&[0, 2, 3, 1])?
+            .layer_norm(&[c], Some(&w), Some(&b), self.eps)?
+            .permute(&[0, 3, 1, 2])
+    }
+}

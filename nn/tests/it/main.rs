@@ -4,5 +4,8 @@
 //! allocator) is a separate file in `tests/` that says why in its first line.
 
 mod init_stats;
+mod models;
 mod state_dict;
+mod timm_layers;
+mod timm_parity;
 mod torch_parity;

@@ -1,0 +1,167 @@
+//! Command-line flags of `train`.
+
+use std::path::PathBuf;
+
+/// The usage text printed on a bad flag or `--help`.
+pub const USAGE: &str = "usage: train --model NAME [--data DIR] [--out DIR] [--epochs N] \
+[--batch-size N] [--lr F] [--weight-decay F] [--warmup-epochs N] [--min-lr F] [--smoothing F] \
+[--clip-grad F] [--ema-decay F] [--img-size N] [--patch-size N] [--depth N] [--embed-dim N] \
+[--num-heads N] [--drop-path F] [--seed N] [--threads N] [--log-every N] [--resume]
+[--train-limit N] [--test-limit N] [--stop-after N]
+
+  --model         resnet18|resnet34|resnet50|resnet101|vit_tiny_patch16_224|
+                  vit_small_patch16_224|vit_base_patch16_224|coatnet_0_224 .. coatnet_3_224
+  --data          MNIST-layout IDX directory (/usr/share/datasets/fashion-mnist;
+                  also datasets/mnist)
+  --out           directory for metrics.jsonl, checkpoint.safetensors,
+                  ema.safetensors and model.safetensors (runs/train)
+  --epochs        epochs (10)
+  --batch-size    samples per step (128)
+  --lr            peak AdamW learning rate (1e-3)
+  --weight-decay  AdamW decoupled decay, not applied to biases, norms and
+                  embeddings (0.05)
+  --warmup-epochs linear warm-up from 1e-6, in epochs (1)
+  --min-lr        lr at the end of the cosine (1e-5)
+  --smoothing     label smoothing (0.1)
+  --clip-grad     global 2-norm gradient clipping (off)
+  --ema-decay     weight EMA decay, e.g. 0.999 (off)
+  --img-size      model input side (28; 32 for CoAtNet); images are padded
+  --patch-size    ViT patch side (4)
+  --depth         ViT depth (the model's)
+  --embed-dim / --num-heads
+                  ViT width and heads (the model's)
+  --drop-path     stochastic depth rate (0.1)
+  --seed          seed of the init and the shuffling (0)
+  --threads       worker threads (all cores)
+  --log-every     steps between \"step\" lines in metrics.jsonl (50)
+  --resume        continue from OUT/checkpoint.safetensors
+  --train-limit / --test-limit N
+                  use only the first N images of a split (quick checks)
+  --stop-after N  stop after N epochs as if interrupted (tests --resume)";
+
+/// The parsed flags.
+#[derive(Debug, Clone)]
+pub struct Args {
+    pub model: String,
+    pub data: PathBuf,
+    pub out: PathBuf,
+    pub epochs: usize,
+    pub batch_size: usize,
+    pub lr: f64,
+    pub weight_decay: f64,
+    pub warmup_epochs: usize,
+    pub min_lr: f64,
+    pub smoothing: f64,
+    pub clip_grad: Option<f64>,
+    pub ema_decay: Option<f64>,
+    pub img_size: Option<usize>,
+    pub patch_size: usize,
+    pub depth: Option<usize>,
+    pub embed_dim: Option<usize>,
+    pub num_heads: Option<usize>,
+    pub drop_path: f64,
+    pub seed: u64,
+    pub threads: Option<usize>,
+    pub log_every: usize,
+    pub resume: bool,
+    pub train_limit: Option<usize>,
+    pub test_limit: Option<usize>,
+    pub stop_after: Option<usize>,
+}
+
+impl Args {
+    /// Parses `--flag value` pairs (and `--flag=value`). Errors with a
+    /// message naming the bad flag or value.
+    pub fn parse(args: impl Iterator<Item = String>) -> Result<Args, String> {
+        let mut a = Args {
+            model: "resnet18".into(),
+            data: PathBuf::from("/usr/share/datasets/fashion-mnist"),
+            out: PathBuf::from("runs/train"),
+            epochs: 10,
+            batch_size: 128,
+            lr: 1e-3,
+            weight_decay: 0.05,
+            warmup_epochs: 1,
+            min_lr: 1e-5,
+            smoothing: 0.1,
+            clip_grad: None,
+            ema_decay: None,
+            img_size: None,
+            patch_size: 4,
+            depth: None,
+            embed_dim: None,
+            num_heads: None,
+            drop_path: 0.1,
+            seed: 0,
+            threads: None,
+            log_every: 50,
+            resume: false,
+            train_limit: None,
+            test_limit: None,
+            stop_after: None,
+        };
+        let mut it = args.flat_map(|s| match s.split_once('=') {
+            Some((k, v)) if s.starts_with("--") => vec![k.to_string(), v.to_string()],
+            _ => vec![s],
+        });
+        while let Some(flag) = it.next() {
+            match flag.as_str() {
+                "--resume" => {
+                    a.resume = true;
+                    continue;
+                }
+                "--help" | "-h" => return Err("help".into()),
+                _ => {}
+            }
+            let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+            let bad = |e: &dyn std::fmt::Display| format!("bad value {value:?} for {flag}: {e}");
+            macro_rules! parse {
+                () => {
+                    value.parse().map_err(|e| bad(&e))?
+                };
+            }
+            match flag.as_str() {
+                "--model" => a.model = value,
+                "--data" => a.data = PathBuf::from(value),
+                "--out" => a.out = PathBuf::from(value),
+                "--epochs" => a.epochs = parse!(),
+                "--batch-size" => a.batch_size = parse!(),
+                "--lr" => a.lr = parse!(),
+                "--weight-decay" => a.weight_decay = parse!(),
+                "--warmup-epochs" => a.warmup_epochs = parse!(),
+                "--min-lr" => a.min_lr = parse!(),
+                "--smoothing" => a.smoothing = parse!(),
+                "--clip-grad" => a.clip_grad = Some(parse!()),
+                "--ema-decay" => a.ema_decay = Some(parse!()),
+                "--img-size" => a.img_size = Some(parse!()),
+                "--patch-size" => a.patch_size = parse!(),
+                "--depth" => a.depth = Some(parse!()),
+                "--embed-dim" => a.embed_dim = Some(parse!()),
+                "--num-heads" => a.num_heads = Some(parse!()),
+                "--drop-path" => a.drop_path = parse!(),
+                "--seed" => a.seed = parse!(),
+                "--threads" => a.threads = Some(parse!()),
+                "--log-every" => a.log_every = parse!(),
+                "--train-limit" => a.train_limit = Some(parse!()),
+                "--test-limit" => a.test_limit = Some(parse!()),
+                "--stop-after" => a.stop_after = Some(parse!()),
+                _ => return Err(format!("unknown flag {flag}")),
+            }
+        }
+        if a.epochs == 0 || a.batch_size == 0 || a.threads == Some(0) || a.log_every == 0 {
+            return Err("--epochs, --batch-size, --threads and --log-every must be positive".into());
+        }
+        let positive = |x: f64| x.is_finite() && x > 0.0;
+        let nonneg = |x: f64| x.is_finite() && x >= 0.0;
+        if !positive(a.lr) || !nonneg(a.min_lr) || !nonneg(a.weight_decay) {
+            return Err("--lr must be positive, --min-lr and --weight-decay non-negative".into());
+        }
+        if !(0.0..1.0).contains(&a.smoothing) || a.clip_grad.is_some_and(|c| !positive(c)) {
+            return Err("--smoothing must be in [0, 1) and --clip-grad positive".into());
+        }
+        if a.ema_decay.is_some_and(|d| !(0.0..1.0).contains(&d)) {
+            return Err("--ema-decay must be in [0, 1)".into());
+        }
+        Ok(a)
+    }
+}
