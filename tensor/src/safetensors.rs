@@ -17,7 +17,7 @@
 //! [safetensors]: https://github.com/huggingface/safetensors
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
@@ -162,8 +162,33 @@ pub(crate) fn serialize<'a, K: AsRef<str>>(
         }
         views.push((name, TensorBytes(t.contiguous().map_err(|e| e.to_string())?)));
     }
-    let metadata = (!metadata.is_empty()).then_some(metadata);
-    ::safetensors::serialize(views, metadata).map_err(|e| e.to_string())
+    if metadata.is_empty() {
+        return ::safetensors::serialize(views, None).map_err(|e| e.to_string());
+    }
+    let sorted: BTreeMap<&str, &str> = metadata.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let sorted = serde_json::to_vec(&sorted).map_err(|e| e.to_string())?;
+    let mut bytes = ::safetensors::serialize(views, Some(metadata)).map_err(|e| e.to_string())?;
+    overwrite_metadata_sorted(&mut bytes, &sorted)?;
+    Ok(bytes)
+}
+
+/// The safetensors crate writes `__metadata__` as the header's first entry
+/// in `HashMap` order, so the same state saved twice could differ byte for
+/// byte. The same map with its keys sorted serialises to the same length,
+/// so it overwrites the written one in place and saves are reproducible.
+fn overwrite_metadata_sorted(bytes: &mut [u8], sorted: &[u8]) -> std::result::Result<(), String> {
+    const PREFIX: &[u8] = b"{\"__metadata__\":";
+    let start = 8 + PREFIX.len();
+    let end = start + sorted.len();
+    let fits = bytes.get(8..start) == Some(PREFIX)
+        && matches!(bytes.get(end), Some(b',' | b'}'))
+        && bytes[start] == b'{'
+        && bytes[end - 1] == b'}';
+    if !fits {
+        return Err("the safetensors header does not start with the metadata map".into());
+    }
+    bytes[start..end].copy_from_slice(sorted);
+    Ok(())
 }
 
 /// A contiguous tensor seen as the bytes safetensors writes.

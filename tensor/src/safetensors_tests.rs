@@ -232,3 +232,21 @@ fn loading_a_directory_says_so() {
         "{e}"
     );
 }
+
+#[test]
+fn equal_metadata_saves_equal_bytes() {
+    let t = Tensor::zeros(&[2, 3], DType::F32).unwrap();
+    let pairs: Vec<(String, String)> = (0..32).map(|i| (format!("key{i}"), format!("v\"{i}"))).collect();
+    // Each map has its own hash seed, so their iteration orders differ.
+    let saves: Vec<Vec<u8>> = (0..4)
+        .map(|_| serialize([("t", &t)], pairs.iter().cloned().collect()).unwrap())
+        .collect();
+    assert!(
+        saves.windows(2).all(|w| w[0] == w[1]),
+        "saves of equal states differ"
+    );
+    let p = TempPath::new("sorted_meta");
+    std::fs::write(&p.0, &saves[0]).unwrap();
+    let (_, meta) = load_with_metadata(&p.0).unwrap();
+    assert_eq!(meta, pairs.into_iter().collect::<HashMap<_, _>>());
+}
