@@ -85,11 +85,14 @@ impl Module {
         }
     }
 
-    /// The program NVRTC compiles: common header, then the family's source
-    /// with `#line` so compiler messages name the right file and line.
+    /// The program NVRTC compiles: the op codes
+    /// ([`crate::op_codes::cuda_header`]), the common header, then the
+    /// family's source with `#line` so compiler messages name the right file
+    /// and line.
     pub fn full_source(self) -> String {
         format!(
-            "{COMMON_HEADER}\n#line 1 \"{}\"\n{}",
+            "{}{COMMON_HEADER}\n#line 1 \"{}\"\n{}",
+            crate::op_codes::cuda_header(),
             self.file_name(),
             self.source()
         )

@@ -19,6 +19,7 @@
 //! ```
 
 pub mod alloc;
+mod backend;
 mod checkpoint;
 #[cfg(feature = "cuda")]
 mod cuda;
@@ -45,6 +46,7 @@ pub(crate) mod test_util;
 mod transfer;
 
 pub use alloc::ALIGN;
+pub use backend::{BinaryOp, UnaryOp};
 pub use checkpoint::Checkpoint;
 pub use device::Device;
 pub use dtype::{DType, Element, FloatElement, FloatMath};

@@ -22,25 +22,6 @@ macro_rules! all_floats {
     }};
 }
 
-const UNARY: [UnaryOp; 17] = [
-    UnaryOp::Identity,
-    UnaryOp::Neg,
-    UnaryOp::Abs,
-    UnaryOp::Exp,
-    UnaryOp::Log,
-    UnaryOp::Sqrt,
-    UnaryOp::Rsqrt,
-    UnaryOp::Relu,
-    UnaryOp::Sigmoid,
-    UnaryOp::Tanh,
-    UnaryOp::GeluErf,
-    UnaryOp::GeluTanh,
-    UnaryOp::Silu,
-    UnaryOp::Sin,
-    UnaryOp::Cos,
-    UnaryOp::Recip,
-    UnaryOp::Square,
-];
 
 fn erf(x: f64) -> f64 {
     // Abramowitz-Stegun 7.1.26 is too coarse; integrate the series instead.
@@ -72,6 +53,21 @@ fn unary_ref(op: UnaryOp, x: f64) -> f64 {
         UnaryOp::Cos => x.cos(),
         UnaryOp::Recip => 1.0 / x,
         UnaryOp::Square => x * x,
+        UnaryOp::Sign => {
+            if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
+            } else {
+                0.0
+            }
+        }
+        UnaryOp::Floor => x.floor(),
+        UnaryOp::Ceil => x.ceil(),
+        UnaryOp::Round => x.round_ties_even(),
+        UnaryOp::Log1p => x.ln_1p(),
+        UnaryOp::Expm1 => x.exp_m1(),
+        UnaryOp::Erf => erf(x),
     }
 }
 
@@ -96,6 +92,29 @@ fn binary_ref(op: BinaryOp, a: f64, b: f64) -> f64 {
             }
         }
         BinaryOp::Pow => a.powf(b),
+        BinaryOp::GeluErfBackward => {
+            let pdf = (-0.5 * b * b).exp() / (2.0 * std::f64::consts::PI).sqrt();
+            a * (0.5 * (1.0 + erf(b / 2f64.sqrt())) + b * pdf)
+        }
+        BinaryOp::GeluTanhBackward => {
+            let k = 0.7978845608028654;
+            let t = (k * (b + 0.044715 * b * b * b)).tanh();
+            a * (0.5 * (1.0 + t) + 0.5 * b * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * b * b))
+        }
+        BinaryOp::SiluBackward => {
+            let s = 1.0 / (1.0 + (-b).exp());
+            a * s * (1.0 + b * (1.0 - s))
+        }
+        BinaryOp::SigmoidBackward => a * b * (1.0 - b),
+        BinaryOp::TanhBackward => a * (1.0 - b * b),
+        BinaryOp::ReluBackward => {
+            if b > 0.0 {
+                a
+            } else {
+                0.0
+            }
+        }
+        BinaryOp::AbsBackward => a * unary_ref(UnaryOp::Sign, b),
     }
 }
 
@@ -118,7 +137,7 @@ fn unary_t<T: TF>(e: &impl Exec, dg: &mut Digest) {
     let strides = [5isize, 1, 15];
     let contig: Vec<T> = r.vec(37, -2.0, 2.0);
     let (xb, xc) = (e.upload(&base), e.upload(&contig));
-    for op in UNARY {
+    for op in UnaryOp::ALL {
         let y = e.upload(&[T::default(); 105]);
         e.go(&[ew::unary(
             op,
@@ -171,15 +190,7 @@ fn binary_t<T: TF>(e: &impl Exec, dg: &mut Digest) {
     let b: Vec<T> = r.vec(30, 0.25, 2.0);
     let (sa, sb) = ([6isize, 0, 1], [0isize, 6, 1]);
     let (pa, pb) = (e.upload(&a), e.upload(&b));
-    for op in [
-        BinaryOp::Add,
-        BinaryOp::Sub,
-        BinaryOp::Mul,
-        BinaryOp::Div,
-        BinaryOp::Maximum,
-        BinaryOp::Minimum,
-        BinaryOp::Pow,
-    ] {
+    for op in BinaryOp::ALL {
         let y = e.upload(&[T::default(); 120]);
         e.go(&[ew::binary(op, Operand::new(pa, &sa), Operand::new(pb, &sb), y, &shape).unwrap()]);
         let want: Vec<f64> = (0..120)

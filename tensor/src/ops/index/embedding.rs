@@ -28,7 +28,12 @@ impl Tensor {
                 ));
             }
         }
-        on_cuda!(self.is_cuda() || indices.is_cuda() => super::cuda::embedding(self, indices));
+        crate::backend::dispatch(OP, &[self, indices])?.embedding(self, indices)
+    }
+
+    /// The CPU kernel of [`Tensor::embedding`].
+    pub(crate) fn embedding_cpu(&self, indices: &Tensor) -> Result<Tensor> {
+        const OP: &str = "embedding";
         self.device().same_as(indices.device(), OP)?;
         if self.ndim() != 2 {
             return Err(Error::shape(
@@ -67,7 +72,7 @@ pub fn embedding_backward(
     num_weights: usize,
     padding_idx: Option<usize>,
 ) -> Result<Tensor> {
-    cpu_only!("embedding_backward", grad, indices);
+    host_kernel!("embedding_backward", grad, indices);
     const OP: &str = "embedding_backward";
     if grad.ndim() != indices.ndim() + 1 || grad.shape()[..indices.ndim()] != *indices.shape() {
         return Err(Error::shape(

@@ -86,10 +86,6 @@ pub(crate) fn argmax(t: &Tensor, dim: Option<isize>, keepdim: bool) -> Result<Te
     }
 }
 
-/// The error of a reduction without a CUDA kernel yet.
-pub(crate) fn unsupported<R>(t: &Tensor, op: &'static str) -> Result<R> {
-    Err(no_kernel(op, t.device(), "this op"))
-}
 
 /// The dims to reduce, sorted (every dim when `dims` is empty).
 fn resolve(op: &'static str, t: &Tensor, dims: &[isize]) -> Result<Vec<usize>> {
