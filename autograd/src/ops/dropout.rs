@@ -3,7 +3,7 @@
 //! (so gradient checkpointing, which restores that generator, replays it).
 
 use tessera_tensor::{
-    with_float_dtype, DType, Element, Error, FloatElement, FloatMath, Result, Tensor, TensorOptions,
+    DType, Error, Result, Tensor, TensorOptions,
 };
 
 use super::record_op;
@@ -56,13 +56,12 @@ impl Var {
 }
 
 /// `t · scale` where `keep` is true and 0 elsewhere, in `t`'s float dtype
-/// (the product rounded once). Errors for a non-float `t`.
+/// (the product rounded once), as tensor ops. Errors for a non-float `t`.
 fn masked_scale(t: &Tensor, keep: &Tensor, scale: f64) -> Result<Tensor> {
-    let op = reg::DROPOUT.name();
-    with_float_dtype!(t.dtype(), T => {
-        let s = <T as FloatElement>::Math::of(scale);
-        t.zip_map::<T, bool, T>(keep, op, move |v, k| {
-            if k { T::from_math(v.to_math() * s) } else { T::from_f64(0.0) }
-        })
-    }, else Err(Error::dtype(op, format!("dropout needs a floating-point value, got {}", t.dtype()))))
+    if !t.dtype().is_float() {
+        let op = reg::DROPOUT.name();
+        return Err(Error::dtype(op, format!("dropout needs a floating-point value, got {}", t.dtype())));
+    }
+    let scaled = t.mul_scalar(scale)?;
+    Tensor::where_(keep, &scaled, &scaled.zeros_like(None)?)
 }

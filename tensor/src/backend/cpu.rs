@@ -66,6 +66,20 @@ impl Backend for Cpu {
         weight.embedding_cpu(indices)
     }
 
+    fn embedding_backward(
+        &self,
+        grad: &Tensor,
+        indices: &Tensor,
+        num_weights: usize,
+        padding_idx: Option<usize>,
+    ) -> Result<Tensor> {
+        crate::ops::index::embedding::embedding_backward_cpu(grad, indices, num_weights, padding_idx)
+    }
+
+    fn view_backward(&self, grad: &Tensor, base: &[usize], view: &crate::Layout) -> Result<Tensor> {
+        crate::ops::view_backward::cpu(grad, base, view)
+    }
+
     fn host_kernel(&self, _op: &'static str) -> Result<()> {
         Ok(())
     }

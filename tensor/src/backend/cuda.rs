@@ -96,6 +96,20 @@ impl Backend for Cuda {
         ops::index::cuda::embedding(weight, indices)
     }
 
+    fn embedding_backward(
+        &self,
+        grad: &Tensor,
+        indices: &Tensor,
+        num_weights: usize,
+        padding_idx: Option<usize>,
+    ) -> Result<Tensor> {
+        ops::index::cuda::embedding_backward(grad, indices, num_weights, padding_idx)
+    }
+
+    fn view_backward(&self, _grad: &Tensor, _base: &[usize], _view: &crate::Layout) -> Result<Tensor> {
+        Err(no_kernel("view_backward", self.state.device(), "this op"))
+    }
+
     fn host_kernel(&self, op: &'static str) -> Result<()> {
         Err(no_kernel(op, self.state.device(), "this op"))
     }

@@ -113,6 +113,18 @@ pub(crate) trait Backend {
     ) -> Result<(Tensor, Tensor, Tensor)>;
     /// Rows of `weight` picked by `indices`.
     fn embedding(&self, weight: &Tensor, indices: &Tensor) -> Result<Tensor>;
+    /// The gradient of `embedding` for a `[num_weights, D]` table.
+    fn embedding_backward(
+        &self,
+        grad: &Tensor,
+        indices: &Tensor,
+        num_weights: usize,
+        padding_idx: Option<usize>,
+    ) -> Result<Tensor>;
+    /// A zero tensor of shape `base` with `grad` written where the view
+    /// `view` (over a contiguous `base`) reads: the gradient of narrow,
+    /// slice, select and other injective views.
+    fn view_backward(&self, grad: &Tensor, base: &[usize], view: &crate::Layout) -> Result<Tensor>;
     /// `Ok(())` when the op named `op`, whose only kernel is the CPU's, may
     /// run on this backend; the CUDA backend's refusal.
     fn host_kernel(&self, op: &'static str) -> Result<()>;

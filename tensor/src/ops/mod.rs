@@ -62,6 +62,7 @@ pub mod reduce;
 pub mod softmax;
 pub mod softmax_backward;
 pub mod unary;
+pub mod view_backward;
 
 pub mod index;
 pub mod join;

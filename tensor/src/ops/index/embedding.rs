@@ -72,7 +72,22 @@ pub fn embedding_backward(
     num_weights: usize,
     padding_idx: Option<usize>,
 ) -> Result<Tensor> {
-    host_kernel!("embedding_backward", grad, indices);
+    crate::backend::dispatch("embedding_backward", &[grad, indices])?.embedding_backward(
+        grad,
+        indices,
+        num_weights,
+        padding_idx,
+    )
+}
+
+/// Checks the arguments of [`embedding_backward`]; returns the indices (read
+/// back to the host) and the embedding width.
+pub(crate) fn check_embedding_backward(
+    grad: &Tensor,
+    indices: &Tensor,
+    num_weights: usize,
+    padding_idx: Option<usize>,
+) -> Result<(Vec<i64>, usize)> {
     const OP: &str = "embedding_backward";
     if grad.ndim() != indices.ndim() + 1 || grad.shape()[..indices.ndim()] != *indices.shape() {
         return Err(Error::shape(
@@ -94,6 +109,18 @@ pub fn embedding_backward(
     check_range(OP, &idx, 0, num_weights)?;
     let d = grad.shape()[indices.ndim()];
     crate::tensor::checked_numel(OP, &[num_weights, d])?;
+    Ok((idx, d))
+}
+
+/// The CPU kernel of [`embedding_backward`].
+pub(crate) fn embedding_backward_cpu(
+    grad: &Tensor,
+    indices: &Tensor,
+    num_weights: usize,
+    padding_idx: Option<usize>,
+) -> Result<Tensor> {
+    const OP: &str = "embedding_backward";
+    let (idx, d) = check_embedding_backward(grad, indices, num_weights, padding_idx)?;
     let grad = grad.contiguous()?;
     crate::with_float_dtype!(grad.dtype(), T => {
         let g = grad.as_slice::<T>()?;

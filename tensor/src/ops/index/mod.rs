@@ -9,7 +9,7 @@
 mod cpu;
 #[cfg(feature = "cuda")]
 pub(crate) mod cuda;
-mod embedding;
+pub(crate) mod embedding;
 #[cfg(test)]
 mod tests;
 
