@@ -131,7 +131,7 @@ impl Module {
                 v
             }
             Module::Philox => per_dtype(&["philox_uniform", "philox_normal"], &FLOATS),
-            Module::Reduce => per_dtype(&["reduce_sum", "reduce_max", "argmax"], &FLOATS),
+            Module::Reduce => per_dtype(&["reduce", "argmax"], &FLOATS),
             Module::Softmax => per_dtype(&["softmax", "ce_fwd", "ce_bwd"], &FLOATS),
             Module::LayerNorm => per_dtype(
                 &["ln_fwd", "ln_bwd_dx", "ln_bwd_partial", "ln_bwd_final"],

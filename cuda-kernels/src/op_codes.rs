@@ -1,12 +1,14 @@
 //! The elementwise op codes, defined once for every backend.
 //!
-//! [`UnaryOp`] and [`BinaryOp`] are the ops of the elementwise engines: the
+//! [`UnaryOp`], [`BinaryOp`] and [`ReduceOp`] are the ops of the elementwise
+//! and reduction engines: the
 //! tensor crate's SIMD and scalar CPU kernels match on them, and the CUDA
 //! kernels receive their codes. The `.cu` sources never spell a code: they
 //! are compiled with [`cuda_header`] in front (NVRTC at run time, the
-//! emulator's C++ compiler at build time), which defines `UNARY_<NAME>` and
-//! `BINARY_<NAME>` and the X-macros `TESSERA_UNARY_OPS(X)` /
-//! `TESSERA_BINARY_OPS(X)`. `elementwise.cu` builds its `switch` from those
+//! emulator's C++ compiler at build time), which defines `UNARY_<NAME>`,
+//! `BINARY_<NAME>`, `REDUCE_<NAME>` and the X-macros `TESSERA_UNARY_OPS(X)`,
+//! `TESSERA_BINARY_OPS(X)`, `TESSERA_REDUCE_OPS(X)`; `reduce.cu` builds its
+//! switches the same way. `elementwise.cu` builds its `switch` from those
 //! X-macros, one `case` per op calling `unary_<NAME>` / `binary_<NAME>`, so a
 //! variant added here without its CUDA math fails to compile, and no code
 //! can mean another op.
@@ -178,6 +180,29 @@ impl BinaryOp {
     }
 }
 
+op_enum! {
+    /// Reductions over one dimension (the mean is a sum divided on the
+    /// tensor side).
+    ReduceOp, 4 {
+        /// Σ x (f32 accumulation; 0 when empty).
+        Sum => "sum", "SUM";
+        /// Π x (1 when empty).
+        Prod => "prod", "PROD";
+        /// max x, NaN propagates.
+        Max => "max", "MAX";
+        /// min x, NaN propagates.
+        Min => "min", "MIN";
+    }
+}
+
+impl ReduceOp {
+    /// True when the reduction of an empty dimension has a value (its
+    /// identity); max and min of nothing are errors.
+    pub fn has_identity(self) -> bool {
+        matches!(self, ReduceOp::Sum | ReduceOp::Prod)
+    }
+}
+
 /// The C header the `.cu` sources are compiled with: one `#define` per op
 /// code and the X-macros listing every op.
 pub fn cuda_header() -> String {
@@ -199,6 +224,10 @@ pub fn cuda_header() -> String {
         "BINARY",
         &mut BinaryOp::ALL.iter().map(|o| (o.cuda_name(), o.code())),
     );
+    list(
+        "REDUCE",
+        &mut ReduceOp::ALL.iter().map(|o| (o.cuda_name(), o.code())),
+    );
     h
 }
 
@@ -212,6 +241,9 @@ mod tests {
             assert_eq!(op.code(), i as i32);
         }
         for (i, op) in BinaryOp::ALL.iter().enumerate() {
+            assert_eq!(op.code(), i as i32);
+        }
+        for (i, op) in ReduceOp::ALL.iter().enumerate() {
             assert_eq!(op.code(), i as i32);
         }
         let mut names: Vec<_> = UnaryOp::ALL.iter().map(|o| o.cuda_name()).collect();

@@ -23,6 +23,10 @@ impl Backend for Cpu {
         x.reduce_cpu(op, dims, keepdim)
     }
 
+    fn mean(&self, x: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        x.mean_cpu(dims, keepdim)
+    }
+
     fn reduce_index(&self, max: bool, x: &Tensor, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
         x.reduce_index_cpu(max, dim, keepdim)
     }

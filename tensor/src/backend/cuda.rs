@@ -37,18 +37,18 @@ impl Backend for Cuda {
     }
 
     fn reduce(&self, op: ReduceOp, x: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        match op {
-            ReduceOp::Sum => ops::reduce::cuda::sum(x, dims, keepdim),
-            ReduceOp::Mean => ops::reduce::cuda::mean(x, dims, keepdim),
-            ReduceOp::Max => ops::reduce::cuda::max(x, dims, keepdim),
-            ReduceOp::Prod | ReduceOp::Min => Err(no_kernel(op.name(), self.state.device(), "this op")),
-        }
+        ops::reduce::cuda::reduce(x, op, dims, keepdim)
+    }
+
+    fn mean(&self, x: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        ops::reduce::cuda::mean(x, dims, keepdim)
     }
 
     fn reduce_index(&self, max: bool, x: &Tensor, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
         if max {
             ops::reduce::cuda::max_dim(x, dim, keepdim)
         } else {
+            // The argmax kernel has no argmin twin yet.
             Err(no_kernel("min_dim", self.state.device(), "this op"))
         }
     }

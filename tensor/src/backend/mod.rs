@@ -39,38 +39,9 @@ pub(crate) mod cuda;
 
 use std::borrow::Borrow;
 
-pub use tessera_cuda_kernels::op_codes::{BinaryOp, UnaryOp};
+pub use tessera_cuda_kernels::op_codes::{BinaryOp, ReduceOp, UnaryOp};
 
 use crate::{Device, Error, Result, Tensor};
-
-/// Reductions over a set of dims with a kernel on some backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ReduceOp {
-    /// Σ x
-    Sum,
-    /// Σ x / n
-    Mean,
-    /// Π x
-    Prod,
-    /// max x (NaN propagates)
-    Max,
-    /// min x (NaN propagates)
-    Min,
-}
-
-impl ReduceOp {
-    /// The tensor op's name, for errors.
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            ReduceOp::Sum => "sum",
-            ReduceOp::Mean => "mean",
-            ReduceOp::Prod => "prod",
-            ReduceOp::Max => "max",
-            ReduceOp::Min => "min",
-        }
-    }
-}
 
 /// The kernels of one kind of device. Arguments are validated by the
 /// `Tensor` op calling in only as far as dispatch needs; each method
@@ -84,6 +55,8 @@ pub(crate) trait Backend {
     fn binary_scalar(&self, name: &'static str, op: BinaryOp, x: &Tensor, s: f64, reversed: bool) -> Result<Tensor>;
     /// `op` over `dims` of `x`.
     fn reduce(&self, op: ReduceOp, x: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor>;
+    /// The mean over `dims` of `x`.
+    fn mean(&self, x: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor>;
     /// The max (or min) along `dim` and the index of its first occurrence.
     fn reduce_index(&self, max: bool, x: &Tensor, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)>;
     /// The index of the first max (or min) along `dim` (flattened: `None`).

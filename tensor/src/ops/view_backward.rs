@@ -38,7 +38,7 @@ impl Tensor {
 pub(crate) fn cpu(grad: &Tensor, base: &[usize], view: &Layout) -> Result<Tensor> {
     let g = grad.contiguous()?;
     crate::with_dtype!(grad.dtype(), T => {
-        let src = g.storage().as_slice::<T>();
+        let src = g.as_slice::<T>()?;
         Tensor::build::<T>("view_backward", base, |out| {
             let c = Coalesced::new([view]);
             c.for_each_row(0..c.numel(), |dst, [off], [stride], len| {

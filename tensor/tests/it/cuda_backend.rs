@@ -5,7 +5,7 @@
 //! run everywhere.
 #![cfg(feature = "cuda")]
 
-use tessera_tensor::{BinaryOp, DType, Device, Error, GeluApprox, Generator, Result, Tensor, UnaryOp};
+use tessera_tensor::{BinaryOp, DType, Device, Error, Generator, Result, Tensor, UnaryOp};
 
 const DEV: Device = Device::Cuda(0);
 const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
@@ -297,6 +297,22 @@ fn reductions_match_the_cpu() {
                         0.0,
                         0.0,
                     );
+                    assert_close(
+                        &format!("min {what}"),
+                        &x.min(d, keep).unwrap(),
+                        &g.min(d, keep).unwrap(),
+                        0.0,
+                        0.0,
+                    );
+                    // Factors near 1: products of thousands stay finite.
+                    let (xp, gp) = (x.mul_scalar(0.01).unwrap().exp().unwrap(), g.mul_scalar(0.01).unwrap().exp().unwrap());
+                    assert_close(
+                        &format!("prod {what}"),
+                        &xp.prod(d, keep).unwrap(),
+                        &gp.prod(d, keep).unwrap(),
+                        8.0 * tol(dtype),
+                        0.0,
+                    );
                 }
             }
             for dim in [0isize, 1, -1] {
@@ -327,7 +343,9 @@ fn reductions_match_the_cpu() {
         .to_device(DEV)
         .unwrap();
     assert_eq!(f64s(&empty.sum(&[0], false).unwrap()), vec![0.0; 3]);
+    assert_eq!(f64s(&empty.prod(&[0], false).unwrap()), vec![1.0; 3]);
     assert!(empty.max(&[0], false).is_err());
+    assert!(empty.min(&[0], false).is_err());
 }
 
 #[test]

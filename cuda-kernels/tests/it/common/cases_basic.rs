@@ -7,7 +7,7 @@ use tessera_cuda_kernels::ops::elementwise::{self as ew, BinaryOp, Operand, Unar
 use tessera_cuda_kernels::ops::embedding::{embedding_bwd, embedding_fwd};
 use tessera_cuda_kernels::ops::layernorm::{layer_norm_bwd, layer_norm_bwd_workspace, layer_norm_fwd};
 use tessera_cuda_kernels::ops::optim::{adamw, adamw_tables, AdamConfig, AdamTensor};
-use tessera_cuda_kernels::ops::reduce::{argmax, reduce, Reduction};
+use tessera_cuda_kernels::ops::reduce::{argmax, reduce, ReduceOp};
 use tessera_cuda_kernels::ops::softmax::{cross_entropy_bwd, cross_entropy_fwd, softmax};
 use tessera_cuda_kernels::philox;
 
@@ -398,8 +398,8 @@ fn reduce_t<T: TF>(e: &impl Exec, dg: &mut Digest) {
             e.upload(&vec![0i64; m]),
         );
         e.go(&[
-            reduce(Reduction::Sum, px, ys, outer, len, inner).unwrap(),
-            reduce(Reduction::Max, px, ym, outer, len, inner).unwrap(),
+            reduce(ReduceOp::Sum, px, ys, outer, len, inner).unwrap(),
+            reduce(ReduceOp::Max, px, ym, outer, len, inner).unwrap(),
             argmax(px, ya, outer, len, inner).unwrap(),
         ]);
         let (mut ws, mut wm, mut wa) = (vec![0.0; m], vec![f64::NEG_INFINITY; m], vec![0i64; m]);
@@ -426,6 +426,29 @@ fn reduce_t<T: TF>(e: &impl Exec, dg: &mut Digest) {
         assert_close(&format!("max {what}"), &to64(&e.download(ym)), &wm, 0.0, 0.0);
         assert_eq!(e.download(ya), wa, "argmax {what}");
         dg.add(&e.download(ys));
+        // Min and product: every op of the shared `ReduceOp` runs here.
+        // Factors near 1, so a product of 100 stays in f16's range.
+        let xp: Vec<T> = r.vec(n, 0.95, 1.05);
+        let pp = e.upload(&xp);
+        let (yn, yp) = (e.upload(&vec![T::default(); m]), e.upload(&vec![T::default(); m]));
+        e.go(&[
+            reduce(ReduceOp::Min, px, yn, outer, len, inner).unwrap(),
+            reduce(ReduceOp::Prod, pp, yp, outer, len, inner).unwrap(),
+        ]);
+        let (mut wn, mut wp) = (vec![f64::INFINITY; m], vec![1.0; m]);
+        for o in 0..outer {
+            for i in 0..inner {
+                for l in 0..len {
+                    let v = x[(o * len + l) * inner + i].to_f64();
+                    wn[o * inner + i] = wn[o * inner + i].min(v);
+                    wp[o * inner + i] *= xp[(o * len + l) * inner + i].to_f64();
+                }
+            }
+        }
+        assert_close(&format!("min {what}"), &to64(&e.download(yn)), &wn, 0.0, 0.0);
+        // An f32 running product of `len` factors, rounded once to T.
+        let rel = 2.0 * len as f64 * 6e-8 + 2.0 * T::EPS;
+        assert_close(&format!("prod {what}"), &to64(&e.download(yp)), &wp, rel, 1e-30);
     }
 }
 

@@ -31,7 +31,7 @@ impl Tensor {
     /// The mean over `dims` (NaN for an empty reduction). Errors for
     /// non-float dtypes (cast first, as PyTorch requires) and on bad dims.
     pub fn mean(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        crate::backend::dispatch("mean", &[self])?.reduce(ReduceOp::Mean, self, dims, keepdim)
+        crate::backend::dispatch("mean", &[self])?.mean(self, dims, keepdim)
     }
 
     /// The product over `dims`. Floats keep their dtype; integers and bool
@@ -173,16 +173,6 @@ impl Tensor {
                     self.float_reduce::<T, _>(&plan, &FloatSum(|x| x), |s, _| s)?
                 }, else self.int_reduce(&plan, false)?))
             }
-            ReduceOp::Mean => {
-                let plan = Plan::new("mean", self.layout(), dims, keepdim)?;
-                if self.dtype() == DType::F32 {
-                    return self.sum_f32(&plan, plan.n_red as f32);
-                }
-                crate::with_float_dtype!(self.dtype(), T => {
-                    let n = <T as FloatElement>::Math::of(plan.n_red as f64);
-                    self.float_reduce::<T, _>(&plan, &FloatSum(|x| x), |s, _| s / n)
-                }, else Err(float_only("mean", self.dtype())))
-            }
             ReduceOp::Prod => {
                 let plan = Plan::new("prod", self.layout(), dims, keepdim)?;
                 Ok(crate::with_float_dtype!(self.dtype(), T => {
@@ -196,6 +186,18 @@ impl Tensor {
                 Ok(self.extreme("min", dims, keepdim, false, false)?.0)
             }
         }
+    }
+
+    /// The CPU kernel of [`Tensor::mean`].
+    pub(crate) fn mean_cpu(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        let plan = Plan::new("mean", self.layout(), dims, keepdim)?;
+        if self.dtype() == DType::F32 {
+            return self.sum_f32(&plan, plan.n_red as f32);
+        }
+        crate::with_float_dtype!(self.dtype(), T => {
+            let n = <T as FloatElement>::Math::of(plan.n_red as f64);
+            self.float_reduce::<T, _>(&plan, &FloatSum(|x| x), |s, _| s / n)
+        }, else Err(float_only("mean", self.dtype())))
     }
 
     /// The CPU kernel of `max_dim` (`max`) and `min_dim`.
