@@ -7,8 +7,8 @@
 //! in that memory order and the result takes their layout, as PyTorch's
 //! TensorIterator does: contiguous rows instead of strided ones.
 
-use crate::layout::broadcast_shapes;
 use crate::backend::{BinaryOp, UnaryOp};
+use crate::layout::broadcast_shapes;
 use crate::simd::kernels;
 use crate::simd::Level;
 use crate::strided::fill_rows;

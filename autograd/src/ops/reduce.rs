@@ -246,7 +246,10 @@ fn product_of_others(x: &Tensor, dims: &[isize]) -> Result<Tensor> {
     let nd = x.ndim();
     let red = reduced_dims(nd, dims)?;
     if !x.dtype().is_float() {
-        return Err(Error::dtype("prod", format!("gradients need a float tensor, got {}", x.dtype())));
+        return Err(Error::dtype(
+            "prod",
+            format!("gradients need a float tensor, got {}", x.dtype()),
+        ));
     }
     // Move the reduced dims last and merge them: rows × k, one group per row.
     let perm: Vec<usize> = (0..nd)

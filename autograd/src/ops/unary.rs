@@ -62,18 +62,14 @@ impl Var {
     pub fn expm1(&self) -> Result<Var> {
         let y = self.tensor().expm1()?;
         let saved = y.clone();
-        unary(reg::EXPM1, y, self, move |g| {
-            g.mul(&saved.add_scalar(1.0)?)
-        })
+        unary(reg::EXPM1, y, self, move |g| g.mul(&saved.add_scalar(1.0)?))
     }
 
     /// √x; the gradient is g/(2√x). Errors as [`Tensor::sqrt`].
     pub fn sqrt(&self) -> Result<Var> {
         let y = self.tensor().sqrt()?;
         let saved = y.clone();
-        unary(reg::SQRT, y, self, move |g| {
-            g.div(&saved.add(&saved)?)
-        })
+        unary(reg::SQRT, y, self, move |g| g.div(&saved.add(&saved)?))
     }
 
     /// 1/√x; the gradient is −g·y³/2. Errors as [`Tensor::rsqrt`].
@@ -89,9 +85,7 @@ impl Var {
     pub fn recip(&self) -> Result<Var> {
         let y = self.tensor().recip()?;
         let saved = y.clone();
-        unary(reg::RECIP, y, self, move |g| {
-            g.neg()?.mul(&saved)?.mul(&saved)
-        })
+        unary(reg::RECIP, y, self, move |g| g.neg()?.mul(&saved)?.mul(&saved))
     }
 
     /// x². Errors as [`Tensor::square`].
@@ -130,9 +124,7 @@ impl Var {
     /// sin x. Errors as [`Tensor::sin`].
     pub fn sin(&self) -> Result<Var> {
         let x = self.tensor().clone();
-        unary(reg::SIN, self.tensor().sin()?, self, move |g| {
-            g.mul(&x.cos()?)
-        })
+        unary(reg::SIN, self.tensor().sin()?, self, move |g| g.mul(&x.cos()?))
     }
 
     /// cos x. Errors as [`Tensor::cos`].
@@ -176,18 +168,13 @@ impl Var {
     /// derivative of the chosen form. Errors as [`Tensor::gelu`].
     pub fn gelu(&self, approx: GeluApprox) -> Result<Var> {
         let x = self.tensor().clone();
-        unary(
-            reg::GELU,
-            self.tensor().gelu(approx)?,
-            self,
-            move |g| {
-                let op = match approx {
-                    GeluApprox::None => BinaryOp::GeluErfBackward,
-                    GeluApprox::Tanh => BinaryOp::GeluTanhBackward,
-                };
-                g.binary_op(op, &x)
-            },
-        )
+        unary(reg::GELU, self.tensor().gelu(approx)?, self, move |g| {
+            let op = match approx {
+                GeluApprox::None => BinaryOp::GeluErfBackward,
+                GeluApprox::Tanh => BinaryOp::GeluTanhBackward,
+            };
+            g.binary_op(op, &x)
+        })
     }
 
     /// SiLU x·σ(x); the gradient is g·σ(x)·(1 + x·(1 − σ(x))). Errors as

@@ -29,7 +29,12 @@ fn randn(shape: &[usize], seed: u64) -> Tensor {
 }
 
 fn values(t: &Tensor) -> Vec<f64> {
-    t.cpu().unwrap().to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap()
+    t.cpu()
+        .unwrap()
+        .to_dtype(DType::F64)
+        .unwrap()
+        .to_vec::<f64>()
+        .unwrap()
 }
 
 fn close(what: &str, cpu: &Tensor, gpu: &Tensor, rtol: f64) -> std::result::Result<(), TestCaseError> {
@@ -66,7 +71,9 @@ const UNARY: [(&str, Unary); 17] = [
     ("tanh", |x| x.tanh()),
     ("sigmoid", |x| x.sigmoid()),
     ("relu", |x| x.relu()),
-    ("gelu", |x| x.gelu(GeluApprox::None)?.add(&x.gelu(GeluApprox::Tanh)?)),
+    ("gelu", |x| {
+        x.gelu(GeluApprox::None)?.add(&x.gelu(GeluApprox::Tanh)?)
+    }),
     ("silu", |x| x.silu()),
     ("erf", |x| x.erf()),
 ];
@@ -83,14 +90,22 @@ fn elementwise_backward_on_the_device_equals_the_cpu() {
     if !gpu() {
         return;
     }
-    let mut runner = TestRunner::new(Config { cases: 8, ..Config::default() });
+    let mut runner = TestRunner::new(Config {
+        cases: 8,
+        ..Config::default()
+    });
     let shapes = prop::collection::vec(1usize..6, 1..4);
     runner
         .run(&(shapes, any::<u64>()), |(shape, seed)| {
             let (x, g) = (randn(&shape, seed), randn(&shape, seed ^ 1));
             let (xd, gd) = (x.to_device(DEV).unwrap(), g.to_device(DEV).unwrap());
             for (name, f) in UNARY {
-                close(name, &grad_of(f, &x, &g).unwrap(), &grad_of(f, &xd, &gd).unwrap(), 2e-5)?;
+                close(
+                    name,
+                    &grad_of(f, &x, &g).unwrap(),
+                    &grad_of(f, &xd, &gd).unwrap(),
+                    2e-5,
+                )?;
             }
             Ok(())
         })
@@ -102,8 +117,17 @@ fn embedding_and_bias_backward_on_the_device_equal_the_cpu() {
     if !gpu() {
         return;
     }
-    let mut runner = TestRunner::new(Config { cases: 8, ..Config::default() });
-    let case = (1usize..7, 1usize..5, 1usize..9, any::<u64>(), prop::option::of(0usize..7));
+    let mut runner = TestRunner::new(Config {
+        cases: 8,
+        ..Config::default()
+    });
+    let case = (
+        1usize..7,
+        1usize..5,
+        1usize..9,
+        any::<u64>(),
+        prop::option::of(0usize..7),
+    );
     runner
         .run(&case, |(vocab, dim, n, seed, pad)| {
             let pad = pad.filter(|&p| p < vocab);
@@ -115,7 +139,11 @@ fn embedding_and_bias_backward_on_the_device_equal_the_cpu() {
                 let grads = leaf.embedding(idx, pad)?.backward_with(g)?;
                 Ok(grads.get(&leaf).expect("gradient").clone())
             };
-            let on_gpu = embed(&w.to_device(DEV).unwrap(), &idx.to_device(DEV).unwrap(), &g.to_device(DEV).unwrap());
+            let on_gpu = embed(
+                &w.to_device(DEV).unwrap(),
+                &idx.to_device(DEV).unwrap(),
+                &g.to_device(DEV).unwrap(),
+            );
             close("embedding", &embed(&w, &idx, &g).unwrap(), &on_gpu.unwrap(), 1e-4)?;
             // Linear's bias gradient: the column sums of the output gradient.
             let (b, go) = (randn(&[dim], seed ^ 3), randn(&[n, dim], seed ^ 4));
@@ -125,7 +153,11 @@ fn embedding_and_bias_backward_on_the_device_equal_the_cpu() {
                 Ok(grads.get(&leaf).expect("gradient").clone())
             };
             let base = randn(&[n, dim], seed ^ 5);
-            let on_gpu = bias(&b.to_device(DEV).unwrap(), &go.to_device(DEV).unwrap(), &base.to_device(DEV).unwrap());
+            let on_gpu = bias(
+                &b.to_device(DEV).unwrap(),
+                &go.to_device(DEV).unwrap(),
+                &base.to_device(DEV).unwrap(),
+            );
             close("bias", &bias(&b, &go, &base).unwrap(), &on_gpu.unwrap(), 1e-4)?;
             Ok(())
         })

@@ -1,7 +1,7 @@
 //! The CPU backend: the SIMD and scalar kernels of `ops/*/cpu.rs`.
 
 use super::{Backend, BinaryOp, ReduceOp, UnaryOp};
-use crate::{Result, Tensor};
+use crate::{Generator, Result, Tensor, TensorOptions};
 
 /// Host memory, rayon threads and SIMD kernels.
 pub(crate) struct Cpu;
@@ -15,7 +15,14 @@ impl Backend for Cpu {
         crate::ops::binary::cpu::binary(op, a, b)
     }
 
-    fn binary_scalar(&self, name: &'static str, op: BinaryOp, x: &Tensor, s: f64, reversed: bool) -> Result<Tensor> {
+    fn binary_scalar(
+        &self,
+        name: &'static str,
+        op: BinaryOp,
+        x: &Tensor,
+        s: f64,
+        reversed: bool,
+    ) -> Result<Tensor> {
         crate::ops::binary::cpu::scalar(name, op, x, s, reversed)
     }
 
@@ -82,6 +89,32 @@ impl Backend for Cpu {
 
     fn view_backward(&self, grad: &Tensor, base: &[usize], view: &crate::Layout) -> Result<Tensor> {
         crate::ops::view_backward::cpu(grad, base, view)
+    }
+
+    fn full(&self, op: &'static str, shape: &[usize], value: f64, opts: TensorOptions) -> Result<Tensor> {
+        Tensor::full_cpu(op, shape, value, opts)
+    }
+
+    fn uniform(
+        &self,
+        shape: &[usize],
+        a: f64,
+        b: f64,
+        opts: TensorOptions,
+        gen: Option<&mut Generator>,
+    ) -> Result<Tensor> {
+        Tensor::uniform_cpu(shape, a, b, opts, gen)
+    }
+
+    fn normal(
+        &self,
+        shape: &[usize],
+        mean: f64,
+        std: f64,
+        opts: TensorOptions,
+        gen: Option<&mut Generator>,
+    ) -> Result<Tensor> {
+        Tensor::normal_cpu(shape, mean, std, opts, gen)
     }
 
     fn host_kernel(&self, _op: &'static str) -> Result<()> {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::{no_kernel, Backend, BinaryOp, ReduceOp, UnaryOp};
 use crate::cuda::DeviceState;
 use crate::ops;
-use crate::{Result, Tensor};
+use crate::{Generator, Result, Tensor, TensorOptions};
 
 /// One opened GPU.
 pub(crate) struct Cuda {
@@ -32,7 +32,14 @@ impl Backend for Cuda {
         ops::binary::cuda::binary(a, b, op.name(), op)
     }
 
-    fn binary_scalar(&self, name: &'static str, op: BinaryOp, x: &Tensor, s: f64, reversed: bool) -> Result<Tensor> {
+    fn binary_scalar(
+        &self,
+        name: &'static str,
+        op: BinaryOp,
+        x: &Tensor,
+        s: f64,
+        reversed: bool,
+    ) -> Result<Tensor> {
         ops::binary::cuda::scalar(x, s, name, op, reversed)
     }
 
@@ -108,6 +115,34 @@ impl Backend for Cuda {
 
     fn view_backward(&self, _grad: &Tensor, _base: &[usize], _view: &crate::Layout) -> Result<Tensor> {
         Err(no_kernel("view_backward", self.state.device(), "this op"))
+    }
+
+    fn full(&self, op: &'static str, shape: &[usize], value: f64, opts: TensorOptions) -> Result<Tensor> {
+        // No fill kernel reproduces every dtype's value exactly: the CPU
+        // writes it and one copy moves it.
+        crate::cuda::host_then_upload(opts, |o| Tensor::full_cpu(op, shape, value, o))
+    }
+
+    fn uniform(
+        &self,
+        shape: &[usize],
+        a: f64,
+        b: f64,
+        opts: TensorOptions,
+        gen: Option<&mut Generator>,
+    ) -> Result<Tensor> {
+        ops::random::cuda::uniform(shape, a, b, opts, gen)
+    }
+
+    fn normal(
+        &self,
+        shape: &[usize],
+        mean: f64,
+        std: f64,
+        opts: TensorOptions,
+        gen: Option<&mut Generator>,
+    ) -> Result<Tensor> {
+        ops::random::cuda::normal(shape, mean, std, opts, gen)
     }
 
     fn host_kernel(&self, op: &'static str) -> Result<()> {

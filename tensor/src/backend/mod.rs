@@ -52,7 +52,14 @@ pub(crate) trait Backend {
     /// `op` of `a` and `b` with broadcasting, in the promoted dtype.
     fn binary(&self, op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor>;
     /// `x op s` (`s op x` when `reversed`) for a scalar `s`, reported as `name`.
-    fn binary_scalar(&self, name: &'static str, op: BinaryOp, x: &Tensor, s: f64, reversed: bool) -> Result<Tensor>;
+    fn binary_scalar(
+        &self,
+        name: &'static str,
+        op: BinaryOp,
+        x: &Tensor,
+        s: f64,
+        reversed: bool,
+    ) -> Result<Tensor>;
     /// `op` over `dims` of `x`.
     fn reduce(&self, op: ReduceOp, x: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor>;
     /// The mean over `dims` of `x`.
@@ -98,6 +105,32 @@ pub(crate) trait Backend {
     /// `view` (over a contiguous `base`) reads: the gradient of narrow,
     /// slice, select and other injective views.
     fn view_backward(&self, grad: &Tensor, base: &[usize], view: &crate::Layout) -> Result<Tensor>;
+    /// A fresh tensor of `shape` with every element `value`, reported as `op`.
+    fn full(
+        &self,
+        op: &'static str,
+        shape: &[usize],
+        value: f64,
+        opts: crate::TensorOptions,
+    ) -> Result<Tensor>;
+    /// Uniform samples in [a, b) from `gen` (the global generator when `None`).
+    fn uniform(
+        &self,
+        shape: &[usize],
+        a: f64,
+        b: f64,
+        opts: crate::TensorOptions,
+        gen: Option<&mut crate::Generator>,
+    ) -> Result<Tensor>;
+    /// Normal samples with `mean` and `std` from `gen`.
+    fn normal(
+        &self,
+        shape: &[usize],
+        mean: f64,
+        std: f64,
+        opts: crate::TensorOptions,
+        gen: Option<&mut crate::Generator>,
+    ) -> Result<Tensor>;
     /// `Ok(())` when the op named `op`, whose only kernel is the CPU's, may
     /// run on this backend; the CUDA backend's refusal.
     fn host_kernel(&self, op: &'static str) -> Result<()>;
@@ -237,7 +270,13 @@ impl Tensor {
 
     /// `self op s` (`s op self` when `reversed`) through the backend of
     /// `self`'s device. Errors as [`Tensor::binary_op`].
-    pub(crate) fn scalar_op(&self, name: &'static str, op: BinaryOp, s: f64, reversed: bool) -> Result<Tensor> {
+    pub(crate) fn scalar_op(
+        &self,
+        name: &'static str,
+        op: BinaryOp,
+        s: f64,
+        reversed: bool,
+    ) -> Result<Tensor> {
         dispatch(name, &[self])?.binary_scalar(name, op, self, s, reversed)
     }
 

@@ -24,8 +24,8 @@ use std::sync::Arc;
 use tessera_cuda_kernels::ops::elementwise::Operand;
 use tessera_cuda_kernels::{DevPtr, Launch};
 
-pub(crate) use buffer::{device, kernel_err, DeviceBuffer, DeviceState};
 pub(crate) use crate::backend::{no_kernel, same_device};
+pub(crate) use buffer::{device, kernel_err, DeviceBuffer, DeviceState};
 pub(crate) use transfer::{cast, contiguous, transfer};
 
 use crate::{DType, Device, Error, Layout, Result, Storage, Tensor};

@@ -41,11 +41,23 @@ impl Tensor {
         eps: f64,
     ) -> Result<(Tensor, Tensor, Tensor)> {
         const OP: &str = "layer_norm";
-        crate::backend::dispatch(OP, &[&self as &dyn crate::backend::Operands, &weight, &bias])?.layer_norm(self, normalized_shape, weight, bias, eps)
+        crate::backend::dispatch(OP, &[&self as &dyn crate::backend::Operands, &weight, &bias])?.layer_norm(
+            self,
+            normalized_shape,
+            weight,
+            bias,
+            eps,
+        )
     }
 
     /// The CPU kernel of [`Tensor::layer_norm_forward`].
-    pub(crate) fn layer_norm_cpu(&self, normalized_shape: &[usize], weight: Option<&Tensor>, bias: Option<&Tensor>, eps: f64) -> Result<(Tensor, Tensor, Tensor)> {
+    pub(crate) fn layer_norm_cpu(
+        &self,
+        normalized_shape: &[usize],
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f64,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
         const OP: &str = "layer_norm";
         let (rows, k, stat_shape) = split(OP, self, normalized_shape)?;
         check_eps(OP, eps)?;
@@ -93,11 +105,22 @@ impl Tensor {
         weight: Option<&Tensor>,
     ) -> Result<(Tensor, Tensor, Tensor)> {
         const OP: &str = "layer_norm_backward";
-        crate::backend::dispatch(OP, &[&dy as &dyn crate::backend::Operands, &x, &mean, &rstd, &weight])?.layer_norm_backward(dy, x, mean, rstd, normalized_shape, weight)
+        crate::backend::dispatch(
+            OP,
+            &[&dy as &dyn crate::backend::Operands, &x, &mean, &rstd, &weight],
+        )?
+        .layer_norm_backward(dy, x, mean, rstd, normalized_shape, weight)
     }
 
     /// The CPU kernel of [`Tensor::layer_norm_backward`].
-    pub(crate) fn layer_norm_backward_cpu(dy: &Tensor, x: &Tensor, mean: &Tensor, rstd: &Tensor, normalized_shape: &[usize], weight: Option<&Tensor>) -> Result<(Tensor, Tensor, Tensor)> {
+    pub(crate) fn layer_norm_backward_cpu(
+        dy: &Tensor,
+        x: &Tensor,
+        mean: &Tensor,
+        rstd: &Tensor,
+        normalized_shape: &[usize],
+        weight: Option<&Tensor>,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
         const OP: &str = "layer_norm_backward";
         let (rows, k, _) = split(OP, x, normalized_shape)?;
         check_grad(OP, dy, x)?;

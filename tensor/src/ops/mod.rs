@@ -2,19 +2,6 @@
 //! [`crate::Tensor`]; its CPU kernels sit beside it (`cpu.rs`), so a faster
 //! kernel or a CUDA launch can replace one without touching callers.
 
-/// `on_cuda!(cond => call)`: with the feature `cuda`, returns `call` from
-/// the enclosing creation op when `cond` (the requested device is a GPU)
-/// holds; without the feature it expands to nothing. Ops on tensors
-/// dispatch through [`crate::backend`] instead.
-macro_rules! on_cuda {
-    ($cond:expr => $call:expr) => {
-        #[cfg(feature = "cuda")]
-        if $cond {
-            return $call;
-        }
-    };
-}
-
 /// `host_kernel!(op, operands..)`: dispatches an op whose only kernel is
 /// the CPU's through the backend of its operands' device
 /// ([`crate::backend::Backend::host_kernel`]): returns the backend's

@@ -4,8 +4,8 @@
 //! that are bitwise the same at every level.
 
 use super::kernels;
-use crate::backend::{BinaryOp, UnaryOp};
 use super::{norm, Level};
+use crate::backend::{BinaryOp, UnaryOp};
 use crate::test_util::rand_f64;
 
 /// The distance from `got` to the f64 `want` in units of the f32 spacing at
@@ -175,7 +175,9 @@ fn binary_ops_are_exact_at_every_level() {
             for n in [0, 1, 7, 8, 15, 16, 17, 63, 64, 65, 1000] {
                 let mut y = vec![0.0f32; n];
                 kernels::binary(level, op, &a[..n], &b[..n], &mut y);
-                let want: Vec<f32> = (0..n).map(|i| kernels::binary_scalar_op(op, a[i], b[i])).collect();
+                let want: Vec<f32> = (0..n)
+                    .map(|i| kernels::binary_scalar_op(op, a[i], b[i]))
+                    .collect();
                 assert_eq!(y, want, "{op:?} {}", level.name());
                 for first in [false, true] {
                     kernels::binary_scalar(level, op, &a[..n], 2.5, first, &mut y);

@@ -22,7 +22,6 @@ macro_rules! all_floats {
     }};
 }
 
-
 fn erf(x: f64) -> f64 {
     // Abramowitz-Stegun 7.1.26 is too coarse; integrate the series instead.
     let mut sum = x;

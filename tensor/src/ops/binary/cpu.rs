@@ -142,12 +142,22 @@ pub(crate) fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         return crate::map_simd::binary_f32(a, b, name, op);
     }
     match op {
-        BinaryOp::Add => zip_same!(a, b, name, float |x, y: M| x + y, int |x, y| x.wrapping_add(y), bool Some(|x, y| x | y)),
-        BinaryOp::Sub => zip_same!(a, b, name, float |x, y: M| x - y, int |x, y| x.wrapping_sub(y), bool None),
-        BinaryOp::Mul => zip_same!(a, b, name, float |x, y: M| x * y, int |x, y| x.wrapping_mul(y), bool Some(|x, y| x & y)),
+        BinaryOp::Add => {
+            zip_same!(a, b, name, float |x, y: M| x + y, int |x, y| x.wrapping_add(y), bool Some(|x, y| x | y))
+        }
+        BinaryOp::Sub => {
+            zip_same!(a, b, name, float |x, y: M| x - y, int |x, y| x.wrapping_sub(y), bool None)
+        }
+        BinaryOp::Mul => {
+            zip_same!(a, b, name, float |x, y: M| x * y, int |x, y| x.wrapping_mul(y), bool Some(|x, y| x & y))
+        }
         BinaryOp::Div => float_only!(a, b, name, |x, y: M| x / y),
-        BinaryOp::Maximum => zip_same!(a, b, name, float |x, y: M| FloatMath::max_nan(x, y), int |x, y| x.max(y), bool Some(|x, y| x | y)),
-        BinaryOp::Minimum => zip_same!(a, b, name, float |x, y: M| FloatMath::min_nan(x, y), int |x, y| x.min(y), bool Some(|x, y| x & y)),
+        BinaryOp::Maximum => {
+            zip_same!(a, b, name, float |x, y: M| FloatMath::max_nan(x, y), int |x, y| x.max(y), bool Some(|x, y| x | y))
+        }
+        BinaryOp::Minimum => {
+            zip_same!(a, b, name, float |x, y: M| FloatMath::min_nan(x, y), int |x, y| x.min(y), bool Some(|x, y| x & y))
+        }
         BinaryOp::Pow => zip_same!(a, b, name, float |x, y: M| x.powf(y), int |x, y| x.ipow(y), bool None),
         BinaryOp::GeluErfBackward => float_only!(a, b, name, |g, x: M| {
             // Φ(x) + x·φ(x).

@@ -3,8 +3,8 @@
 
 use tessera_cuda_kernels::ops::elementwise::binary as binary_launch;
 
-use crate::cuda::{common_device, kernel_err, launch, no_kernel, operand, with_kernel_float, Output};
 use crate::backend::BinaryOp;
+use crate::cuda::{common_device, kernel_err, launch, no_kernel, operand, with_kernel_float, Output};
 use crate::{broadcast_shapes, DType, Result, Tensor};
 
 /// `op` (kernel `k`) of `a` and `b` with broadcasting, in the promoted dtype

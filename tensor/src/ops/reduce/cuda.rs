@@ -24,7 +24,11 @@ pub(crate) fn reduce(t: &Tensor, op: ReduceOp, dims: &[isize], keepdim: bool) ->
         return Err(no_kernel(name, t.device(), format_args!("{} tensors", t.dtype())));
     }
     let ds = resolve(name, t, dims)?;
-    let work = if ds.len() > 1 && op.has_identity() { DType::F32 } else { t.dtype() };
+    let work = if ds.len() > 1 && op.has_identity() {
+        DType::F32
+    } else {
+        t.dtype()
+    };
     let y = over_dims(name, &t.to_dtype(work)?, &ds, op, t.dtype())?;
     squeeze(y.to_dtype(t.dtype())?, &ds, keepdim)
 }
@@ -45,7 +49,10 @@ pub(crate) fn mean(t: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor> 
 /// Errors as [`max`].
 pub(crate) fn max_dim(t: &Tensor, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
     let d = dim_index("max_dim", dim, t.ndim().max(1))?;
-    Ok((reduce(t, ReduceOp::Max, &[dim], keepdim)?, argmax(t, Some(d as isize), keepdim)?))
+    Ok((
+        reduce(t, ReduceOp::Max, &[dim], keepdim)?,
+        argmax(t, Some(d as isize), keepdim)?,
+    ))
 }
 
 /// The (i64) index of the first maximum along `dim`, or of the flattened
@@ -85,7 +92,6 @@ pub(crate) fn argmax(t: &Tensor, dim: Option<isize>, keepdim: bool) -> Result<Te
         _ => y.reshape([]),
     }
 }
-
 
 /// The dims to reduce, sorted (every dim when `dims` is empty).
 fn resolve(op: &'static str, t: &Tensor, dims: &[isize]) -> Result<Vec<usize>> {

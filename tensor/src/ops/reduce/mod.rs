@@ -179,12 +179,8 @@ impl Tensor {
                     self.float_reduce::<T, _>(&plan, &FloatProd, |p, _| p)?
                 }, else self.int_reduce(&plan, true)?))
             }
-            ReduceOp::Max => {
-                Ok(self.extreme("max", dims, keepdim, true, false)?.0)
-            }
-            ReduceOp::Min => {
-                Ok(self.extreme("min", dims, keepdim, false, false)?.0)
-            }
+            ReduceOp::Max => Ok(self.extreme("max", dims, keepdim, true, false)?.0),
+            ReduceOp::Min => Ok(self.extreme("min", dims, keepdim, false, false)?.0),
         }
     }
 
@@ -282,7 +278,13 @@ impl Tensor {
         }))
     }
 
-    pub(crate) fn arg_extreme(&self, op: &'static str, dim: Option<isize>, keepdim: bool, max: bool) -> Result<Tensor> {
+    pub(crate) fn arg_extreme(
+        &self,
+        op: &'static str,
+        dim: Option<isize>,
+        keepdim: bool,
+        max: bool,
+    ) -> Result<Tensor> {
         let dims: Vec<isize> = dim.into_iter().collect();
         Ok(self
             .extreme(op, &dims, keepdim, max, true)?

@@ -88,11 +88,17 @@ pub(crate) fn unary(op: UnaryOp, t: &Tensor) -> Result<Tensor> {
             }
         }, int |x| x.sign_int(), bool Some(|b| b)),
         UnaryOp::Square if t.dtype() == DType::Bool => unary(op, &t.to_dtype(DType::I64)?),
-        UnaryOp::Square => keep_dtype_unary!(t, name, float |x: M| x * x, int |x| x.wrapping_mul(x), bool None),
-        UnaryOp::Relu => keep_dtype_unary!(t, name, float |x: M| if x < 0.0 { 0.0 } else { x }, int |x| x.relu_int(), bool None),
+        UnaryOp::Square => {
+            keep_dtype_unary!(t, name, float |x: M| x * x, int |x| x.wrapping_mul(x), bool None)
+        }
+        UnaryOp::Relu => {
+            keep_dtype_unary!(t, name, float |x: M| if x < 0.0 { 0.0 } else { x }, int |x| x.relu_int(), bool None)
+        }
         UnaryOp::Floor => keep_dtype_unary!(t, name, float |x: M| x.floor(), int |x| x, bool Some(|b| b)),
         UnaryOp::Ceil => keep_dtype_unary!(t, name, float |x: M| x.ceil(), int |x| x, bool Some(|b| b)),
-        UnaryOp::Round => keep_dtype_unary!(t, name, float |x: M| FloatMath::round_even(x), int |x| x, bool Some(|b| b)),
+        UnaryOp::Round => {
+            keep_dtype_unary!(t, name, float |x: M| FloatMath::round_even(x), int |x| x, bool Some(|b| b))
+        }
         UnaryOp::Exp => float_unary!(t, |x: M| x.exp()),
         UnaryOp::Log => float_unary!(t, |x: M| x.ln()),
         UnaryOp::Log1p => float_unary!(t, |x: M| x.ln_1p()),
@@ -110,7 +116,6 @@ pub(crate) fn unary(op: UnaryOp, t: &Tensor) -> Result<Tensor> {
         UnaryOp::Erf => float_unary!(t, |x: M| FloatMath::erf(x)),
     }
 }
-
 
 /// The logistic function 1 / (1 + e^−x), from e = e^−|x| ≤ 1 so nothing
 /// overflows: 1/(1 + e) for x ≥ 0 and e/(1 + e) for x < 0. One exp and a
@@ -195,4 +200,3 @@ macro_rules! unsigned_unary {
 }
 unsigned_unary!(u32);
 unsigned_unary!(u8);
-
