@@ -13,7 +13,7 @@ use crate::{broadcast_shapes, DType, Result, Tensor};
 /// Errors: operands on different devices, shapes that do not broadcast, a
 /// promoted dtype without kernels (f64, integers, bool), a device failure.
 pub(crate) fn binary(a: &Tensor, b: &Tensor, op: &'static str, k: BinaryOp) -> Result<Tensor> {
-    let state = common_device(op, &[&a, &b])?;
+    let state = common_device(op, &[a, b])?;
     let mut dtype = a.dtype().promote(b.dtype());
     if (k == BinaryOp::Div || k.is_backward()) && !dtype.is_float() {
         dtype = DType::F32;
