@@ -1,7 +1,7 @@
 //! With the feature `cuda-emu`: compiles the CPU emulator of the CUDA device
 //! into a static library linked into this crate. Each kernel family
 //! (`src/kernels/*.cu`) is compiled as C++ with `emu/cuda_emu.h` force-included,
-//! in its own unit (in parallel), beside `emu/runtime.cpp` (fibers, scheduler,
+//! after the op-code header generated from `src/op_codes.rs`, in its own unit (in parallel), beside `emu/runtime.cpp` (fibers, scheduler,
 //! warp collectives), `emu/faults.cu` (deliberately broken kernels for the
 //! emulator's own tests) and a generated unit that registers every kernel
 //! named by `Module::kernels`, so the kernel list has one source.
@@ -12,6 +12,11 @@
 #[allow(dead_code)]
 #[path = "src/module.rs"]
 mod module;
+
+#[cfg(feature = "cuda-emu")]
+#[allow(dead_code)]
+#[path = "src/op_codes.rs"]
+mod op_codes;
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
@@ -43,10 +48,12 @@ mod emu {
         let dir =
             PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
         let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-        for p in ["emu", "src/kernels", "src/module.rs"] {
+        for p in ["emu", "src/kernels", "src/module.rs", "src/op_codes.rs"] {
             println!("cargo:rerun-if-changed={}", dir.join(p).display());
         }
         let kernels = dir.join("src/kernels");
+        // The op codes first, as NVRTC gets them (`Module::full_source`).
+        let codes = write(out.join("op_codes.cuh"), &super::op_codes::cuda_header());
         let common = kernels.join("common.cuh");
         let mut units = vec![dir.join("emu/runtime.cpp")];
         let mut families = Vec::new();
@@ -55,7 +62,7 @@ mod emu {
             units.push(unit(
                 &out,
                 stem,
-                &[&common, &kernels.join(m.file_name())],
+                &[&codes, &common, &kernels.join(m.file_name())],
                 &m.kernels(),
             ));
             families.push(stem.to_string());
@@ -64,7 +71,7 @@ mod emu {
         units.push(unit(
             &out,
             "faults",
-            &[&common, &dir.join("emu/faults.cu")],
+            &[&codes, &common, &dir.join("emu/faults.cu")],
             &faults,
         ));
         families.push("faults".into());

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
-use tessera_tensor::{with_float_dtype, Error, Result, Tensor};
+use tessera_tensor::{Error, Result, Tensor};
 
 use crate::node::{Edge, Node, NodeKind};
 use crate::{Var, VarId};
@@ -294,11 +294,11 @@ fn accumulate(grads: &mut IdMap<(Arc<Node>, Vec<Option<Tensor>>)>, e: &Edge, g: 
     match &mut slots[e.output] {
         slot @ None => *slot = Some(g),
         Some(acc) => {
-            let dtype = acc.dtype();
-            with_float_dtype!(dtype, T => acc.zip_map_::<T, T>(&g, "accumulate_grad", |a, b| {
-                use tessera_tensor::FloatElement;
-                T::from_math(a.to_math() + b.to_math())
-            })?, else return Err(Error::dtype("accumulate_grad", format!("gradients must be floating point, got {dtype}"))));
+            if !acc.dtype().is_float() {
+                let msg = format!("gradients must be floating point, got {}", acc.dtype());
+                return Err(Error::dtype("accumulate_grad", msg));
+            }
+            *acc = acc.add(&g)?;
         }
     }
     Ok(())

@@ -85,11 +85,14 @@ impl Module {
         }
     }
 
-    /// The program NVRTC compiles: common header, then the family's source
-    /// with `#line` so compiler messages name the right file and line.
+    /// The program NVRTC compiles: the op codes
+    /// ([`crate::op_codes::cuda_header`]), the common header, then the
+    /// family's source with `#line` so compiler messages name the right file
+    /// and line.
     pub fn full_source(self) -> String {
         format!(
-            "{COMMON_HEADER}\n#line 1 \"{}\"\n{}",
+            "{}{COMMON_HEADER}\n#line 1 \"{}\"\n{}",
+            crate::op_codes::cuda_header(),
             self.file_name(),
             self.source()
         )
@@ -128,7 +131,7 @@ impl Module {
                 v
             }
             Module::Philox => per_dtype(&["philox_uniform", "philox_normal"], &FLOATS),
-            Module::Reduce => per_dtype(&["reduce_sum", "reduce_max", "argmax"], &FLOATS),
+            Module::Reduce => per_dtype(&["reduce", "argmax"], &FLOATS),
             Module::Softmax => per_dtype(&["softmax", "ce_fwd", "ce_bwd"], &FLOATS),
             Module::LayerNorm => per_dtype(
                 &["ln_fwd", "ln_bwd_dx", "ln_bwd_partial", "ln_bwd_final"],

@@ -5,6 +5,40 @@
 //! flip, expand, squeeze/unsqueeze, reshape of contiguous data); NumPy
 //! broadcasting for every binary op; and a multi-threaded CPU backend.
 //!
+//! # Backends
+//!
+//! Every op validates its arguments and then reaches a kernel through one
+//! backend interface (the crate-private `backend` module): a `Backend`
+//! trait, without default methods, that the CPU backend and the CUDA
+//! backend (feature `cuda`; feature `cuda-emu` runs it on a CPU emulator of
+//! the device) implement. Dispatch happens once per op call on the device
+//! of the operands (operands on different devices are an error naming
+//! both). Whether an op has a GPU path is read off the CUDA backend's one
+//! `impl` block and checked by the compiler; an op without one is an
+//! [`Error::Device`] produced there, naming the op and the device.
+//!
+//! The elementwise and reduction ops are defined once, in
+//! [`UnaryOp`], [`BinaryOp`] (which includes the fused derivative rules
+//! such as `GeluErfBackward`) and `ReduceOp` of
+//! `tessera_cuda_kernels::op_codes`; the CPU kernels match on them and the
+//! CUDA sources are compiled with a header generated from them, so codes
+//! cannot drift. Adding an elementwise op touches five places, and the
+//! compiler reports each one left out:
+//! 1. its definition: a variant in `cuda-kernels/src/op_codes.rs` and the
+//!    one-line `Tensor` method calling [`Tensor::unary_op`] /
+//!    [`Tensor::binary_op`];
+//! 2. its CPU math: its arm in `ops/unary/cpu.rs` (`ops/binary/cpu.rs`),
+//!    an exhaustive `match` (a SIMD kernel in `simd/` is optional);
+//! 3. its CUDA math: `unary_<NAME>` (`binary_<NAME>`) in
+//!    `cuda-kernels/src/kernels/elementwise.cu`, whose `switch` is generated
+//!    from the op list;
+//! 4. its derivative rule in `tessera-autograd`, composed of tensor ops;
+//! 5. its test row: the CPU test against f64 in `ops/unary/tests.rs`; the
+//!    device test (`tests/it/cuda_backend.rs`) covers every variant of
+//!    `UnaryOp::ALL` / `BinaryOp::ALL` by itself.
+//!
+//! # Errors
+//!
 //! Every fallible operation returns [`Result`]; the error names the op and
 //! the shapes or values involved. Only the arithmetic operators
 //! (`&a + &b`, ...) panic, with that same message, as Rust's indexing does.
@@ -19,6 +53,7 @@
 //! ```
 
 pub mod alloc;
+mod backend;
 mod checkpoint;
 #[cfg(feature = "cuda")]
 mod cuda;
@@ -46,6 +81,7 @@ pub(crate) mod test_util;
 mod transfer;
 
 pub use alloc::ALIGN;
+pub use backend::{BinaryOp, UnaryOp};
 pub use checkpoint::Checkpoint;
 pub use device::Device;
 pub use dtype::{DType, Element, FloatElement, FloatMath};

@@ -7,8 +7,9 @@
 //! in that memory order and the result takes their layout, as PyTorch's
 //! TensorIterator does: contiguous rows instead of strided ones.
 
+use crate::backend::{BinaryOp, UnaryOp};
 use crate::layout::broadcast_shapes;
-use crate::simd::kernels::{self, BinaryOp, UnaryOp};
+use crate::simd::kernels;
 use crate::simd::Level;
 use crate::strided::fill_rows;
 use crate::{Layout, Result, Tensor};
@@ -62,7 +63,7 @@ pub(crate) fn binary_f32(a: &Tensor, b: &Tensor, name: &'static str, op: BinaryO
                         // Exact IEEE ops: the scalar loop gives the kernels' bits.
                         let (mut pa, mut pb) = (oa as isize, ob as isize);
                         for y in o.iter_mut() {
-                            *y = op.scalar(sa[pa as usize], sb[pb as usize]);
+                            *y = kernels::binary_scalar_op(op, sa[pa as usize], sb[pb as usize]);
                             pa += ta;
                             pb += tb;
                         }
@@ -94,9 +95,9 @@ pub(crate) fn scalar_f32(
                     for y in o.iter_mut() {
                         let x = src[p as usize];
                         *y = if scalar_first {
-                            op.scalar(s, x)
+                            kernels::binary_scalar_op(op, s, x)
                         } else {
-                            op.scalar(x, s)
+                            kernels::binary_scalar_op(op, x, s)
                         };
                         p += st;
                     }
@@ -182,13 +183,13 @@ mod tests {
                     for op in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div] {
                         let got = binary_f32(&a, &b, "op", op).unwrap();
                         let want = a
-                            .zip_map::<f32, f32, f32>(&b, "op", |x, y| op.scalar(x, y))
+                            .zip_map::<f32, f32, f32>(&b, "op", |x, y| kernels::binary_scalar_op(op, x, y))
                             .unwrap();
                         assert_eq!(got.shape(), want.shape());
                         assert_eq!(values_f64(&got), values_f64(&want), "{op:?} {sa:?} {sb:?}");
                         let got = binary_f32(&b, &a, "op", op).unwrap();
                         let want = b
-                            .zip_map::<f32, f32, f32>(&a, "op", |x, y| op.scalar(x, y))
+                            .zip_map::<f32, f32, f32>(&a, "op", |x, y| kernels::binary_scalar_op(op, x, y))
                             .unwrap();
                         assert_eq!(values_f64(&got), values_f64(&want), "{op:?} {sb:?} {sa:?}");
                     }

@@ -38,10 +38,6 @@ enum Buffer {
     },
     #[cfg(feature = "cuda")]
     Cuda(crate::cuda::DeviceBuffer),
-    /// GPU storage without device memory, for tests on machines without a
-    /// driver: CPU kernels must never read it and CUDA paths must error.
-    #[cfg(all(test, feature = "cuda"))]
-    FakeCuda,
 }
 
 // SAFETY: the buffer is plain bytes owned by this value (or shared read-only
@@ -140,18 +136,6 @@ impl Storage {
         }
     }
 
-    /// `len` elements of `dtype` that claim to live on `cuda:0` but have no
-    /// memory: the stand-in for GPU storage in tests without a driver.
-    #[cfg(all(test, feature = "cuda"))]
-    pub(crate) fn fake_cuda(dtype: DType, len: usize) -> Self {
-        Storage {
-            buf: Buffer::FakeCuda,
-            dtype,
-            len,
-            device: Device::Cuda(0),
-        }
-    }
-
     /// `bytes.len() / size` elements of `dtype` copied from host bytes laid
     /// out as in memory (a download from a GPU). Errors, naming `op`, when
     /// the host memory is out.
@@ -206,8 +190,6 @@ impl Storage {
             Buffer::Mapped { map, start } => &map[*start..*start + bytes],
             #[cfg(feature = "cuda")]
             Buffer::Cuda(_) => panic!("{}", on_device("as_bytes", self.device)),
-            #[cfg(all(test, feature = "cuda"))]
-            Buffer::FakeCuda => panic!("{}", on_device("as_bytes", self.device)),
         }
     }
 
@@ -250,10 +232,6 @@ impl Storage {
         if let Buffer::Cuda(b) = &self.buf {
             return Ok(Storage::from_device(b.try_clone(op)?, self.dtype, self.len));
         }
-        #[cfg(all(test, feature = "cuda"))]
-        if let Buffer::FakeCuda = self.buf {
-            return Ok(Storage::fake_cuda(self.dtype, self.len));
-        }
         crate::with_dtype!(self.dtype, T => Storage::from_bytes::<T>(op, self.as_bytes()))
     }
 
@@ -290,8 +268,6 @@ impl Storage {
             Buffer::Mapped { .. } => unreachable!("mapped storage is copied before mutation"),
             #[cfg(feature = "cuda")]
             Buffer::Cuda(_) => unreachable!("GPU storage is rejected before mutation"),
-            #[cfg(all(test, feature = "cuda"))]
-            Buffer::FakeCuda => unreachable!("GPU storage is rejected before mutation"),
         }
     }
 }

@@ -228,7 +228,7 @@ impl Var {
     pub fn rdiv_scalar(&self, s: f64) -> Result<Var> {
         let x = self.tensor().clone();
         scalar(reg::RDIV_SCALAR, self.tensor().rdiv_scalar(s)?, self, move |g| {
-            grad_zip!("rdiv_scalar", g, &x, |g, x| -g * M::of(s) / (x * x))
+            g.mul_scalar(-s)?.div(&x.mul(&x)?)
         })
     }
 }

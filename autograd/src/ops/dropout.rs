@@ -2,9 +2,7 @@
 //! rest by `1/(1-p)`, drawing the mask from this thread's default generator
 //! (so gradient checkpointing, which restores that generator, replays it).
 
-use tessera_tensor::{
-    with_float_dtype, DType, Element, Error, FloatElement, FloatMath, Result, Tensor, TensorOptions,
-};
+use tessera_tensor::{DType, Error, Result, Tensor, TensorOptions};
 
 use super::record_op;
 use super::registry as reg;
@@ -47,7 +45,7 @@ impl Var {
         let scale = if p < 1.0 { 1.0 / (1.0 - p) } else { 0.0 };
         let threshold = p as f32;
         // A bool mask (1 byte an element) is all the backward keeps.
-        let keep = u.map::<f32, bool>(move |x| x >= threshold);
+        let keep = u.ge_scalar(threshold as f64)?;
         let y = masked_scale(self.tensor(), &keep, scale)?;
         record_op(reg::DROPOUT, y, &[self], move |g, _| {
             Ok(vec![Some(masked_scale(g, &keep, scale)?)])
@@ -56,13 +54,15 @@ impl Var {
 }
 
 /// `t · scale` where `keep` is true and 0 elsewhere, in `t`'s float dtype
-/// (the product rounded once). Errors for a non-float `t`.
+/// (the product rounded once), as tensor ops. Errors for a non-float `t`.
 fn masked_scale(t: &Tensor, keep: &Tensor, scale: f64) -> Result<Tensor> {
-    let op = reg::DROPOUT.name();
-    with_float_dtype!(t.dtype(), T => {
-        let s = <T as FloatElement>::Math::of(scale);
-        t.zip_map::<T, bool, T>(keep, op, move |v, k| {
-            if k { T::from_math(v.to_math() * s) } else { T::from_f64(0.0) }
-        })
-    }, else Err(Error::dtype(op, format!("dropout needs a floating-point value, got {}", t.dtype()))))
+    if !t.dtype().is_float() {
+        let op = reg::DROPOUT.name();
+        return Err(Error::dtype(
+            op,
+            format!("dropout needs a floating-point value, got {}", t.dtype()),
+        ));
+    }
+    let scaled = t.mul_scalar(scale)?;
+    Tensor::where_(keep, &scaled, &scaled.zeros_like(None)?)
 }

@@ -2,8 +2,7 @@
 //! (vectors, matrices, broadcast batches) and `linear` (`x·wᵀ + b`, the bias
 //! added in the GEMM epilogue).
 
-use rayon::prelude::*;
-use tessera_tensor::{DType, Element, Result, Tensor};
+use tessera_tensor::{Result, Tensor};
 
 use super::registry as reg;
 use super::{check_same, record_op, sum_to};
@@ -71,49 +70,10 @@ impl Var {
     }
 }
 
-/// Σ over the rows of a `[rows, n]` gradient: linear's bias gradient. For
-/// f32 and f64, one pass down the rows accumulating every column in f64
-/// (row order, so the result depends neither on the thread count nor on
-/// the batch split), blocks of columns on rayon threads; other dtypes use
-/// [`Tensor::sum`]. Errors only when `g` is not 2-D.
+/// Σ over the rows of a `[rows, n]` gradient: linear's bias gradient, a
+/// tensor reduction on `g`'s device (deterministic for any thread count).
 fn sum_rows(g: &Tensor) -> Result<Tensor> {
-    match g.dtype() {
-        DType::F32 => column_sums::<f32>(g),
-        DType::F64 => column_sums::<f64>(g),
-        _ => g.sum(&[0], false),
-    }
-}
-
-/// Columns per parallel block of [`column_sums`].
-const SUM_COLS: usize = 256;
-
-fn column_sums<T: Element>(g: &Tensor) -> Result<Tensor> {
-    let (rows, n) = match g.shape() {
-        &[rows, n] => (rows, n),
-        s => {
-            return Err(tessera_tensor::Error::shape(
-                "linear",
-                format!("bias gradient from a gradient of shape {s:?}, want 2-D"),
-            ))
-        }
-    };
-    let g = g.contiguous()?;
-    let src = g.as_slice::<T>()?;
-    Tensor::build::<T>("linear_backward", &[n], |out| {
-        out.par_chunks_mut(SUM_COLS).enumerate().for_each(|(blk, o)| {
-            let c0 = blk * SUM_COLS;
-            let mut acc = [0.0f64; SUM_COLS];
-            let acc = &mut acc[..o.len()];
-            for row in src.chunks_exact(n).take(rows) {
-                for (a, v) in acc.iter_mut().zip(&row[c0..c0 + o.len()]) {
-                    *a += v.to_f64();
-                }
-            }
-            for (o, &a) in o.iter_mut().zip(acc.iter()) {
-                *o = T::from_f64(a);
-            }
-        })
-    })
+    g.sum(&[0], false)
 }
 
 /// The gradients of `a @ b` given the output gradient `g`. `a` is present

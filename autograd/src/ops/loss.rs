@@ -143,8 +143,12 @@ impl Var {
         // |x| and min(x, 0) as x times constant masks: exact on both sides
         // of 0, and the sum below is smooth there.
         let x = self.tensor().to_dtype(DType::F64)?;
-        let sign = x.map::<f64, f64>(|v| if v >= 0.0 { 1.0 } else { -1.0 });
-        let neg = x.map::<f64, f64>(|v| if v < 0.0 { 1.0 } else { 0.0 });
+        let sign = x
+            .ge_scalar(0.0)?
+            .to_dtype(DType::F64)?
+            .mul_scalar(2.0)?
+            .sub_scalar(1.0)?;
+        let neg = x.lt_scalar(0.0)?.to_dtype(DType::F64)?;
         let abs = self.mul(&c(sign)?)?;
         let softplus_neg = abs.neg()?.exp()?.log1p()?.sub(&self.mul(&c(neg)?)?)?;
         let loss = self
@@ -234,7 +238,12 @@ fn weighted_nll(
                 row.iter_mut().for_each(|v| *v = smooth);
                 row[k as usize] += 1.0 - eps;
             }
-            (Tensor::from_vec(w, logp.shape())?, count)
+            // Built where the targets were read (the indices are checked on
+            // the host, like embedding's), then moved to the logits' device.
+            (
+                Tensor::from_vec(w, logp.shape())?.to_device(logp.device())?,
+                count,
+            )
         }
         Target::Probs(p) => {
             if p.shape() != in_shape || !p.dtype().is_float() {

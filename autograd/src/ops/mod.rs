@@ -13,30 +13,6 @@
 //! Every op name is an [`registry::Op`], so each recorded op is in
 //! [`registry::DIFFERENTIABLE_OPS`] (see [`registry`]).
 
-/// `f(g, x)` elementwise over the gradient `g` and a saved tensor `x` of
-/// the same float dtype (broadcasting), computed in the dtype's math type
-/// `M` (f32 for f32/f16/bf16, f64 for f64), which the body can name; the
-/// result has `g`'s dtype. Evaluates to `Result<Tensor>`, an error naming
-/// `$op` for non-float `g` or shapes that do not broadcast.
-macro_rules! grad_zip {
-    ($op:expr, $g:expr, $x:expr, |$gv:ident, $xv:ident| $body:expr) => {{
-        let (g, x): (&tessera_tensor::Tensor, &tessera_tensor::Tensor) = ($g, $x);
-        tessera_tensor::with_float_dtype!(g.dtype(), T => {
-            #[allow(unused_imports)]
-            use tessera_tensor::{FloatElement, FloatMath};
-            #[allow(dead_code)]
-            type M = <T as FloatElement>::Math;
-            g.zip_map::<T, T, T>(x, $op, |a, b| {
-                let ($gv, $xv): (M, M) = (a.to_math(), b.to_math());
-                T::from_math($body)
-            })
-        }, else Err(tessera_tensor::Error::dtype(
-            $op,
-            format!("gradients must be floating point, got {}", g.dtype()),
-        )))
-    }};
-}
-
 mod binary;
 mod norm;
 mod operators;
@@ -55,8 +31,7 @@ mod linalg;
 pub mod loss;
 mod shape;
 
-use tessera_tensor::strided::Coalesced;
-use tessera_tensor::{dim_indices, with_dtype, Error, Layout, Result, Tensor};
+use tessera_tensor::{dim_indices, Error, Layout, Result, Tensor};
 
 use crate::mode::is_grad_enabled;
 use crate::Var;
@@ -116,35 +91,11 @@ pub(crate) fn reduced_dims(ndim: usize, dims: &[isize]) -> Result<Vec<usize>> {
     }
 }
 
-/// A zero tensor of shape `base` (contiguous) with `grad` written at the
-/// positions that `view` (a layout over a contiguous `base`-shaped buffer,
-/// shaped like `grad`) reads: the gradient of an injective view such as
-/// narrow, slice or select. Errors when `grad`'s shape is not `view`'s.
+/// The gradient of an injective view such as narrow, slice or select:
+/// [`Tensor::view_backward`] on the gradient's device. Errors when
+/// `grad`'s shape is not `view`'s.
 pub(crate) fn embed(grad: &Tensor, base: &[usize], view: &Layout) -> Result<Tensor> {
-    if grad.shape() != view.shape() {
-        return Err(Error::shape(
-            "embed",
-            format!(
-                "gradient of shape {:?} for a view of shape {:?}",
-                grad.shape(),
-                view.shape()
-            ),
-        ));
-    }
-    let g = grad.contiguous()?;
-    with_dtype!(grad.dtype(), T => {
-        let src = g.as_slice::<T>()?;
-        Tensor::build::<T>("view_backward", base, |out| {
-            let c = Coalesced::new([view]);
-            c.for_each_row(0..c.numel(), |dst, [off], [stride], len| {
-                let mut p = off as isize;
-                for &x in &src[dst..dst + len] {
-                    out[p as usize] = x;
-                    p += stride;
-                }
-            });
-        })
-    })
+    grad.view_backward(base, view)
 }
 
 /// Errors unless `a` and `b` have the same dtype and device (ops on `Var`s

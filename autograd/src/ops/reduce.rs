@@ -2,7 +2,7 @@
 //! norm) and their gradients. `dims` empty means every dim; `keepdim` keeps
 //! reduced dims as size 1 — the tensor crate's conventions.
 
-use tessera_tensor::{with_float_dtype, Error, FloatElement, FloatMath, Result, Tensor};
+use tessera_tensor::{Error, Result, Tensor};
 
 use super::registry::{self as reg, Op};
 use super::{record_op, reduced_dims, unreduce};
@@ -128,13 +128,7 @@ impl Var {
         reduction(reg::STD, y, self, move |g| {
             let centered = x.sub(&x.mean(&dims, true)?)?;
             let denom = y_keep.mul_scalar((n - correction).max(0.0))?;
-            let share = grad_zip!("std", &keep(g, x.ndim(), &dims, keepdim)?, &denom, |g, d| {
-                if d == M::ZERO {
-                    M::ZERO
-                } else {
-                    g / d
-                }
-            })?;
+            let share = zero_where_zero(&keep(g, x.ndim(), &dims, keepdim)?, &denom)?;
             centered.mul(&share)
         })
     }
@@ -172,11 +166,7 @@ impl Var {
                 return hit.mul(&sign)?.mul(&g.div(&ties)?);
             }
             // sign(x)·(|x|/‖x‖)^(p−1)·g, written so p = 1 and p = 2 need no pow.
-            let ratio = grad_zip!("norm", &x.abs()?, &y_keep, |a, n| if n == M::ZERO {
-                M::ZERO
-            } else {
-                a / n
-            })?;
+            let ratio = zero_where_zero(&x.abs()?, &y_keep)?;
             let factor = if p == 1.0 {
                 Ok(sign)
             } else if p == 2.0 {
@@ -241,11 +231,26 @@ fn lane_dim(t: &Tensor, dim: isize) -> Result<Vec<isize>> {
     Ok(if t.ndim() == 0 { Vec::new() } else { vec![dim] })
 }
 
+/// `a / d` elementwise (broadcasting), 0 where `d` is 0. Errors as the
+/// tensor ops it is made of.
+fn zero_where_zero(a: &Tensor, d: &Tensor) -> Result<Tensor> {
+    let q = a.div(d)?;
+    Tensor::where_(&d.eq_scalar(0.0)?, &q.zeros_like(None)?, &q)
+}
+
 /// For every element of `x`, the product of the other elements of its
-/// reduction group over `dims` (empty = all), shaped like `x`.
+/// reduction group over `dims` (empty = all), shaped like `x`: the
+/// exclusive prefix product times the exclusive suffix product, as tensor
+/// ops on `x`'s device.
 fn product_of_others(x: &Tensor, dims: &[isize]) -> Result<Tensor> {
     let nd = x.ndim();
     let red = reduced_dims(nd, dims)?;
+    if !x.dtype().is_float() {
+        return Err(Error::dtype(
+            "prod",
+            format!("gradients need a float tensor, got {}", x.dtype()),
+        ));
+    }
     // Move the reduced dims last and merge them: rows × k, one group per row.
     let perm: Vec<usize> = (0..nd)
         .filter(|d| !red.contains(d))
@@ -254,24 +259,20 @@ fn product_of_others(x: &Tensor, dims: &[isize]) -> Result<Tensor> {
     let perm_i: Vec<isize> = perm.iter().map(|&d| d as isize).collect();
     let moved = x.permute(&perm_i)?.contiguous()?;
     let k: usize = red.iter().map(|&d| x.shape()[d]).product();
-    let others = with_float_dtype!(x.dtype(), T => {
-        type M = <T as FloatElement>::Math;
-        let src = moved.as_slice::<T>()?;
-        Tensor::build::<T>("prod_backward", moved.shape(), |out| {
-            for (row, o) in src.chunks(k.max(1)).zip(out.chunks_mut(k.max(1))) {
-                let mut acc = <M as FloatMath>::ONE;
-                for (i, &v) in row.iter().enumerate() {
-                    o[i] = T::from_math(acc);
-                    acc *= v.to_math();
-                }
-                let mut acc = <M as FloatMath>::ONE;
-                for (i, &v) in row.iter().enumerate().rev() {
-                    o[i] = T::from_math(o[i].to_math() * acc);
-                    acc *= v.to_math();
-                }
-            }
-        })?
-    }, else return Err(Error::dtype("prod", format!("gradients need a float tensor, got {}", x.dtype()))));
+    let rows = moved.numel().checked_div(k).unwrap_or(0);
+    let others = if k == 0 || rows == 0 {
+        moved.zeros_like(None)?
+    } else {
+        let m = moved.reshape([rows, k])?;
+        let exclusive = |t: &Tensor| -> Result<Tensor> {
+            let ones = t.narrow(1, 0, 1)?.ones_like(None)?;
+            let scan = t.narrow(1, 0, k - 1)?.cumprod(1)?;
+            Tensor::cat(&[ones, scan], 1)
+        };
+        let prefix = exclusive(&m)?;
+        let suffix = exclusive(&m.flip(&[1])?)?.flip(&[1])?;
+        prefix.mul(&suffix)?.reshape(moved.shape())?
+    };
     let mut inverse = vec![0isize; nd];
     for (k, &d) in perm.iter().enumerate() {
         inverse[d] = k as isize;

@@ -93,7 +93,9 @@ fn fold_back(g: &Tensor, d: usize, n: usize, l: usize, mode: PadMode) -> Result<
         .collect();
     let mut unit = vec![1usize; g.ndim()];
     unit[d] = len;
-    let idx = Tensor::from_vec(src, &unit)?.broadcast_to(g.shape())?;
+    let idx = Tensor::from_vec(src, &unit)?
+        .to_device(g.device())?
+        .broadcast_to(g.shape())?;
     let mut shape = g.shape().to_vec();
     shape[d] = n;
     zeros(g, &shape)?.scatter_add(d as isize, &idx, g)

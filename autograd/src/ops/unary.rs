@@ -4,9 +4,9 @@
 //! result `y` (whichever is cheaper to use), never both unless the formula
 //! does. Formulas follow PyTorch's `derivatives.yaml`.
 
-use std::f64::consts::{FRAC_1_SQRT_2, PI};
+use std::f64::consts::PI;
 
-use tessera_tensor::{DType, GeluApprox, Result, Tensor};
+use tessera_tensor::{BinaryOp, DType, GeluApprox, Result, Tensor};
 
 use super::record_op;
 use super::registry::{self as reg, Op};
@@ -33,13 +33,7 @@ impl Var {
     pub fn abs(&self) -> Result<Var> {
         let x = self.tensor().clone();
         unary(reg::ABS, self.tensor().abs()?, self, move |g| {
-            grad_zip!("abs", g, &x, |g, x| if x > M::ZERO {
-                g
-            } else if x < M::ZERO {
-                -g
-            } else {
-                M::ZERO
-            })
+            g.binary_op(BinaryOp::AbsBackward, &x)
         })
     }
 
@@ -60,7 +54,7 @@ impl Var {
     pub fn log1p(&self) -> Result<Var> {
         let x = self.tensor().clone();
         unary(reg::LOG1P, self.tensor().log1p()?, self, move |g| {
-            grad_zip!("log1p", g, &x, |g, x| g / (x + M::ONE))
+            g.div(&x.add_scalar(1.0)?)
         })
     }
 
@@ -68,18 +62,14 @@ impl Var {
     pub fn expm1(&self) -> Result<Var> {
         let y = self.tensor().expm1()?;
         let saved = y.clone();
-        unary(reg::EXPM1, y, self, move |g| {
-            grad_zip!("expm1", g, &saved, |g, y| g * (y + M::ONE))
-        })
+        unary(reg::EXPM1, y, self, move |g| g.mul(&saved.add_scalar(1.0)?))
     }
 
     /// √x; the gradient is g/(2√x). Errors as [`Tensor::sqrt`].
     pub fn sqrt(&self) -> Result<Var> {
         let y = self.tensor().sqrt()?;
         let saved = y.clone();
-        unary(reg::SQRT, y, self, move |g| {
-            grad_zip!("sqrt", g, &saved, |g, y| g / (y + y))
-        })
+        unary(reg::SQRT, y, self, move |g| g.div(&saved.add(&saved)?))
     }
 
     /// 1/√x; the gradient is −g·y³/2. Errors as [`Tensor::rsqrt`].
@@ -87,7 +77,7 @@ impl Var {
         let y = self.tensor().rsqrt()?;
         let saved = y.clone();
         unary(reg::RSQRT, y, self, move |g| {
-            grad_zip!("rsqrt", g, &saved, |g, y| M::of(-0.5) * g * y * y * y)
+            g.mul_scalar(-0.5)?.mul(&saved)?.mul(&saved)?.mul(&saved)
         })
     }
 
@@ -95,16 +85,14 @@ impl Var {
     pub fn recip(&self) -> Result<Var> {
         let y = self.tensor().recip()?;
         let saved = y.clone();
-        unary(reg::RECIP, y, self, move |g| {
-            grad_zip!("recip", g, &saved, |g, y| -g * y * y)
-        })
+        unary(reg::RECIP, y, self, move |g| g.neg()?.mul(&saved)?.mul(&saved))
     }
 
     /// x². Errors as [`Tensor::square`].
     pub fn square(&self) -> Result<Var> {
         let x = self.tensor().clone();
         unary(reg::SQUARE, self.tensor().square()?, self, move |g| {
-            grad_zip!("square", g, &x, |g, x| g * (x + x))
+            g.mul(&x.add(&x)?)
         })
     }
 
@@ -116,7 +104,7 @@ impl Var {
             if e == 0.0 {
                 return g.zeros_like(None);
             }
-            grad_zip!("pow_scalar", g, &x, |g, x| g * M::of(e) * x.powf(M::of(e - 1.0)))
+            g.mul_scalar(e)?.mul(&x.pow_scalar(e - 1.0)?)
         })
     }
 
@@ -129,23 +117,21 @@ impl Var {
             if s == 0.0 {
                 return g.zeros_like(None);
             }
-            grad_zip!("rpow_scalar", g, &saved, |g, y| g * y * M::of(s.ln()))
+            g.mul(&saved)?.mul_scalar(s.ln())
         })
     }
 
     /// sin x. Errors as [`Tensor::sin`].
     pub fn sin(&self) -> Result<Var> {
         let x = self.tensor().clone();
-        unary(reg::SIN, self.tensor().sin()?, self, move |g| {
-            grad_zip!("sin", g, &x, |g, x| g * x.cos())
-        })
+        unary(reg::SIN, self.tensor().sin()?, self, move |g| g.mul(&x.cos()?))
     }
 
     /// cos x. Errors as [`Tensor::cos`].
     pub fn cos(&self) -> Result<Var> {
         let x = self.tensor().clone();
         unary(reg::COS, self.tensor().cos()?, self, move |g| {
-            grad_zip!("cos", g, &x, |g, x| -g * x.sin())
+            g.neg()?.mul(&x.sin()?)
         })
     }
 
@@ -154,7 +140,7 @@ impl Var {
         let y = self.tensor().tanh()?;
         let saved = y.clone();
         unary(reg::TANH, y, self, move |g| {
-            grad_zip!("tanh", g, &saved, |g, y| g * (M::ONE - y * y))
+            g.binary_op(BinaryOp::TanhBackward, &saved)
         })
     }
 
@@ -164,7 +150,7 @@ impl Var {
         let y = self.tensor().sigmoid()?;
         let saved = y.clone();
         unary(reg::SIGMOID, y, self, move |g| {
-            grad_zip!("sigmoid", g, &saved, |g, y| g * y * (M::ONE - y))
+            g.binary_op(BinaryOp::SigmoidBackward, &saved)
         })
     }
 
@@ -174,7 +160,7 @@ impl Var {
         let y = self.tensor().relu()?;
         let saved = y.clone();
         unary(reg::RELU, y, self, move |g| {
-            grad_zip!("relu", g, &saved, |g, y| if y > M::ZERO { g } else { M::ZERO })
+            g.binary_op(BinaryOp::ReluBackward, &saved)
         })
     }
 
@@ -182,26 +168,13 @@ impl Var {
     /// derivative of the chosen form. Errors as [`Tensor::gelu`].
     pub fn gelu(&self, approx: GeluApprox) -> Result<Var> {
         let x = self.tensor().clone();
-        unary(
-            reg::GELU,
-            self.tensor().gelu(approx)?,
-            self,
-            move |g| match approx {
-                GeluApprox::None => grad_zip!("gelu", g, &x, |g, x| {
-                    // Φ(x) + x·φ(x).
-                    let cdf = M::of(0.5) * (M::ONE + FloatMath::erf(x * M::of(FRAC_1_SQRT_2)));
-                    let pdf = (M::of(-0.5) * x * x).exp() * M::of(1.0 / (2.0 * PI).sqrt());
-                    g * (cdf + x * pdf)
-                }),
-                GeluApprox::Tanh => grad_zip!("gelu", g, &x, |g, x| {
-                    let k = M::of((2.0 / PI).sqrt());
-                    let c = M::of(0.044715);
-                    let t = (k * (x + c * x * x * x)).tanh();
-                    let dinner = k * (M::ONE + M::of(3.0) * c * x * x);
-                    g * (M::of(0.5) * (M::ONE + t) + M::of(0.5) * x * (M::ONE - t * t) * dinner)
-                }),
-            },
-        )
+        unary(reg::GELU, self.tensor().gelu(approx)?, self, move |g| {
+            let op = match approx {
+                GeluApprox::None => BinaryOp::GeluErfBackward,
+                GeluApprox::Tanh => BinaryOp::GeluTanhBackward,
+            };
+            g.binary_op(op, &x)
+        })
     }
 
     /// SiLU x·σ(x); the gradient is g·σ(x)·(1 + x·(1 − σ(x))). Errors as
@@ -209,12 +182,7 @@ impl Var {
     pub fn silu(&self) -> Result<Var> {
         let x = self.tensor().clone();
         unary(reg::SILU, self.tensor().silu()?, self, move |g| {
-            grad_zip!("silu", g, &x, |g, x| {
-                // σ(x) directly: e^(−x) overflowing to ∞ gives σ = 0, and
-                // x·0 stays finite.
-                let s = M::ONE / (M::ONE + (-x).exp());
-                g * s * (M::ONE + x * (M::ONE - s))
-            })
+            g.binary_op(BinaryOp::SiluBackward, &x)
         })
     }
 
@@ -223,7 +191,7 @@ impl Var {
     pub fn erf(&self) -> Result<Var> {
         let x = self.tensor().clone();
         unary(reg::ERF, self.tensor().erf()?, self, move |g| {
-            grad_zip!("erf", g, &x, |g, x| g * M::of(2.0 / PI.sqrt()) * (-x * x).exp())
+            g.mul_scalar(2.0 / PI.sqrt())?.mul(&x.square()?.neg()?.exp()?)
         })
     }
 
@@ -234,14 +202,9 @@ impl Var {
         let x = self.tensor().clone();
         let (lo, hi) = (min.unwrap_or(f64::NEG_INFINITY), max.unwrap_or(f64::INFINITY));
         unary(reg::CLAMP, self.tensor().clamp(min, max)?, self, move |g| {
-            grad_zip!("clamp", g, &x, |g, x| {
-                let xf = x.f64();
-                if xf >= lo && xf <= hi {
-                    g
-                } else {
-                    M::ZERO
-                }
-            })
+            // Bounds included, NaN excluded (a NaN x compares false).
+            let inside = x.ge_scalar(lo)?.logical_and(&x.le_scalar(hi)?)?;
+            Tensor::where_(&inside, g, &g.zeros_like(None)?)
         })
     }
 

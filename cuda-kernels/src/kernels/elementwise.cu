@@ -1,7 +1,8 @@
 // Elementwise kernels: unary, binary and `where` over strided, broadcast
 // inputs (a stride of 0 broadcasts), with contiguous fast paths; casts
 // between f32/f16/bf16; fill. The op is a runtime code (uniform over the
-// launch, so the switch costs no divergence) to keep the kernel count small.
+// launch, so the switch costs no divergence) to keep the kernel count small;
+// the codes come from the generated op header (src/op_codes.rs).
 
 #define EW_MAX_DIMS 8
 
@@ -26,40 +27,83 @@ __device__ __forceinline__ float gelu_tanh(float x) {
     return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
 }
 
-// Codes match `UnaryOp` in src/ops/elementwise.rs.
+// One function per op of `UnaryOp` / `BinaryOp` (src/op_codes.rs); the
+// switches below are generated from the op list, so an op without its
+// function here is a compile error, and no code falls through to another op.
+__device__ __forceinline__ float unary_IDENTITY(float x) { return x; }
+__device__ __forceinline__ float unary_NEG(float x) { return -x; }
+__device__ __forceinline__ float unary_ABS(float x) { return fabsf(x); }
+__device__ __forceinline__ float unary_SIGN(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f); }
+__device__ __forceinline__ float unary_SQUARE(float x) { return x * x; }
+__device__ __forceinline__ float unary_RELU(float x) { return x > 0.0f ? x : (x == x ? 0.0f : x); }
+__device__ __forceinline__ float unary_FLOOR(float x) { return floorf(x); }
+__device__ __forceinline__ float unary_CEIL(float x) { return ceilf(x); }
+__device__ __forceinline__ float unary_ROUND(float x) { return rintf(x); }
+__device__ __forceinline__ float unary_EXP(float x) { return expf(x); }
+__device__ __forceinline__ float unary_LOG(float x) { return logf(x); }
+__device__ __forceinline__ float unary_LOG1P(float x) { return log1pf(x); }
+__device__ __forceinline__ float unary_EXPM1(float x) { return expm1f(x); }
+__device__ __forceinline__ float unary_SQRT(float x) { return sqrtf(x); }
+__device__ __forceinline__ float unary_RSQRT(float x) { return rsqrtf(x); }
+__device__ __forceinline__ float unary_RECIP(float x) { return 1.0f / x; }
+__device__ __forceinline__ float unary_SIN(float x) { return sinf(x); }
+__device__ __forceinline__ float unary_COS(float x) { return cosf(x); }
+__device__ __forceinline__ float unary_TANH(float x) { return tanhf(x); }
+__device__ __forceinline__ float unary_SIGMOID(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float unary_GELU_ERF(float x) { return gelu_erf(x); }
+__device__ __forceinline__ float unary_GELU_TANH(float x) { return gelu_tanh(x); }
+__device__ __forceinline__ float unary_SILU(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float unary_ERF(float x) { return erff(x); }
+
+#define UNARY_CASE(NAME) \
+    case UNARY_##NAME:   \
+        return unary_##NAME(x);
 __device__ __forceinline__ float unary_op(int op, float x) {
-    switch (op) {
-        case 0: return x;
-        case 1: return -x;
-        case 2: return fabsf(x);
-        case 3: return expf(x);
-        case 4: return logf(x);
-        case 5: return sqrtf(x);
-        case 6: return rsqrtf(x);
-        case 7: return x > 0.0f ? x : (x == x ? 0.0f : x);
-        case 8: return 1.0f / (1.0f + expf(-x));
-        case 9: return tanhf(x);
-        case 10: return gelu_erf(x);
-        case 11: return gelu_tanh(x);
-        case 12: return x / (1.0f + expf(-x));
-        case 13: return sinf(x);
-        case 14: return cosf(x);
-        case 15: return 1.0f / x;
-        default: return x * x;
-    }
+    switch (op) { TESSERA_UNARY_OPS(UNARY_CASE) }
+    // Unreachable: the launch wrappers pass only `UnaryOp` codes.
+    return __int_as_float(0x7fc00000);
 }
 
-// Codes match `BinaryOp` in src/ops/elementwise.rs. max/min propagate NaN.
+// max/min propagate NaN.
+__device__ __forceinline__ float binary_ADD(float a, float b) { return a + b; }
+__device__ __forceinline__ float binary_SUB(float a, float b) { return a - b; }
+__device__ __forceinline__ float binary_MUL(float a, float b) { return a * b; }
+__device__ __forceinline__ float binary_DIV(float a, float b) { return a / b; }
+__device__ __forceinline__ float binary_MAXIMUM(float a, float b) { return (a != a || b != b) ? a + b : fmaxf(a, b); }
+__device__ __forceinline__ float binary_MINIMUM(float a, float b) { return (a != a || b != b) ? a + b : fminf(a, b); }
+__device__ __forceinline__ float binary_POW(float a, float b) { return powf(a, b); }
+// The fused derivative rules: (g, x) or (g, y), written as the CPU kernels
+// write them so both round alike.
+__device__ __forceinline__ float binary_GELU_ERF_BACKWARD(float g, float x) {
+    float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
+    float pdf = expf(-0.5f * x * x) * 0.39894228040143268f;
+    return g * (cdf + x * pdf);
+}
+__device__ __forceinline__ float binary_GELU_TANH_BACKWARD(float g, float x) {
+    float k = 0.79788456080286536f;
+    float inner = k * (x + 0.044715f * x * x * x);
+    float t = tanhf(inner);
+    float dinner = k * (1.0f + 3.0f * 0.044715f * x * x);
+    return g * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * dinner);
+}
+__device__ __forceinline__ float binary_SILU_BACKWARD(float g, float x) {
+    float s = 1.0f / (1.0f + expf(-x));
+    return g * (s * (1.0f + x * (1.0f - s)));
+}
+__device__ __forceinline__ float binary_SIGMOID_BACKWARD(float g, float y) { return g * (y * (1.0f - y)); }
+__device__ __forceinline__ float binary_TANH_BACKWARD(float g, float y) { return g * (1.0f - y * y); }
+__device__ __forceinline__ float binary_RELU_BACKWARD(float g, float y) { return y > 0.0f ? g : 0.0f; }
+__device__ __forceinline__ float binary_ABS_BACKWARD(float g, float x) {
+    return x > 0.0f ? g : (x < 0.0f ? -g : 0.0f);
+}
+
+#define BINARY_CASE(NAME) \
+    case BINARY_##NAME:   \
+        return binary_##NAME(a, b);
 __device__ __forceinline__ float binary_op(int op, float a, float b) {
-    switch (op) {
-        case 0: return a + b;
-        case 1: return a - b;
-        case 2: return a * b;
-        case 3: return a / b;
-        case 4: return (a != a || b != b) ? a + b : fmaxf(a, b);
-        case 5: return (a != a || b != b) ? a + b : fminf(a, b);
-        default: return powf(a, b);
-    }
+    switch (op) { TESSERA_BINARY_OPS(BINARY_CASE) }
+    // Unreachable: the launch wrappers pass only `BinaryOp` codes.
+    return __int_as_float(0x7fc00000);
 }
 
 #define GRID_STRIDE(i, n) \

@@ -6,71 +6,12 @@ use std::mem::size_of;
 use super::Float;
 use crate::launch::{check_len, grid_for, to_i64, Arg, DevPtr, Launch};
 use crate::module::Module;
+pub use crate::op_codes::{BinaryOp, UnaryOp};
 use crate::{Error, Result};
 
 const BLOCK: u32 = 256;
 /// Most dimensions a strided launch takes after merging (the kernel's `EW_MAX_DIMS`).
 pub const MAX_DIMS: usize = 8;
-
-/// Unary ops; the discriminant is the kernel's op code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(i32)]
-pub enum UnaryOp {
-    /// x (a strided copy makes a view contiguous).
-    Identity = 0,
-    /// -x
-    Neg,
-    /// |x|
-    Abs,
-    /// e^x
-    Exp,
-    /// ln x
-    Log,
-    /// √x
-    Sqrt,
-    /// 1/√x
-    Rsqrt,
-    /// max(x, 0), NaN kept
-    Relu,
-    /// 1/(1+e^-x)
-    Sigmoid,
-    /// tanh x
-    Tanh,
-    /// x·Φ(x) with erf
-    GeluErf,
-    /// GELU, tanh approximation
-    GeluTanh,
-    /// x·sigmoid(x)
-    Silu,
-    /// sin x
-    Sin,
-    /// cos x
-    Cos,
-    /// 1/x
-    Recip,
-    /// x²
-    Square,
-}
-
-/// Binary ops; the discriminant is the kernel's op code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(i32)]
-pub enum BinaryOp {
-    /// a + b
-    Add = 0,
-    /// a - b
-    Sub,
-    /// a · b
-    Mul,
-    /// a / b
-    Div,
-    /// max(a, b), NaN propagates
-    Maximum,
-    /// min(a, b), NaN propagates
-    Minimum,
-    /// a^b
-    Pow,
-}
 
 /// An input operand: the buffer, its element offset and its strides over the
 /// output shape (0 where it broadcasts; negative allowed).
@@ -240,12 +181,12 @@ pub fn unary<T: Float>(op: UnaryOp, x: Operand<'_, T>, y: DevPtr<T>, shape: &[us
         None => launch(
             format!("unary_contig_{}", T::NAME),
             n,
-            vec![Arg::i32(op as i32), Arg::i64(n64), Arg::u64(xa), Arg::ptr(y)],
+            vec![Arg::i32(op.code()), Arg::i64(n64), Arg::u64(xa), Arg::ptr(y)],
         ),
         Some(s) => launch(
             format!("unary_strided_{}", T::NAME),
             n,
-            vec![Arg::i32(op as i32), Arg::i64(n64), s, Arg::u64(xa), Arg::ptr(y)],
+            vec![Arg::i32(op.code()), Arg::i64(n64), s, Arg::u64(xa), Arg::ptr(y)],
         ),
     })
 }
@@ -272,7 +213,7 @@ pub fn binary<T: Float>(
             format!("binary_contig_{}", T::NAME),
             n,
             vec![
-                Arg::i32(op as i32),
+                Arg::i32(op.code()),
                 Arg::i64(n64),
                 Arg::u64(aa),
                 Arg::u64(ba),
@@ -283,7 +224,7 @@ pub fn binary<T: Float>(
             format!("binary_strided_{}", T::NAME),
             n,
             vec![
-                Arg::i32(op as i32),
+                Arg::i32(op.code()),
                 Arg::i64(n64),
                 s,
                 Arg::u64(aa),

@@ -1,4 +1,4 @@
-//! Sum, max and argmax over one dimension of a contiguous tensor viewed as
+//! Sum, product, max, min and argmax over one dimension of a contiguous tensor viewed as
 //! `[outer, len, inner]`.
 
 use super::Float;
@@ -8,18 +8,13 @@ use crate::{Error, Result};
 
 const BLOCK: u32 = 256;
 
-/// Which reduction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reduction {
-    /// Sum (f32 accumulation).
-    Sum,
-    /// Maximum (NaN propagates).
-    Max,
-}
+pub use crate::op_codes::ReduceOp;
 
+#[allow(clippy::too_many_arguments)]
 fn plan(
     op: &'static str,
     kernel: String,
+    code: Option<i32>,
     outer: usize,
     len: usize,
     inner: usize,
@@ -43,13 +38,17 @@ fn plan(
         grid: [grid, 1, 1],
         block: [BLOCK, 1, 1],
         shared_mem: 0,
-        args: vec![
-            Arg::u64(x),
-            Arg::u64(y),
-            Arg::i64(to_i64(op, "outer", outer)?),
-            Arg::i64(to_i64(op, "len", len)?),
-            Arg::i64(to_i64(op, "inner", inner)?),
-        ],
+        args: code
+            .map(Arg::i32)
+            .into_iter()
+            .chain([
+                Arg::u64(x),
+                Arg::u64(y),
+                Arg::i64(to_i64(op, "outer", outer)?),
+                Arg::i64(to_i64(op, "len", len)?),
+                Arg::i64(to_i64(op, "inner", inner)?),
+            ])
+            .collect(),
     })
 }
 
@@ -57,7 +56,7 @@ fn plan(
 ///
 /// Errors: `len == 0`, buffers too short, sizes overflowing.
 pub fn reduce<T: Float>(
-    r: Reduction,
+    r: ReduceOp,
     x: DevPtr<T>,
     y: DevPtr<T>,
     outer: usize,
@@ -67,13 +66,10 @@ pub fn reduce<T: Float>(
     const OP: &str = "reduce";
     check_len(OP, "x", &x, mul(OP, mul(OP, outer, len)?, inner)?)?;
     check_len(OP, "y", &y, mul(OP, outer, inner)?)?;
-    let k = match r {
-        Reduction::Sum => "reduce_sum",
-        Reduction::Max => "reduce_max",
-    };
     plan(
         OP,
-        format!("{k}_{}", T::NAME),
+        format!("reduce_{}", T::NAME),
+        Some(r.code()),
         outer,
         len,
         inner,
@@ -98,6 +94,7 @@ pub fn argmax<T: Float>(
     plan(
         OP,
         format!("argmax_{}", T::NAME),
+        None,
         outer,
         len,
         inner,

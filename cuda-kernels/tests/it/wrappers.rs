@@ -10,7 +10,7 @@ use tessera_cuda_kernels::ops::elementwise::{self as ew, Operand, UnaryOp};
 use tessera_cuda_kernels::ops::gemm::{gemm, GemmShape};
 use tessera_cuda_kernels::ops::layernorm::layer_norm_fwd;
 use tessera_cuda_kernels::ops::optim::{adamw, adamw_tables, AdamConfig, AdamTensor};
-use tessera_cuda_kernels::ops::reduce::{reduce, Reduction};
+use tessera_cuda_kernels::ops::reduce::{reduce, ReduceOp};
 use tessera_cuda_kernels::ops::softmax::softmax;
 use tessera_cuda_kernels::{DevPtr, Error};
 
@@ -87,8 +87,8 @@ fn elementwise_checks_views() {
 
 #[test]
 fn shapes_are_checked() {
-    arg_err(reduce(Reduction::Sum, p::<f32>(10), p(10), 2, 0, 1), "length 0");
-    arg_err(reduce(Reduction::Sum, p::<f32>(10), p(10), 2, 6, 1), "x has");
+    arg_err(reduce(ReduceOp::Sum, p::<f32>(10), p(10), 2, 0, 1), "length 0");
+    arg_err(reduce(ReduceOp::Sum, p::<f32>(10), p(10), 2, 6, 1), "x has");
     arg_err(softmax(p::<f32>(10), p(10), 3, 4, false), "needs 12");
     arg_err(
         layer_norm_fwd(p::<f32>(12), None, None, p(12), p(3), p(3), 3, 4, 0.0),

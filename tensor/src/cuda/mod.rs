@@ -10,19 +10,12 @@
 //!
 //! Every GPU op runs on its device's one stream, so launches, copies and
 //! frees are ordered without explicit synchronisation; only a copy to the
-//! host waits. An op on a GPU tensor without a CUDA path returns an
-//! [`Error::Device`] naming the op and the device: its first line is the
-//! `cpu_only!` guard ([`guard`]); the engines `zip_map`, `make_mut`, ...
-//! check too. A CPU kernel that is nonetheless reached by GPU storage
-//! panics with that same message rather than read device memory; the tests
-//! in `guard_tests.rs` run every public op on GPU storage to show none is.
+//! host waits. Ops reach these kernels through the backend layer
+//! ([`crate::backend`]), whose CUDA implementation names every op without
+//! a GPU path; a CPU kernel that is nonetheless reached by GPU storage
+//! panics in the storage accessor rather than read device memory.
 
 mod buffer;
-mod guard;
-#[cfg(test)]
-mod guard_cases;
-#[cfg(test)]
-mod guard_tests;
 mod memory;
 mod transfer;
 
@@ -31,8 +24,8 @@ use std::sync::Arc;
 use tessera_cuda_kernels::ops::elementwise::Operand;
 use tessera_cuda_kernels::{DevPtr, Launch};
 
+pub(crate) use crate::backend::{no_kernel, same_device};
 pub(crate) use buffer::{device, kernel_err, DeviceBuffer, DeviceState};
-pub(crate) use guard::{host_only, no_kernel, same_device, Operands};
 pub(crate) use transfer::{cast, contiguous, transfer};
 
 use crate::{DType, Device, Error, Layout, Result, Storage, Tensor};

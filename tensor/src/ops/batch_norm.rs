@@ -47,7 +47,7 @@ impl Tensor {
     /// dim but 1, computed in f64 and returned as `[C]` tensors in f32 (f64
     /// for f64 input). Errors for non-float input or fewer than 2 dims.
     pub fn batch_norm_stats(&self) -> Result<(Tensor, Tensor)> {
-        cpu_only!("batch_norm_stats", self);
+        host_kernel!("batch_norm_stats", self);
         let (mean, var) = stats(self, "batch_norm_stats")?;
         let c = [self.shape()[1]];
         Ok((
@@ -98,7 +98,7 @@ impl Tensor {
         momentum: f64,
         eps: f64,
     ) -> Result<BatchNormForward> {
-        cpu_only!("batch_norm", self, running_mean, running_var, weight, bias);
+        host_kernel!("batch_norm", self, running_mean, running_var, weight, bias);
         const OP: &str = "batch_norm";
         check_eps(OP, eps)?;
         let (n, c, s) = dims3(OP, self)?;
@@ -176,7 +176,7 @@ impl Tensor {
         weight: Option<&Tensor>,
         training: bool,
     ) -> Result<(Tensor, Tensor, Tensor)> {
-        cpu_only!("batch_norm_backward", dy, x, mean, invstd, weight);
+        host_kernel!("batch_norm_backward", dy, x, mean, invstd, weight);
         const OP: &str = "batch_norm_backward";
         let (n, c, s) = dims3(OP, x)?;
         check_grad(OP, dy, x)?;

@@ -19,7 +19,7 @@ macro_rules! comparison {
         /// Broadcasts, returns a bool tensor, and errors when the shapes do
         /// not broadcast.
         pub fn $name(&self, other: &Tensor) -> Result<Tensor> {
-            cpu_only!(stringify!($name), self, other);
+            host_kernel!(stringify!($name), self, other);
             let (a, b) = promoted(self, other, None)?;
             crate::with_dtype!(a.dtype(), T => a.zip_map::<T, T, bool>(&b, stringify!($name), |x, y| x $op y))
         }
@@ -29,7 +29,7 @@ macro_rules! comparison {
         /// The scalar form: compares every element with `s` (see the module
         /// docs for the precision), returning a bool tensor.
         pub fn $scalar(&self, s: f64) -> Result<Tensor> {
-            cpu_only!(stringify!($scalar), self);
+            host_kernel!(stringify!($scalar), self);
             crate::with_float_dtype!(self.dtype(), T => {
                 let s = T::from_f64(s);
                 self.try_map::<T, bool>(stringify!($scalar), |x| x $op s)
@@ -61,27 +61,27 @@ impl Tensor {
     /// Elementwise logical and of the truth values (non-zero is true),
     /// broadcasting; a bool tensor. Errors when the shapes do not broadcast.
     pub fn logical_and(&self, other: &Tensor) -> Result<Tensor> {
-        cpu_only!("logical_and", self, other);
+        host_kernel!("logical_and", self, other);
         truth(self)?.zip_map::<bool, bool, bool>(&truth(other)?, "logical_and", |x, y| x & y)
     }
 
     /// Elementwise logical or (non-zero is true), broadcasting; a bool
     /// tensor. Errors when the shapes do not broadcast.
     pub fn logical_or(&self, other: &Tensor) -> Result<Tensor> {
-        cpu_only!("logical_or", self, other);
+        host_kernel!("logical_or", self, other);
         truth(self)?.zip_map::<bool, bool, bool>(&truth(other)?, "logical_or", |x, y| x | y)
     }
 
     /// Elementwise logical exclusive or (non-zero is true), broadcasting; a
     /// bool tensor. Errors when the shapes do not broadcast.
     pub fn logical_xor(&self, other: &Tensor) -> Result<Tensor> {
-        cpu_only!("logical_xor", self, other);
+        host_kernel!("logical_xor", self, other);
         truth(self)?.zip_map::<bool, bool, bool>(&truth(other)?, "logical_xor", |x, y| x ^ y)
     }
 
     /// Elementwise logical not: true where the element is zero; a bool tensor.
     pub fn logical_not(&self) -> Result<Tensor> {
-        cpu_only!("logical_not", self);
+        host_kernel!("logical_not", self);
         truth(self)?.try_map::<bool, bool>("logical_not", |x| !x)
     }
 
@@ -89,7 +89,7 @@ impl Tensor {
     /// (PyTorch's `torch.where`); `a` and `b` are converted to their promoted
     /// dtype. Errors when `cond` is not bool or the shapes do not broadcast.
     pub fn where_(cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
-        cpu_only!("where_", cond, a, b);
+        host_kernel!("where_", cond, a, b);
         if cond.dtype() != DType::Bool {
             return Err(Error::dtype(
                 "where",

@@ -46,15 +46,7 @@ impl TensorOptions {
     /// and returns its element count. Errors, naming `op`, for a non-CPU
     /// device or a size that overflows the address space.
     pub(crate) fn check(&self, op: &'static str, shape: &[usize]) -> Result<usize> {
-        if !self.device.is_cpu() {
-            return Err(Error::device(
-                op,
-                format!(
-                    "no CUDA path to create this on {}: create it on the CPU and call to_device",
-                    self.device
-                ),
-            ));
-        }
+        crate::backend::on_device(op, self.device)?.host_kernel(op)?;
         let numel = checked_numel(op, shape)?;
         let bytes = numel as u128 * self.dtype.size_in_bytes() as u128;
         if bytes > isize::MAX as u128 {
@@ -75,10 +67,7 @@ impl Tensor {
     /// and copied). Errors for a device that is not available or a shape
     /// too large to allocate.
     pub fn zeros(shape: &[usize], opts: impl Into<TensorOptions>) -> Result<Tensor> {
-        let opts = opts.into();
-        on_cuda!(!opts.device.is_cpu() => crate::cuda::host_then_upload(opts, |o| Self::zeros(shape, o)));
-        opts.check("zeros", shape)?;
-        with_dtype!(opts.dtype, T => Tensor::build::<T>("zeros", shape, |_| {}))
+        Self::full_named("zeros", shape, 0.0, opts.into())
     }
 
     /// A tensor of `shape` filled with ones. Errors as [`Tensor::zeros`].
@@ -232,11 +221,25 @@ impl Tensor {
     }
 
     fn full_named(op: &'static str, shape: &[usize], value: f64, opts: TensorOptions) -> Result<Tensor> {
-        on_cuda!(!opts.device.is_cpu() => crate::cuda::host_then_upload(opts, |o| Self::full_named(op, shape, value, o)));
+        crate::backend::on_device(op, opts.device)?.full(op, shape, value, opts)
+    }
+
+    /// The CPU kernel of the fills (`zeros`, `ones`, `full`, ...): fresh
+    /// memory is zeroed, so +0 needs no pass of its own.
+    pub(crate) fn full_cpu(
+        op: &'static str,
+        shape: &[usize],
+        value: f64,
+        opts: TensorOptions,
+    ) -> Result<Tensor> {
         opts.check(op, shape)?;
         Ok(with_dtype!(opts.dtype, T => {
-            let v = T::from_f64(value);
-            Tensor::build::<T>(op, shape, |out| out.fill(v))?
+            if value.to_bits() == 0 {
+                Tensor::build::<T>(op, shape, |_| {})?
+            } else {
+                let v = T::from_f64(value);
+                Tensor::build::<T>(op, shape, |out| out.fill(v))?
+            }
         }))
     }
 }

@@ -65,7 +65,7 @@ impl Tensor {
         target: &Tensor,
         opts: CrossEntropyOptions,
     ) -> Result<(Tensor, Tensor)> {
-        cpu_only!("cross_entropy", self, target);
+        host_kernel!("cross_entropy", self, target);
         const OP: &str = "cross_entropy";
         let (rows, targets) = prepare(OP, self, target, &opts)?;
         let c = rows.shape()[1];
@@ -111,7 +111,7 @@ impl Tensor {
         lse: &Tensor,
         opts: CrossEntropyOptions,
     ) -> Result<Tensor> {
-        cpu_only!("cross_entropy_backward", dloss, logits, target, lse);
+        host_kernel!("cross_entropy_backward", dloss, logits, target, lse);
         const OP: &str = "cross_entropy_backward";
         let (rows, targets) = prepare(OP, logits, target, &opts)?;
         let (n, c) = (rows.shape()[0], rows.shape()[1]);

@@ -8,14 +8,14 @@ impl Tensor {
     /// their dtype (accumulated in f32, f64 for f64); integers and bool give
     /// i64 like PyTorch. Errors on an out-of-range dim.
     pub fn cumsum(&self, dim: isize) -> Result<Tensor> {
-        cpu_only!("cumsum", self);
+        host_kernel!("cumsum", self);
         self.scan("cumsum", dim, false)
     }
 
     /// Running products along `dim`, with the dtype rules of
     /// [`Tensor::cumsum`]. Errors on an out-of-range dim.
     pub fn cumprod(&self, dim: isize) -> Result<Tensor> {
-        cpu_only!("cumprod", self);
+        host_kernel!("cumprod", self);
         self.scan("cumprod", dim, true)
     }
 

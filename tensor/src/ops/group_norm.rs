@@ -35,7 +35,7 @@ impl Tensor {
         bias: Option<&Tensor>,
         eps: f64,
     ) -> Result<(Tensor, Tensor, Tensor)> {
-        cpu_only!("group_norm", self, weight, bias);
+        host_kernel!("group_norm", self, weight, bias);
         const OP: &str = "group_norm";
         let g = Groups::of(OP, self, num_groups)?;
         check_eps(OP, eps)?;
@@ -67,7 +67,7 @@ impl Tensor {
         num_groups: usize,
         weight: Option<&Tensor>,
     ) -> Result<(Tensor, Tensor, Tensor)> {
-        cpu_only!("group_norm_backward", dy, x, mean, rstd, weight);
+        host_kernel!("group_norm_backward", dy, x, mean, rstd, weight);
         const OP: &str = "group_norm_backward";
         let g = Groups::of(OP, x, num_groups)?;
         check_grad(OP, dy, x)?;

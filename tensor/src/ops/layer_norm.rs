@@ -3,7 +3,7 @@
 
 #[cfg(feature = "cuda")]
 #[path = "layer_norm_cuda.rs"]
-mod cuda;
+pub(crate) mod cuda;
 
 use crate::ops::layer_norm_f32;
 use crate::ops::norm_common::{
@@ -41,8 +41,24 @@ impl Tensor {
         eps: f64,
     ) -> Result<(Tensor, Tensor, Tensor)> {
         const OP: &str = "layer_norm";
-        on_cuda!(self.is_cuda() => cuda::layer_norm(self, normalized_shape, weight, bias, eps));
-        cpu_only!("layer_norm", self, weight, bias);
+        crate::backend::dispatch(OP, &[&self as &dyn crate::backend::Operands, &weight, &bias])?.layer_norm(
+            self,
+            normalized_shape,
+            weight,
+            bias,
+            eps,
+        )
+    }
+
+    /// The CPU kernel of [`Tensor::layer_norm_forward`].
+    pub(crate) fn layer_norm_cpu(
+        &self,
+        normalized_shape: &[usize],
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f64,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        const OP: &str = "layer_norm";
         let (rows, k, stat_shape) = split(OP, self, normalized_shape)?;
         check_eps(OP, eps)?;
         let x = self.contiguous()?;
@@ -89,8 +105,23 @@ impl Tensor {
         weight: Option<&Tensor>,
     ) -> Result<(Tensor, Tensor, Tensor)> {
         const OP: &str = "layer_norm_backward";
-        on_cuda!(x.is_cuda() || dy.is_cuda() => cuda::layer_norm_backward(dy, x, mean, rstd, normalized_shape, weight));
-        cpu_only!("layer_norm_backward", dy, x, mean, rstd, weight);
+        crate::backend::dispatch(
+            OP,
+            &[&dy as &dyn crate::backend::Operands, &x, &mean, &rstd, &weight],
+        )?
+        .layer_norm_backward(dy, x, mean, rstd, normalized_shape, weight)
+    }
+
+    /// The CPU kernel of [`Tensor::layer_norm_backward`].
+    pub(crate) fn layer_norm_backward_cpu(
+        dy: &Tensor,
+        x: &Tensor,
+        mean: &Tensor,
+        rstd: &Tensor,
+        normalized_shape: &[usize],
+        weight: Option<&Tensor>,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        const OP: &str = "layer_norm_backward";
         let (rows, k, _) = split(OP, x, normalized_shape)?;
         check_grad(OP, dy, x)?;
         let (x, dy) = (x.contiguous()?, dy.contiguous()?);

@@ -2,41 +2,25 @@
 //! [`crate::Tensor`]; its CPU kernels sit beside it (`cpu.rs`), so a faster
 //! kernel or a CUDA launch can replace one without touching callers.
 
-/// `on_cuda!(cond => call)`: with the feature `cuda`, returns `call` from
-/// the enclosing op when `cond` (an operand is on a GPU) holds; without the
-/// feature it expands to nothing, so the CPU path pays nothing. Ops with a
-/// CUDA path start with this one line.
-macro_rules! on_cuda {
-    ($cond:expr => $call:expr) => {
-        #[cfg(feature = "cuda")]
-        if $cond {
-            return $call;
-        }
-    };
-}
-
-/// `cpu_only!(op, operands..)`: with the feature `cuda`, returns an
-/// [`crate::Error::Device`] from the enclosing op when an operand (a
-/// tensor, an `Option<&Tensor>` or a slice of tensors) is on a GPU, naming
-/// the op, or when operands are on different devices, naming both; without
-/// the feature it expands to nothing. Ops without a CUDA path start with
-/// this one line, so no CPU kernel ever sees device memory.
-macro_rules! cpu_only {
+/// `host_kernel!(op, operands..)`: dispatches an op whose only kernel is
+/// the CPU's through the backend of its operands' device
+/// ([`crate::backend::Backend::host_kernel`]): returns the backend's
+/// [`crate::Error::Device`] from the enclosing op when the operands (a
+/// tensor, an `Option<&Tensor>` or a slice of tensors) are on a GPU, or on
+/// different devices.
+macro_rules! host_kernel {
     ($op:expr, $($t:expr),+ $(,)?) => {
-        #[cfg(feature = "cuda")]
-        $crate::cuda::host_only($op, &[$(&$t as &dyn $crate::cuda::Operands),+])?;
+        $crate::backend::dispatch($op, &[$(&$t as &dyn $crate::backend::Operands),+])?.host_kernel($op)?;
     };
 }
 
-/// `same_device!(op, operands..)`: with the feature `cuda`, returns an
-/// [`crate::Error::Device`] naming the op and both devices from the
-/// enclosing op when its operands are on different devices; nothing
-/// without the feature. For ops composed of other ops that may run on a
-/// GPU, so a mixed call fails before any part of it runs.
+/// `same_device!(op, operands..)`: returns an [`crate::Error::Device`]
+/// naming the op and both devices from the enclosing op when its operands
+/// are on different devices. For ops composed of other ops that may run on
+/// a GPU, so a mixed call fails before any part of it runs.
 macro_rules! same_device {
     ($op:expr, $($t:expr),+ $(,)?) => {
-        #[cfg(feature = "cuda")]
-        $crate::cuda::same_device($op, &[$(&$t as &dyn $crate::cuda::Operands),+])?;
+        $crate::backend::same_device($op, &[$(&$t as &dyn $crate::backend::Operands),+])?;
     };
 }
 
@@ -65,6 +49,7 @@ pub mod reduce;
 pub mod softmax;
 pub mod softmax_backward;
 pub mod unary;
+pub mod view_backward;
 
 pub mod index;
 pub mod join;

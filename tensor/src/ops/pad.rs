@@ -22,7 +22,7 @@ impl Tensor {
     /// length or more than two entries per dim, when reflect padding is not
     /// smaller than its dim's size, or when replicate pads an empty dim.
     pub fn pad(&self, pads: &[usize], mode: PadMode) -> Result<Tensor> {
-        cpu_only!("pad", self);
+        host_kernel!("pad", self);
         const OP: &str = "pad";
         let nd = self.ndim();
         if !pads.len().is_multiple_of(2) || pads.len() > 2 * nd {

@@ -9,7 +9,7 @@
 
 #[cfg(feature = "cuda")]
 #[path = "random_cuda.rs"]
-mod cuda;
+pub(crate) mod cuda;
 
 use rayon::prelude::*;
 
@@ -136,7 +136,17 @@ impl Tensor {
         gen: Option<&mut Generator>,
     ) -> Result<Tensor> {
         let opts = opts.into();
-        on_cuda!(!opts.device.is_cpu() => cuda::uniform(shape, a, b, opts, gen));
+        crate::backend::on_device("uniform", opts.device)?.uniform(shape, a, b, opts, gen)
+    }
+
+    /// The CPU kernel of [`Tensor::uniform`].
+    pub(crate) fn uniform_cpu(
+        shape: &[usize],
+        a: f64,
+        b: f64,
+        opts: TensorOptions,
+        gen: Option<&mut Generator>,
+    ) -> Result<Tensor> {
         let op = "uniform";
         let n = opts.check(op, shape)?;
         float_only(op, opts.dtype)?;
@@ -168,7 +178,17 @@ impl Tensor {
         gen: Option<&mut Generator>,
     ) -> Result<Tensor> {
         let opts = opts.into();
-        on_cuda!(!opts.device.is_cpu() => cuda::normal(shape, mean, std, opts, gen));
+        crate::backend::on_device("normal", opts.device)?.normal(shape, mean, std, opts, gen)
+    }
+
+    /// The CPU kernel of [`Tensor::normal`].
+    pub(crate) fn normal_cpu(
+        shape: &[usize],
+        mean: f64,
+        std: f64,
+        opts: TensorOptions,
+        gen: Option<&mut Generator>,
+    ) -> Result<Tensor> {
         let op = "normal";
         let n = opts.check(op, shape)?;
         float_only(op, opts.dtype)?;

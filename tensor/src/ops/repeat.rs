@@ -8,7 +8,7 @@ impl Tensor {
     /// `repeat`). The result is a new contiguous tensor. Errors when
     /// `repeats` is shorter than the rank or the result would overflow.
     pub fn repeat(&self, repeats: &[usize]) -> Result<Tensor> {
-        cpu_only!("repeat", self);
+        host_kernel!("repeat", self);
         const OP: &str = "repeat";
         let nd = self.ndim();
         if repeats.len() < nd {

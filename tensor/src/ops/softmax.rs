@@ -3,7 +3,7 @@
 
 #[cfg(feature = "cuda")]
 #[path = "softmax_cuda.rs"]
-mod cuda;
+pub(crate) mod cuda;
 
 use crate::ops::lanes::map_lanes;
 use crate::simd::{kernels, Level};
@@ -25,7 +25,11 @@ impl Tensor {
     }
 
     fn softmax_impl(&self, op: &'static str, dim: isize, log: bool) -> Result<Tensor> {
-        on_cuda!(self.is_cuda() => cuda::softmax(self, op, dim, log));
+        crate::backend::dispatch(op, &[self])?.softmax(op, self, dim, log)
+    }
+
+    /// The CPU kernel of [`Tensor::softmax`].
+    pub(crate) fn softmax_cpu(&self, op: &'static str, dim: isize, log: bool) -> Result<Tensor> {
         if self.ndim() == 0 {
             dim_index(op, dim, 1)?;
             return self.reshape([1])?.softmax_impl(op, 0, log)?.reshape([]);

@@ -14,7 +14,7 @@ impl Tensor {
     /// and `y` differ in shape, dtype or device, for non-float dtypes, and
     /// for an out-of-range dim.
     pub fn softmax_backward(dy: &Tensor, y: &Tensor, dim: isize) -> Result<Tensor> {
-        cpu_only!("softmax_backward", dy, y);
+        host_kernel!("softmax_backward", dy, y);
         lanes_backward("softmax_backward", dy, y, dim, false)
     }
 
@@ -22,7 +22,7 @@ impl Tensor {
     /// `y` and the output gradient `dy`: dx = dy − exp(y)·Σ dy. Errors as
     /// [`Tensor::softmax_backward`].
     pub fn log_softmax_backward(dy: &Tensor, y: &Tensor, dim: isize) -> Result<Tensor> {
-        cpu_only!("log_softmax_backward", dy, y);
+        host_kernel!("log_softmax_backward", dy, y);
         lanes_backward("log_softmax_backward", dy, y, dim, true)
     }
 }

@@ -15,7 +15,7 @@ impl Tensor {
     /// not `sorted` is set, as an unsorted order is unspecified. Errors when
     /// `dim` is out of range or `k` exceeds the size of `dim`.
     pub fn topk(&self, k: usize, dim: isize, largest: bool, sorted: bool) -> Result<(Tensor, Tensor)> {
-        cpu_only!("topk", self);
+        host_kernel!("topk", self);
         const OP: &str = "topk";
         let _ = sorted;
         let d = dim_index(OP, dim, self.ndim())?;
@@ -37,7 +37,7 @@ impl Tensor {
     /// order). NaN sorts as the largest value. Errors when `dim` is out of
     /// range.
     pub fn sort(&self, dim: isize, descending: bool) -> Result<(Tensor, Tensor)> {
-        cpu_only!("sort", self);
+        host_kernel!("sort", self);
         let d = dim_index("sort", dim, self.ndim())?;
         self.select_along(d, self.shape()[d], descending)
     }
@@ -45,7 +45,7 @@ impl Tensor {
     /// The I64 positions that sort `self` along `dim` (stable; see
     /// [`Tensor::sort`]). Errors when `dim` is out of range.
     pub fn argsort(&self, dim: isize, descending: bool) -> Result<Tensor> {
-        cpu_only!("argsort", self);
+        host_kernel!("argsort", self);
         let d = dim_index("argsort", dim, self.ndim())?;
         Ok(self.select_along(d, self.shape()[d], descending)?.1)
     }

@@ -8,7 +8,7 @@ impl Tensor {
     /// `j - i <= diagonal`, else zero (PyTorch's `tril`; leading dims are a
     /// batch). Errors when `self` has fewer than 2 dims.
     pub fn tril(&self, diagonal: isize) -> Result<Tensor> {
-        cpu_only!("tril", self);
+        host_kernel!("tril", self);
         self.triangle("tril", diagonal, true)
     }
 
@@ -16,7 +16,7 @@ impl Tensor {
     /// `j - i >= diagonal`, else zero (PyTorch's `triu`; leading dims are a
     /// batch). Errors when `self` has fewer than 2 dims.
     pub fn triu(&self, diagonal: isize) -> Result<Tensor> {
-        cpu_only!("triu", self);
+        host_kernel!("triu", self);
         self.triangle("triu", diagonal, false)
     }
 

@@ -9,48 +9,48 @@
 use super::math;
 use super::vector::Vf32;
 use super::{simd_fn, ACC_LANES};
+use crate::backend::{BinaryOp, UnaryOp};
 
-/// The unary ops with SIMD kernels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum UnaryOp {
-    Relu,
-    Exp,
-    Sigmoid,
-    Tanh,
-    GeluErf,
-    GeluTanh,
-    Silu,
+/// True when `op` has a SIMD kernel (the others run the scalar CPU loops).
+pub(crate) fn has_unary(op: UnaryOp) -> bool {
+    matches!(
+        op,
+        UnaryOp::Relu
+            | UnaryOp::Exp
+            | UnaryOp::Sigmoid
+            | UnaryOp::Tanh
+            | UnaryOp::GeluErf
+            | UnaryOp::GeluTanh
+            | UnaryOp::Silu
+    )
 }
 
-/// The binary ops with SIMD kernels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum BinaryOp {
-    Add,
-    Sub,
-    Mul,
-    Div,
+/// True when `op` has a SIMD kernel.
+pub(crate) fn has_binary(op: BinaryOp) -> bool {
+    matches!(op, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div)
 }
 
-impl BinaryOp {
-    /// The op on one pair of scalars (bitwise what the kernels compute).
-    #[inline(always)]
-    pub(crate) fn scalar(self, a: f32, b: f32) -> f32 {
-        match self {
-            BinaryOp::Add => a + b,
-            BinaryOp::Sub => a - b,
-            BinaryOp::Mul => a * b,
-            BinaryOp::Div => a / b,
-        }
+/// `op` (one of [`has_binary`]) on one pair of scalars (bitwise what the
+/// kernels compute).
+#[inline(always)]
+pub(crate) fn binary_scalar_op(op: BinaryOp, a: f32, b: f32) -> f32 {
+    match op {
+        BinaryOp::Add => a + b,
+        BinaryOp::Sub => a - b,
+        BinaryOp::Mul => a * b,
+        BinaryOp::Div => a / b,
+        other => unreachable!("{other:?} has no SIMD kernel; callers check has_binary"),
     }
+}
 
-    #[inline(always)]
-    fn apply<V: Vf32>(self, a: V, b: V) -> V {
-        match self {
-            BinaryOp::Add => a.add(b),
-            BinaryOp::Sub => a.sub(b),
-            BinaryOp::Mul => a.mul(b),
-            BinaryOp::Div => a.div(b),
-        }
+#[inline(always)]
+fn apply<V: Vf32>(op: BinaryOp, a: V, b: V) -> V {
+    match op {
+        BinaryOp::Add => a.add(b),
+        BinaryOp::Sub => a.sub(b),
+        BinaryOp::Mul => a.mul(b),
+        BinaryOp::Div => a.div(b),
+        other => unreachable!("{other:?} has no SIMD kernel; callers check has_binary"),
     }
 }
 
@@ -110,6 +110,7 @@ fn unary_g<V: Vf32>(op: UnaryOp, x: &[f32], y: &mut [f32]) {
         UnaryOp::GeluErf => map1::<V>(x, y, math::gelu_erf),
         UnaryOp::GeluTanh => map1::<V>(x, y, math::gelu_tanh),
         UnaryOp::Silu => map1::<V>(x, y, math::silu),
+        other => unreachable!("{other:?} has no SIMD kernel; callers check has_unary"),
     }
 }
 
@@ -125,6 +126,7 @@ fn binary_g<V: Vf32>(op: BinaryOp, a: &[f32], b: &[f32], y: &mut [f32]) {
         BinaryOp::Sub => map2::<V>(a, b, y, |a, b| a.sub(b)),
         BinaryOp::Mul => map2::<V>(a, b, y, |a, b| a.mul(b)),
         BinaryOp::Div => map2::<V>(a, b, y, |a, b| a.div(b)),
+        other => unreachable!("{other:?} has no SIMD kernel; callers check has_binary"),
     }
 }
 
@@ -137,9 +139,9 @@ simd_fn!(
 fn binary_scalar_g<V: Vf32>(op: BinaryOp, a: &[f32], s: f32, scalar_first: bool, y: &mut [f32]) {
     let sv = V::splat(s);
     if scalar_first {
-        map1::<V>(a, y, |x| op.apply(sv, x))
+        map1::<V>(a, y, |x| apply(op, sv, x))
     } else {
-        map1::<V>(a, y, |x| op.apply(x, sv))
+        map1::<V>(a, y, |x| apply(op, x, sv))
     }
 }
 

@@ -5,7 +5,7 @@
 //! run everywhere.
 #![cfg(feature = "cuda")]
 
-use tessera_tensor::{DType, Device, Error, GeluApprox, Generator, Result, Tensor};
+use tessera_tensor::{BinaryOp, DType, Device, Error, Generator, Result, Tensor, UnaryOp};
 
 const DEV: Device = Device::Cuda(0);
 const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
@@ -129,37 +129,27 @@ fn round_trips_keep_every_dtype_and_view() {
     }
 }
 
+/// `t` moved into `op`'s domain (positive for logs and roots).
+fn unary_domain(op: UnaryOp, t: &Tensor) -> Result<Tensor> {
+    match op {
+        UnaryOp::Log | UnaryOp::Log1p | UnaryOp::Sqrt | UnaryOp::Rsqrt => t.abs()?.add_scalar(0.5),
+        _ => Ok(t.clone()),
+    }
+}
+
 #[test]
 fn unary_ops_match_the_cpu() {
     if !gpu() {
         return;
     }
-    type F = fn(&Tensor) -> Result<Tensor>;
-    let ops: [(&str, F); 15] = [
-        ("neg", |t| t.neg()),
-        ("abs", |t| t.abs()),
-        ("square", |t| t.square()),
-        ("relu", |t| t.relu()),
-        ("exp", |t| t.exp()),
-        ("log", |t| t.abs()?.log()),
-        ("sqrt", |t| t.abs()?.sqrt()),
-        ("rsqrt", |t| t.abs()?.add_scalar(0.5)?.rsqrt()),
-        ("recip", |t| t.recip()),
-        ("sin", |t| t.sin()),
-        ("cos", |t| t.cos()),
-        ("tanh", |t| t.tanh()),
-        ("sigmoid", |t| t.sigmoid()),
-        ("gelu", |t| {
-            t.gelu(GeluApprox::None)?.add(&t.gelu(GeluApprox::Tanh)?)
-        }),
-        ("silu", |t| t.silu()),
-    ];
     for dtype in FLOATS {
         for shape in SHAPES {
             for (view, x) in views(shape, dtype, 2) {
                 let g = x.to_device(DEV).unwrap();
-                for (name, f) in ops {
-                    let what = format!("{name} {dtype} {shape:?} {view}");
+                // Every op of the shared definition, without a list here.
+                for op in UnaryOp::ALL {
+                    let what = format!("{op:?} {dtype} {shape:?} {view}");
+                    let f = |t: &Tensor| unary_domain(op, t)?.unary_op(op);
                     assert_close(&what, &f(&x).unwrap(), &f(&g).unwrap(), 2.0 * tol(dtype), 1e-3);
                 }
             }
@@ -180,16 +170,6 @@ fn binary_ops_broadcast_like_the_cpu() {
     if !gpu() {
         return;
     }
-    type F = fn(&Tensor, &Tensor) -> Result<Tensor>;
-    let ops: [(&str, F); 7] = [
-        ("add", |a, b| a.add(b)),
-        ("sub", |a, b| a.sub(b)),
-        ("mul", |a, b| a.mul(b)),
-        ("div", |a, b| a.div(b)),
-        ("maximum", |a, b| a.maximum(b)),
-        ("minimum", |a, b| a.minimum(b)),
-        ("pow", |a, b| a.abs()?.pow(b)),
-    ];
     let pairs: [(&[usize], &[usize]); 5] = [
         (&[37], &[37]),
         (&[5, 1, 7], &[3, 1]),
@@ -202,8 +182,12 @@ fn binary_ops_broadcast_like_the_cpu() {
             for (va, a) in views(sa, dtype, 3) {
                 let b = randn(sb, dtype, 4).flip(&[-1]).unwrap();
                 let (ga, gb) = (a.to_device(DEV).unwrap(), b.to_device(DEV).unwrap());
-                for (name, f) in ops {
-                    let what = format!("{name} {dtype} {sa:?} {va} with {sb:?}");
+                for op in BinaryOp::ALL {
+                    let what = format!("{op:?} {dtype} {sa:?} {va} with {sb:?}");
+                    let f = |a: &Tensor, b: &Tensor| match op {
+                        BinaryOp::Pow => a.abs()?.pow(b),
+                        _ => a.binary_op(op, b),
+                    };
                     assert_close(
                         &what,
                         &f(&a, &b).unwrap(),
@@ -313,6 +297,25 @@ fn reductions_match_the_cpu() {
                         0.0,
                         0.0,
                     );
+                    assert_close(
+                        &format!("min {what}"),
+                        &x.min(d, keep).unwrap(),
+                        &g.min(d, keep).unwrap(),
+                        0.0,
+                        0.0,
+                    );
+                    // Factors near 1: products of thousands stay finite.
+                    let (xp, gp) = (
+                        x.mul_scalar(0.01).unwrap().exp().unwrap(),
+                        g.mul_scalar(0.01).unwrap().exp().unwrap(),
+                    );
+                    assert_close(
+                        &format!("prod {what}"),
+                        &xp.prod(d, keep).unwrap(),
+                        &gp.prod(d, keep).unwrap(),
+                        8.0 * tol(dtype),
+                        0.0,
+                    );
                 }
             }
             for dim in [0isize, 1, -1] {
@@ -343,7 +346,9 @@ fn reductions_match_the_cpu() {
         .to_device(DEV)
         .unwrap();
     assert_eq!(f64s(&empty.sum(&[0], false).unwrap()), vec![0.0; 3]);
+    assert_eq!(f64s(&empty.prod(&[0], false).unwrap()), vec![1.0; 3]);
     assert!(empty.max(&[0], false).is_err());
+    assert!(empty.min(&[0], false).is_err());
 }
 
 #[test]
@@ -595,7 +600,7 @@ fn gpu_errors_name_the_op_and_device() {
     for e in [
         c.add(&g).unwrap_err(),
         g.matmul(&c.t().unwrap()).unwrap_err(),
-        g.prod(&[], false).unwrap_err(),
+        g.cumsum(0).unwrap_err(),
     ] {
         assert!(matches!(e, Error::Device { .. }), "{e}");
         assert!(e.to_string().contains("cuda:0"), "{e}");

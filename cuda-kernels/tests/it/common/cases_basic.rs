@@ -7,7 +7,7 @@ use tessera_cuda_kernels::ops::elementwise::{self as ew, BinaryOp, Operand, Unar
 use tessera_cuda_kernels::ops::embedding::{embedding_bwd, embedding_fwd};
 use tessera_cuda_kernels::ops::layernorm::{layer_norm_bwd, layer_norm_bwd_workspace, layer_norm_fwd};
 use tessera_cuda_kernels::ops::optim::{adamw, adamw_tables, AdamConfig, AdamTensor};
-use tessera_cuda_kernels::ops::reduce::{argmax, reduce, Reduction};
+use tessera_cuda_kernels::ops::reduce::{argmax, reduce, ReduceOp};
 use tessera_cuda_kernels::ops::softmax::{cross_entropy_bwd, cross_entropy_fwd, softmax};
 use tessera_cuda_kernels::philox;
 
@@ -21,26 +21,6 @@ macro_rules! all_floats {
         $f::<bf16>($e, $d);
     }};
 }
-
-const UNARY: [UnaryOp; 17] = [
-    UnaryOp::Identity,
-    UnaryOp::Neg,
-    UnaryOp::Abs,
-    UnaryOp::Exp,
-    UnaryOp::Log,
-    UnaryOp::Sqrt,
-    UnaryOp::Rsqrt,
-    UnaryOp::Relu,
-    UnaryOp::Sigmoid,
-    UnaryOp::Tanh,
-    UnaryOp::GeluErf,
-    UnaryOp::GeluTanh,
-    UnaryOp::Silu,
-    UnaryOp::Sin,
-    UnaryOp::Cos,
-    UnaryOp::Recip,
-    UnaryOp::Square,
-];
 
 fn erf(x: f64) -> f64 {
     // Abramowitz-Stegun 7.1.26 is too coarse; integrate the series instead.
@@ -72,6 +52,21 @@ fn unary_ref(op: UnaryOp, x: f64) -> f64 {
         UnaryOp::Cos => x.cos(),
         UnaryOp::Recip => 1.0 / x,
         UnaryOp::Square => x * x,
+        UnaryOp::Sign => {
+            if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
+            } else {
+                0.0
+            }
+        }
+        UnaryOp::Floor => x.floor(),
+        UnaryOp::Ceil => x.ceil(),
+        UnaryOp::Round => x.round_ties_even(),
+        UnaryOp::Log1p => x.ln_1p(),
+        UnaryOp::Expm1 => x.exp_m1(),
+        UnaryOp::Erf => erf(x),
     }
 }
 
@@ -96,6 +91,29 @@ fn binary_ref(op: BinaryOp, a: f64, b: f64) -> f64 {
             }
         }
         BinaryOp::Pow => a.powf(b),
+        BinaryOp::GeluErfBackward => {
+            let pdf = (-0.5 * b * b).exp() / (2.0 * std::f64::consts::PI).sqrt();
+            a * (0.5 * (1.0 + erf(b / 2f64.sqrt())) + b * pdf)
+        }
+        BinaryOp::GeluTanhBackward => {
+            let k = 0.7978845608028654;
+            let t = (k * (b + 0.044715 * b * b * b)).tanh();
+            a * (0.5 * (1.0 + t) + 0.5 * b * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * b * b))
+        }
+        BinaryOp::SiluBackward => {
+            let s = 1.0 / (1.0 + (-b).exp());
+            a * s * (1.0 + b * (1.0 - s))
+        }
+        BinaryOp::SigmoidBackward => a * b * (1.0 - b),
+        BinaryOp::TanhBackward => a * (1.0 - b * b),
+        BinaryOp::ReluBackward => {
+            if b > 0.0 {
+                a
+            } else {
+                0.0
+            }
+        }
+        BinaryOp::AbsBackward => a * unary_ref(UnaryOp::Sign, b),
     }
 }
 
@@ -118,7 +136,7 @@ fn unary_t<T: TF>(e: &impl Exec, dg: &mut Digest) {
     let strides = [5isize, 1, 15];
     let contig: Vec<T> = r.vec(37, -2.0, 2.0);
     let (xb, xc) = (e.upload(&base), e.upload(&contig));
-    for op in UNARY {
+    for op in UnaryOp::ALL {
         let y = e.upload(&[T::default(); 105]);
         e.go(&[ew::unary(
             op,
@@ -171,15 +189,7 @@ fn binary_t<T: TF>(e: &impl Exec, dg: &mut Digest) {
     let b: Vec<T> = r.vec(30, 0.25, 2.0);
     let (sa, sb) = ([6isize, 0, 1], [0isize, 6, 1]);
     let (pa, pb) = (e.upload(&a), e.upload(&b));
-    for op in [
-        BinaryOp::Add,
-        BinaryOp::Sub,
-        BinaryOp::Mul,
-        BinaryOp::Div,
-        BinaryOp::Maximum,
-        BinaryOp::Minimum,
-        BinaryOp::Pow,
-    ] {
+    for op in BinaryOp::ALL {
         let y = e.upload(&[T::default(); 120]);
         e.go(&[ew::binary(op, Operand::new(pa, &sa), Operand::new(pb, &sb), y, &shape).unwrap()]);
         let want: Vec<f64> = (0..120)
@@ -387,8 +397,8 @@ fn reduce_t<T: TF>(e: &impl Exec, dg: &mut Digest) {
             e.upload(&vec![0i64; m]),
         );
         e.go(&[
-            reduce(Reduction::Sum, px, ys, outer, len, inner).unwrap(),
-            reduce(Reduction::Max, px, ym, outer, len, inner).unwrap(),
+            reduce(ReduceOp::Sum, px, ys, outer, len, inner).unwrap(),
+            reduce(ReduceOp::Max, px, ym, outer, len, inner).unwrap(),
             argmax(px, ya, outer, len, inner).unwrap(),
         ]);
         let (mut ws, mut wm, mut wa) = (vec![0.0; m], vec![f64::NEG_INFINITY; m], vec![0i64; m]);
@@ -415,6 +425,29 @@ fn reduce_t<T: TF>(e: &impl Exec, dg: &mut Digest) {
         assert_close(&format!("max {what}"), &to64(&e.download(ym)), &wm, 0.0, 0.0);
         assert_eq!(e.download(ya), wa, "argmax {what}");
         dg.add(&e.download(ys));
+        // Min and product: every op of the shared `ReduceOp` runs here.
+        // Factors near 1, so a product of 100 stays in f16's range.
+        let xp: Vec<T> = r.vec(n, 0.95, 1.05);
+        let pp = e.upload(&xp);
+        let (yn, yp) = (e.upload(&vec![T::default(); m]), e.upload(&vec![T::default(); m]));
+        e.go(&[
+            reduce(ReduceOp::Min, px, yn, outer, len, inner).unwrap(),
+            reduce(ReduceOp::Prod, pp, yp, outer, len, inner).unwrap(),
+        ]);
+        let (mut wn, mut wp) = (vec![f64::INFINITY; m], vec![1.0; m]);
+        for o in 0..outer {
+            for i in 0..inner {
+                for l in 0..len {
+                    let v = x[(o * len + l) * inner + i].to_f64();
+                    wn[o * inner + i] = wn[o * inner + i].min(v);
+                    wp[o * inner + i] *= xp[(o * len + l) * inner + i].to_f64();
+                }
+            }
+        }
+        assert_close(&format!("min {what}"), &to64(&e.download(yn)), &wn, 0.0, 0.0);
+        // An f32 running product of `len` factors, rounded once to T.
+        let rel = 2.0 * len as f64 * 6e-8 + 2.0 * T::EPS;
+        assert_close(&format!("prod {what}"), &to64(&e.download(yp)), &wp, rel, 1e-30);
     }
 }
 

@@ -2,23 +2,20 @@
 //! kernel over both strided operands with broadcasting (zero strides).
 
 use tessera_cuda_kernels::ops::elementwise::binary as binary_launch;
-pub(crate) use tessera_cuda_kernels::ops::elementwise::BinaryOp;
 
+use crate::backend::BinaryOp;
 use crate::cuda::{common_device, kernel_err, launch, no_kernel, operand, with_kernel_float, Output};
 use crate::{broadcast_shapes, DType, Result, Tensor};
 
 /// `op` (kernel `k`) of `a` and `b` with broadcasting, in the promoted dtype
-/// (f32 for true division of integers), as on the CPU. A 0-d CPU operand is
-/// copied to the other's GPU, as PyTorch treats CPU scalars.
+/// (f32 for true division of integers), as on the CPU.
 ///
 /// Errors: operands on different devices, shapes that do not broadcast, a
 /// promoted dtype without kernels (f64, integers, bool), a device failure.
 pub(crate) fn binary(a: &Tensor, b: &Tensor, op: &'static str, k: BinaryOp) -> Result<Tensor> {
-    let a = scalar_to(a, b)?;
-    let b = scalar_to(b, &a)?;
-    let state = common_device(op, &[&a, &b])?;
+    let state = common_device(op, &[a, b])?;
     let mut dtype = a.dtype().promote(b.dtype());
-    if k == BinaryOp::Div && !dtype.is_float() {
+    if (k == BinaryOp::Div || k.is_backward()) && !dtype.is_float() {
         dtype = DType::F32;
     }
     let shape = broadcast_shapes(op, a.shape(), b.shape())?;
@@ -43,7 +40,7 @@ pub(crate) fn scalar(x: &Tensor, s: f64, op: &'static str, k: BinaryOp, reversed
         return Err(no_kernel(op, x.device(), "f64 tensors"));
     }
     let wide = x.to_dtype(DType::F32)?;
-    let s = Tensor::scalar(s as f32);
+    let s = Tensor::scalar(s as f32).to_device(x.device())?;
     let y = if reversed {
         binary(&s, &wide, op, k)?
     } else {
@@ -54,14 +51,4 @@ pub(crate) fn scalar(x: &Tensor, s: f64, op: &'static str, k: BinaryOp, reversed
     } else {
         y
     })
-}
-
-/// `t` on `other`'s GPU when `t` is a 0-d CPU tensor and `other` is on a
-/// GPU; otherwise `t` itself.
-fn scalar_to(t: &Tensor, other: &Tensor) -> Result<Tensor> {
-    if t.ndim() == 0 && !t.is_cuda() && other.is_cuda() {
-        t.to_device(other.device())
-    } else {
-        Ok(t.clone())
-    }
 }

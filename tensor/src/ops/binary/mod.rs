@@ -22,76 +22,49 @@
 
 pub(crate) mod cpu;
 #[cfg(feature = "cuda")]
-mod cuda;
+pub(crate) mod cuda;
 
-use crate::ops::unary::cpu::unsupported;
-use crate::simd::kernels::BinaryOp;
+use crate::backend::BinaryOp;
 use crate::{DType, Result, Tensor};
-use cpu::{scalar_op, zip_same, IntPow};
 
 impl Tensor {
     /// `self + other`, broadcasting, in the promoted dtype. Errors when the
     /// shapes do not broadcast.
     pub fn add(&self, other: &Tensor) -> Result<Tensor> {
-        on_cuda!(self.is_cuda() || other.is_cuda() => cuda::binary(self, other, "add", cuda::BinaryOp::Add));
-        let (a, b) = promoted(self, other, None)?;
-        if a.dtype() == DType::F32 {
-            return crate::map_simd::binary_f32(&a, &b, "add", BinaryOp::Add);
-        }
-        zip_same!(&a, &b, "add", float |x, y: M| x + y, int |x, y| x.wrapping_add(y), bool Some(|x, y| x | y))
+        self.binary_op(BinaryOp::Add, other)
     }
 
     /// `self − other`, broadcasting, in the promoted dtype. Errors when the
     /// shapes do not broadcast or both operands are bool.
     pub fn sub(&self, other: &Tensor) -> Result<Tensor> {
-        on_cuda!(self.is_cuda() || other.is_cuda() => cuda::binary(self, other, "sub", cuda::BinaryOp::Sub));
-        let (a, b) = promoted(self, other, None)?;
-        if a.dtype() == DType::F32 {
-            return crate::map_simd::binary_f32(&a, &b, "sub", BinaryOp::Sub);
-        }
-        zip_same!(&a, &b, "sub", float |x, y: M| x - y, int |x, y| x.wrapping_sub(y), bool None)
+        self.binary_op(BinaryOp::Sub, other)
     }
 
     /// `self · other`, broadcasting, in the promoted dtype. Errors when the
     /// shapes do not broadcast.
     pub fn mul(&self, other: &Tensor) -> Result<Tensor> {
-        on_cuda!(self.is_cuda() || other.is_cuda() => cuda::binary(self, other, "mul", cuda::BinaryOp::Mul));
-        let (a, b) = promoted(self, other, None)?;
-        if a.dtype() == DType::F32 {
-            return crate::map_simd::binary_f32(&a, &b, "mul", BinaryOp::Mul);
-        }
-        zip_same!(&a, &b, "mul", float |x, y: M| x * y, int |x, y| x.wrapping_mul(y), bool Some(|x, y| x & y))
+        self.binary_op(BinaryOp::Mul, other)
     }
 
     /// `self / other`, true division, broadcasting: the promoted dtype when
     /// it is a float, else f32 (PyTorch's `div`). Errors when the shapes do
     /// not broadcast.
     pub fn div(&self, other: &Tensor) -> Result<Tensor> {
-        on_cuda!(self.is_cuda() || other.is_cuda() => cuda::binary(self, other, "div", cuda::BinaryOp::Div));
-        let (a, b) = promoted(self, other, Some(DType::F32))?;
-        if a.dtype() == DType::F32 {
-            return crate::map_simd::binary_f32(&a, &b, "div", BinaryOp::Div);
-        }
-        crate::with_float_dtype!(a.dtype(), T => cpu::float_zip::<T>(&a, &b, "div", |x, y| x / y),
-            else Err(unsupported("div", a.dtype())))
+        self.binary_op(BinaryOp::Div, other)
     }
 
     /// The elementwise larger value, broadcasting, in the promoted dtype; NaN
     /// if either is NaN (PyTorch's `maximum`). Errors when the shapes do not
     /// broadcast.
     pub fn maximum(&self, other: &Tensor) -> Result<Tensor> {
-        on_cuda!(self.is_cuda() || other.is_cuda() => cuda::binary(self, other, "maximum", cuda::BinaryOp::Maximum));
-        let (a, b) = promoted(self, other, None)?;
-        zip_same!(&a, &b, "maximum", float |x, y: M| crate::FloatMath::max_nan(x, y), int |x, y| x.max(y), bool Some(|x, y| x | y))
+        self.binary_op(BinaryOp::Maximum, other)
     }
 
     /// The elementwise smaller value, broadcasting, in the promoted dtype;
     /// NaN if either is NaN (PyTorch's `minimum`). Errors when the shapes do
     /// not broadcast.
     pub fn minimum(&self, other: &Tensor) -> Result<Tensor> {
-        on_cuda!(self.is_cuda() || other.is_cuda() => cuda::binary(self, other, "minimum", cuda::BinaryOp::Minimum));
-        let (a, b) = promoted(self, other, None)?;
-        zip_same!(&a, &b, "minimum", float |x, y: M| crate::FloatMath::min_nan(x, y), int |x, y| x.min(y), bool Some(|x, y| x & y))
+        self.binary_op(BinaryOp::Minimum, other)
     }
 
     /// `self` to the power `exponent` elementwise, broadcasting, in the
@@ -99,88 +72,48 @@ impl Tensor {
     /// a negative integer is the truncated exact value (0 unless |x| = 1).
     /// Errors when the shapes do not broadcast or both operands are bool.
     pub fn pow(&self, exponent: &Tensor) -> Result<Tensor> {
-        on_cuda!(self.is_cuda() || exponent.is_cuda() => cuda::binary(self, exponent, "pow", cuda::BinaryOp::Pow));
-        let (a, b) = promoted(self, exponent, None)?;
-        zip_same!(&a, &b, "pow", float |x, y: M| x.powf(y), int |x, y| x.ipow(y), bool None)
+        self.binary_op(BinaryOp::Pow, exponent)
     }
 
     /// `self + s` (see the module docs for the result dtype).
     pub fn add_scalar(&self, s: f64) -> Result<Tensor> {
-        on_cuda!(self.is_cuda() => cuda::scalar(self, s, "add_scalar", cuda::BinaryOp::Add, false));
-        if self.dtype() == DType::F32 {
-            return crate::map_simd::scalar_f32("add_scalar", self, s as f32, BinaryOp::Add, false);
-        }
-        scalar_op!(self, s, |x, s: M| x + s)
+        self.scalar_op("add_scalar", BinaryOp::Add, s, false)
     }
 
     /// `self − s`.
     pub fn sub_scalar(&self, s: f64) -> Result<Tensor> {
-        on_cuda!(self.is_cuda() => cuda::scalar(self, s, "sub_scalar", cuda::BinaryOp::Sub, false));
-        if self.dtype() == DType::F32 {
-            return crate::map_simd::scalar_f32("sub_scalar", self, s as f32, BinaryOp::Sub, false);
-        }
-        scalar_op!(self, s, |x, s: M| x - s)
+        self.scalar_op("sub_scalar", BinaryOp::Sub, s, false)
     }
 
     /// `s − self`.
     pub fn rsub_scalar(&self, s: f64) -> Result<Tensor> {
-        on_cuda!(self.is_cuda() => cuda::scalar(self, s, "rsub_scalar", cuda::BinaryOp::Sub, true));
-        if self.dtype() == DType::F32 {
-            return crate::map_simd::scalar_f32("rsub_scalar", self, s as f32, BinaryOp::Sub, true);
-        }
-        scalar_op!(self, s, |x, s: M| s - x)
+        self.scalar_op("rsub_scalar", BinaryOp::Sub, s, true)
     }
 
     /// `self · s`.
     pub fn mul_scalar(&self, s: f64) -> Result<Tensor> {
-        on_cuda!(self.is_cuda() => cuda::scalar(self, s, "mul_scalar", cuda::BinaryOp::Mul, false));
-        if self.dtype() == DType::F32 {
-            return crate::map_simd::scalar_f32("mul_scalar", self, s as f32, BinaryOp::Mul, false);
-        }
-        scalar_op!(self, s, |x, s: M| x * s)
+        self.scalar_op("mul_scalar", BinaryOp::Mul, s, false)
     }
 
     /// `self / s`.
     pub fn div_scalar(&self, s: f64) -> Result<Tensor> {
-        on_cuda!(self.is_cuda() => cuda::scalar(self, s, "div_scalar", cuda::BinaryOp::Div, false));
-        if self.dtype() == DType::F32 {
-            return crate::map_simd::scalar_f32("div_scalar", self, s as f32, BinaryOp::Div, false);
-        }
-        scalar_op!(self, s, |x, s: M| x / s)
+        self.scalar_op("div_scalar", BinaryOp::Div, s, false)
     }
 
     /// `s / self`.
     pub fn rdiv_scalar(&self, s: f64) -> Result<Tensor> {
-        on_cuda!(self.is_cuda() => cuda::scalar(self, s, "rdiv_scalar", cuda::BinaryOp::Div, true));
-        if self.dtype() == DType::F32 {
-            return crate::map_simd::scalar_f32("rdiv_scalar", self, s as f32, BinaryOp::Div, true);
-        }
-        scalar_op!(self, s, |x, s: M| s / x)
+        self.scalar_op("rdiv_scalar", BinaryOp::Div, s, true)
     }
 
     /// `self` to the power `e`. The exponents 0.5, 1, 2, 3 and −1 take exact
     /// shortcuts (sqrt, copy, products, reciprocal), as PyTorch's do.
     pub fn pow_scalar(&self, e: f64) -> Result<Tensor> {
-        on_cuda!(self.is_cuda() => cuda::scalar(self, e, "pow_scalar", cuda::BinaryOp::Pow, false));
-        if e == 0.5 {
-            self.sqrt()
-        } else if e == 1.0 {
-            scalar_op!(self, e, |x, _e: M| x)
-        } else if e == 2.0 {
-            scalar_op!(self, e, |x, _e: M| x * x)
-        } else if e == 3.0 {
-            scalar_op!(self, e, |x, _e: M| x * x * x)
-        } else if e == -1.0 {
-            self.recip()
-        } else {
-            scalar_op!(self, e, |x, e: M| x.powf(e))
-        }
+        self.scalar_op("pow_scalar", BinaryOp::Pow, e, false)
     }
 
     /// `s` to the power `self`, elementwise.
     pub fn rpow_scalar(&self, s: f64) -> Result<Tensor> {
-        on_cuda!(self.is_cuda() => cuda::scalar(self, s, "rpow_scalar", cuda::BinaryOp::Pow, true));
-        scalar_op!(self, s, |x, s: M| s.powf(x))
+        self.scalar_op("rpow_scalar", BinaryOp::Pow, s, true)
     }
 }
 

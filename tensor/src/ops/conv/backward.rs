@@ -28,7 +28,7 @@ pub fn conv2d_backward_input(
     input_shape: &[usize],
     p: &Conv2dParams,
 ) -> Result<Tensor> {
-    cpu_only!("conv2d_backward_input", grad_out, weight);
+    host_kernel!("conv2d_backward_input", grad_out, weight);
     const OP: &str = "conv2d_backward_input";
     check_operands(OP, grad_out, weight)?;
     let g = Geom::new(OP, input_shape, weight.shape(), p)?;
@@ -48,7 +48,7 @@ pub fn conv2d_backward_weight(
     weight_shape: &[usize],
     p: &Conv2dParams,
 ) -> Result<Tensor> {
-    cpu_only!("conv2d_backward_weight", grad_out, input);
+    host_kernel!("conv2d_backward_weight", grad_out, input);
     const OP: &str = "conv2d_backward_weight";
     check_operands(OP, grad_out, input)?;
     let g = Geom::new(OP, input.shape(), weight_shape, p)?;
@@ -62,7 +62,7 @@ pub fn conv2d_backward_weight(
 ///
 /// Errors when `grad_out` has fewer than 2 dimensions or is not a float tensor.
 pub fn conv2d_backward_bias(grad_out: &Tensor) -> Result<Tensor> {
-    cpu_only!("conv2d_backward_bias", grad_out);
+    host_kernel!("conv2d_backward_bias", grad_out);
     const OP: &str = "conv2d_backward_bias";
     check_operands(OP, grad_out, grad_out)?;
     if grad_out.ndim() < 2 {

@@ -86,7 +86,7 @@ impl Tensor {
     /// fit, a stride/dilation/group count is 0, the output would be empty,
     /// or the dtypes or devices differ.
     pub fn conv2d(&self, weight: &Tensor, bias: Option<&Tensor>, p: &Conv2dParams) -> Result<Tensor> {
-        cpu_only!("conv2d", self, weight, bias);
+        host_kernel!("conv2d", self, weight, bias);
         const OP: &str = "conv2d";
         check_operands(OP, self, weight)?;
         let g = Geom::new(OP, self.shape(), weight.shape(), p)?;

@@ -28,7 +28,12 @@ impl Tensor {
                 ));
             }
         }
-        on_cuda!(self.is_cuda() || indices.is_cuda() => super::cuda::embedding(self, indices));
+        crate::backend::dispatch(OP, &[self, indices])?.embedding(self, indices)
+    }
+
+    /// The CPU kernel of [`Tensor::embedding`].
+    pub(crate) fn embedding_cpu(&self, indices: &Tensor) -> Result<Tensor> {
+        const OP: &str = "embedding";
         self.device().same_as(indices.device(), OP)?;
         if self.ndim() != 2 {
             return Err(Error::shape(
@@ -67,7 +72,22 @@ pub fn embedding_backward(
     num_weights: usize,
     padding_idx: Option<usize>,
 ) -> Result<Tensor> {
-    cpu_only!("embedding_backward", grad, indices);
+    crate::backend::dispatch("embedding_backward", &[grad, indices])?.embedding_backward(
+        grad,
+        indices,
+        num_weights,
+        padding_idx,
+    )
+}
+
+/// Checks the arguments of [`embedding_backward`]; returns the indices (read
+/// back to the host) and the embedding width.
+pub(crate) fn check_embedding_backward(
+    grad: &Tensor,
+    indices: &Tensor,
+    num_weights: usize,
+    padding_idx: Option<usize>,
+) -> Result<(Vec<i64>, usize)> {
     const OP: &str = "embedding_backward";
     if grad.ndim() != indices.ndim() + 1 || grad.shape()[..indices.ndim()] != *indices.shape() {
         return Err(Error::shape(
@@ -89,6 +109,18 @@ pub fn embedding_backward(
     check_range(OP, &idx, 0, num_weights)?;
     let d = grad.shape()[indices.ndim()];
     crate::tensor::checked_numel(OP, &[num_weights, d])?;
+    Ok((idx, d))
+}
+
+/// The CPU kernel of [`embedding_backward`].
+pub(crate) fn embedding_backward_cpu(
+    grad: &Tensor,
+    indices: &Tensor,
+    num_weights: usize,
+    padding_idx: Option<usize>,
+) -> Result<Tensor> {
+    const OP: &str = "embedding_backward";
+    let (idx, d) = check_embedding_backward(grad, indices, num_weights, padding_idx)?;
     let grad = grad.contiguous()?;
     crate::with_float_dtype!(grad.dtype(), T => {
         let g = grad.as_slice::<T>()?;

@@ -8,8 +8,8 @@
 
 mod cpu;
 #[cfg(feature = "cuda")]
-mod cuda;
-mod embedding;
+pub(crate) mod cuda;
+pub(crate) mod embedding;
 #[cfg(test)]
 mod tests;
 
@@ -25,7 +25,7 @@ impl Tensor {
     /// 1-d I64 tensor. Errors when `dim` is out of range, `index` is not I64
     /// or has more than one dimension, or an index is outside `0..size(dim)`.
     pub fn index_select(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
-        cpu_only!("index_select", self, index);
+        host_kernel!("index_select", self, index);
         const OP: &str = "index_select";
         self.device().same_as(index.device(), OP)?;
         let d = dim_index(OP, dim, self.ndim())?;
@@ -56,7 +56,7 @@ impl Tensor {
     /// rank differs from `self`'s, `index.size(d) > self.size(d)` for some
     /// `d != dim`, or an index is outside `0..size(dim)`.
     pub fn gather(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
-        cpu_only!("gather", self, index);
+        host_kernel!("gather", self, index);
         const OP: &str = "gather";
         self.device().same_as(index.device(), OP)?;
         let d = dim_index(OP, dim, self.ndim())?;
@@ -78,7 +78,7 @@ impl Tensor {
     /// `self`'s, the ranks differ, `index.size(d)` exceeds `src.size(d)` or
     /// (for `d != dim`) `self.size(d)`, or an index is outside `0..size(dim)`.
     pub fn scatter(&self, dim: isize, index: &Tensor, src: &Tensor) -> Result<Tensor> {
-        cpu_only!("scatter", self, index, src);
+        host_kernel!("scatter", self, index, src);
         self.scatter_with("scatter", dim, index, src, false)
     }
 
@@ -86,7 +86,7 @@ impl Tensor {
     /// so on (PyTorch's `scatter` with a scalar; `value` is converted to the
     /// dtype as [`Element::from_f64`] does). Errors as [`Tensor::scatter`].
     pub fn scatter_value(&self, dim: isize, index: &Tensor, value: f64) -> Result<Tensor> {
-        cpu_only!("scatter_value", self, index);
+        host_kernel!("scatter_value", self, index);
         const OP: &str = "scatter_value";
         self.device().same_as(index.device(), OP)?;
         let d = dim_index(OP, dim, self.ndim())?;
@@ -109,7 +109,7 @@ impl Tensor {
     /// thread count. Floats add in their own precision (f16/bf16 through
     /// f32), integers wrap, bools OR. Errors as [`Tensor::scatter`].
     pub fn scatter_add(&self, dim: isize, index: &Tensor, src: &Tensor) -> Result<Tensor> {
-        cpu_only!("scatter_add", self, index, src);
+        host_kernel!("scatter_add", self, index, src);
         self.scatter_with("scatter_add", dim, index, src, true)
     }
 
@@ -119,7 +119,7 @@ impl Tensor {
     /// with `self`. Errors when `mask` is not Bool or the shapes do not
     /// broadcast.
     pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Result<Tensor> {
-        cpu_only!("masked_fill", self, mask);
+        host_kernel!("masked_fill", self, mask);
         const OP: &str = "masked_fill";
         if mask.dtype() != DType::Bool {
             return Err(Error::dtype(
@@ -139,7 +139,7 @@ impl Tensor {
     /// for an empty tensor). Errors when `self` is not I64 or an index is
     /// negative or not below `num_classes`.
     pub fn one_hot(&self, num_classes: Option<usize>) -> Result<Tensor> {
-        cpu_only!("one_hot", self);
+        host_kernel!("one_hot", self);
         const OP: &str = "one_hot";
         let idx = index_values(OP, self)?;
         if let Some(&neg) = idx.iter().find(|&&i| i < 0) {

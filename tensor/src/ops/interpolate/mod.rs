@@ -32,7 +32,7 @@ impl Tensor {
         scale_factor: Option<[f64; 2]>,
         align_corners: bool,
     ) -> Result<Tensor> {
-        cpu_only!("interpolate_bilinear", self);
+        host_kernel!("interpolate_bilinear", self);
         const OP: &str = "interpolate_bilinear";
         match (size, scale_factor) {
             (Some(s), None) => self.upsample_bilinear2d(s, align_corners, [None, None]),
@@ -74,7 +74,7 @@ impl Tensor {
         align_corners: bool,
         scales: [Option<f64>; 2],
     ) -> Result<Tensor> {
-        cpu_only!("upsample_bilinear2d", self);
+        host_kernel!("upsample_bilinear2d", self);
         const OP: &str = "upsample_bilinear2d";
         check_float(OP, self)?;
         let (h, w) = spatial(OP, self.shape())?;
@@ -112,7 +112,7 @@ pub fn upsample_bilinear2d_backward(
     align_corners: bool,
     scales: [Option<f64>; 2],
 ) -> Result<Tensor> {
-    cpu_only!("upsample_bilinear2d_backward", grad_out);
+    host_kernel!("upsample_bilinear2d_backward", grad_out);
     const OP: &str = "upsample_bilinear2d_backward";
     check_float(OP, grad_out)?;
     let (h, w) = spatial(OP, input_shape)?;

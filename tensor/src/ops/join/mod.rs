@@ -18,7 +18,7 @@ impl Tensor {
     /// empty, the tensors are 0-d, ranks or sizes differ, `dim` is out of
     /// range, or the devices differ.
     pub fn cat<T: Borrow<Tensor>>(tensors: &[T], dim: isize) -> Result<Tensor> {
-        cpu_only!("cat", tensors);
+        host_kernel!("cat", tensors);
         const OP: &str = "cat";
         let first = tensors
             .first()
@@ -65,7 +65,7 @@ impl Tensor {
     /// dimension `dim` (which may be `ndim`; PyTorch's `torch.stack`).
     /// Errors when the list is empty, shapes differ, or `dim` is out of range.
     pub fn stack<T: Borrow<Tensor>>(tensors: &[T], dim: isize) -> Result<Tensor> {
-        cpu_only!("stack", tensors);
+        host_kernel!("stack", tensors);
         const OP: &str = "stack";
         let first = tensors
             .first()

@@ -10,7 +10,7 @@
 //! PyTorch's matmul); integer and bool operands are an error.
 
 #[cfg(feature = "cuda")]
-mod cuda;
+pub(crate) mod cuda;
 pub(crate) mod gemm;
 pub(crate) mod kernel;
 pub(crate) mod pack;
@@ -46,7 +46,12 @@ impl Tensor {
     /// the devices differ.
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
         const OP: &str = "matmul";
-        on_cuda!(self.is_cuda() || other.is_cuda() => cuda::matmul(self, other));
+        crate::backend::dispatch(OP, &[self, other])?.matmul(self, other)
+    }
+
+    /// The CPU kernel of [`Tensor::matmul`].
+    pub(crate) fn matmul_cpu(&self, other: &Tensor) -> Result<Tensor> {
+        const OP: &str = "matmul";
         check_operands(OP, self, other)?;
         let (na, nb) = (self.ndim(), other.ndim());
         if na == 0 || nb == 0 {
@@ -119,7 +124,7 @@ impl Tensor {
     /// [`Tensor::linear`] followed by the activation `act`, fused into the
     /// same pass over the output. Errors as [`Tensor::linear`].
     pub fn linear_act(&self, weight: &Tensor, bias: Option<&Tensor>, act: Activation) -> Result<Tensor> {
-        cpu_only!("linear", self, weight, bias);
+        host_kernel!("linear", self, weight, bias);
         const OP: &str = "linear";
         check_operands(OP, self, weight)?;
         if let Some(b) = bias {
@@ -166,7 +171,7 @@ impl Tensor {
     ///
     /// Errors on shape, dtype or device mismatches (messages name `addmm`).
     pub fn addmm(&self, a: &Tensor, b: &Tensor, beta: f64, alpha: f64) -> Result<Tensor> {
-        cpu_only!("addmm", self, a, b);
+        host_kernel!("addmm", self, a, b);
         const OP: &str = "addmm";
         check_operands(OP, a, b)?;
         check_operands(OP, a, self)?;

@@ -14,7 +14,7 @@ impl Tensor {
     /// Errors when the tensor is not 3-D/4-D or not float, or has an empty
     /// spatial dimension.
     pub fn adaptive_avg_pool2d(&self, out: [usize; 2]) -> Result<Tensor> {
-        cpu_only!("adaptive_avg_pool2d", self);
+        host_kernel!("adaptive_avg_pool2d", self);
         const OP: &str = "adaptive_avg_pool2d";
         check_float(OP, self)?;
         let (_, h, w) = spatial(OP, self.shape())?;
@@ -56,7 +56,7 @@ impl Tensor {
 ///
 /// Errors when the shapes do not fit each other or `grad_out` is not float.
 pub fn adaptive_avg_pool2d_backward(grad_out: &Tensor, input_shape: &[usize]) -> Result<Tensor> {
-    cpu_only!("adaptive_avg_pool2d_backward", grad_out);
+    host_kernel!("adaptive_avg_pool2d_backward", grad_out);
     const OP: &str = "adaptive_avg_pool2d_backward";
     check_float(OP, grad_out)?;
     let (_, h, w) = spatial(OP, input_shape)?;

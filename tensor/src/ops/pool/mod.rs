@@ -95,7 +95,7 @@ impl Tensor {
     /// shape, the index of each maximum in its flattened `H·W` input plane
     /// (PyTorch's `return_indices=True`). Errors as [`Tensor::max_pool2d`].
     pub fn max_pool2d_with_indices(&self, p: &Pool2dParams) -> Result<(Tensor, Tensor)> {
-        cpu_only!("max_pool2d", self);
+        host_kernel!("max_pool2d", self);
         const OP: &str = "max_pool2d";
         let g = Window::new(OP, self, p)?;
         if (0..g.oh).any(|o| g.max_taps(0, o).len() == 0) || (0..g.ow).any(|o| g.max_taps(1, o).len() == 0) {
@@ -116,7 +116,7 @@ impl Tensor {
     ///
     /// Errors as [`Tensor::max_pool2d`], and when `divisor_override` is 0.
     pub fn avg_pool2d(&self, p: &Pool2dParams) -> Result<Tensor> {
-        cpu_only!("avg_pool2d", self);
+        host_kernel!("avg_pool2d", self);
         const OP: &str = "avg_pool2d";
         let g = Window::new(OP, self, p)?;
         g.check_avg(OP)?;
@@ -132,7 +132,7 @@ impl Tensor {
 /// Errors when the shapes differ from each other or do not fit
 /// `input_shape`, `indices` is not i64, or an index is outside `0 .. H·W`.
 pub fn max_pool2d_backward(grad_out: &Tensor, indices: &Tensor, input_shape: &[usize]) -> Result<Tensor> {
-    cpu_only!("max_pool2d_backward", grad_out, indices);
+    host_kernel!("max_pool2d_backward", grad_out, indices);
     const OP: &str = "max_pool2d_backward";
     let (planes, h, w) = plane_dims(OP, input_shape)?;
     if indices.dtype() != crate::DType::I64 || grad_out.shape() != indices.shape() {
@@ -195,7 +195,7 @@ pub fn max_pool2d_backward(grad_out: &Tensor, indices: &Tensor, input_shape: &[u
 ///
 /// Errors when the shapes do not describe that pooling, or as [`Tensor::avg_pool2d`].
 pub fn avg_pool2d_backward(grad_out: &Tensor, input_shape: &[usize], p: &Pool2dParams) -> Result<Tensor> {
-    cpu_only!("avg_pool2d_backward", grad_out);
+    host_kernel!("avg_pool2d_backward", grad_out);
     const OP: &str = "avg_pool2d_backward";
     check_float(OP, grad_out)?;
     let g = Window::from_shape(OP, input_shape, p)?;

@@ -1,22 +1,35 @@
-//! GPU dispatch of sum, mean, max, max_dim and argmax: one kernel launch
+//! GPU dispatch of the reductions (`ReduceOp`), mean, max_dim and argmax: one kernel launch
 //! per reduced dimension over the contiguous input viewed as
 //! `[outer, len, inner]`.
 
-use tessera_cuda_kernels::ops::reduce::{argmax as argmax_launch, reduce as reduce_launch, Reduction};
+use tessera_cuda_kernels::ops::reduce::{argmax as argmax_launch, reduce as reduce_launch};
+
+use crate::backend::ReduceOp;
 
 use crate::cuda::{
     contiguous, contiguous_ptr, kernel_err, launch, no_kernel, state_of, with_kernel_float, Output,
 };
 use crate::{dim_index, dim_indices, DType, Error, Result, Tensor};
 
-/// The sum over `dims` (all when empty). f16/bf16 reductions over several
-/// dims accumulate in f32 throughout and round once, as on the CPU.
+/// `op` over `dims` (all when empty). Sums and products over several dims
+/// accumulate in f32 throughout and round once, as on the CPU; max and min
+/// stay in the dtype (they round nothing).
 ///
-/// Errors: bad dims, a dtype without kernels, a device failure.
-pub(crate) fn sum(t: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-    let ds = resolve("sum", t, dims)?;
-    let work = if ds.len() > 1 { DType::F32 } else { t.dtype() };
-    let y = over_dims("sum", &t.to_dtype(work)?, &ds, Reduction::Sum, t.dtype())?;
+/// Errors: bad dims, an empty max/min, a dtype without kernels, a device
+/// failure.
+pub(crate) fn reduce(t: &Tensor, op: ReduceOp, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+    let name = op.name();
+    if !t.dtype().is_float() {
+        // The CPU gives integer sums and products in i64; no kernel does.
+        return Err(no_kernel(name, t.device(), format_args!("{} tensors", t.dtype())));
+    }
+    let ds = resolve(name, t, dims)?;
+    let work = if ds.len() > 1 && op.has_identity() {
+        DType::F32
+    } else {
+        t.dtype()
+    };
+    let y = over_dims(name, &t.to_dtype(work)?, &ds, op, t.dtype())?;
     squeeze(y.to_dtype(t.dtype())?, &ds, keepdim)
 }
 
@@ -26,18 +39,9 @@ pub(crate) fn sum(t: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor> {
 pub(crate) fn mean(t: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor> {
     let ds = resolve("mean", t, dims)?;
     let n: usize = ds.iter().map(|&d| t.shape()[d]).product();
-    let s = over_dims("mean", &t.to_dtype(DType::F32)?, &ds, Reduction::Sum, t.dtype())?;
+    let s = over_dims("mean", &t.to_dtype(DType::F32)?, &ds, ReduceOp::Sum, t.dtype())?;
     let m = s.div_scalar(n as f64)?.to_dtype(t.dtype())?;
     squeeze(m, &ds, keepdim)
-}
-
-/// The maximum over `dims`; NaN propagates.
-///
-/// Errors: an empty reduction, bad dims, a dtype without kernels.
-pub(crate) fn max(t: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-    let ds = resolve("max", t, dims)?;
-    let y = over_dims("max", t, &ds, Reduction::Max, t.dtype())?;
-    squeeze(y, &ds, keepdim)
 }
 
 /// The maximum along `dim` and the index of its first occurrence.
@@ -45,7 +49,10 @@ pub(crate) fn max(t: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor> {
 /// Errors as [`max`].
 pub(crate) fn max_dim(t: &Tensor, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
     let d = dim_index("max_dim", dim, t.ndim().max(1))?;
-    Ok((max(t, &[dim], keepdim)?, argmax(t, Some(d as isize), keepdim)?))
+    Ok((
+        reduce(t, ReduceOp::Max, &[dim], keepdim)?,
+        argmax(t, Some(d as isize), keepdim)?,
+    ))
 }
 
 /// The (i64) index of the first maximum along `dim`, or of the flattened
@@ -86,11 +93,6 @@ pub(crate) fn argmax(t: &Tensor, dim: Option<isize>, keepdim: bool) -> Result<Te
     }
 }
 
-/// The error of a reduction without a CUDA kernel yet.
-pub(crate) fn unsupported<R>(t: &Tensor, op: &'static str) -> Result<R> {
-    Err(no_kernel(op, t.device(), "this op"))
-}
-
 /// The dims to reduce, sorted (every dim when `dims` is empty).
 fn resolve(op: &'static str, t: &Tensor, dims: &[isize]) -> Result<Vec<usize>> {
     if t.ndim() == 0 {
@@ -107,7 +109,7 @@ fn resolve(op: &'static str, t: &Tensor, dims: &[isize]) -> Result<Vec<usize>> {
 }
 
 /// `t` reduced over each of `ds` in turn (kept as size 1), last dim first.
-fn over_dims(op: &'static str, t: &Tensor, ds: &[usize], r: Reduction, user_dtype: DType) -> Result<Tensor> {
+fn over_dims(op: &'static str, t: &Tensor, ds: &[usize], r: ReduceOp, user_dtype: DType) -> Result<Tensor> {
     let mut x = contiguous(t)?;
     for &d in ds.iter().rev() {
         x = over_dim(op, &x, d, r, user_dtype)?;
@@ -115,7 +117,7 @@ fn over_dims(op: &'static str, t: &Tensor, ds: &[usize], r: Reduction, user_dtyp
     Ok(x)
 }
 
-fn over_dim(op: &'static str, x: &Tensor, d: usize, r: Reduction, user_dtype: DType) -> Result<Tensor> {
+fn over_dim(op: &'static str, x: &Tensor, d: usize, r: ReduceOp, user_dtype: DType) -> Result<Tensor> {
     let (outer, len, inner) = split(x, d);
     let mut shape = x.shape().to_vec();
     shape[d] = 1;
@@ -125,8 +127,11 @@ fn over_dim(op: &'static str, x: &Tensor, d: usize, r: Reduction, user_dtype: DT
     let state = state_of(op, x)?;
     if len == 0 {
         return match r {
-            Reduction::Sum => Ok(Output::zeros(op, &state, x.dtype(), outer * inner)?.into_tensor(&shape)),
-            Reduction::Max => Err(empty(op, x)),
+            ReduceOp::Sum => Ok(Output::zeros(op, &state, x.dtype(), outer * inner)?.into_tensor(&shape)),
+            ReduceOp::Prod => Output::zeros(op, &state, x.dtype(), outer * inner)?
+                .into_tensor(&shape)
+                .add_scalar(1.0),
+            ReduceOp::Max | ReduceOp::Min => Err(empty(op, x)),
         };
     }
     let out = Output::new(op, &state, x.dtype(), outer * inner)?;

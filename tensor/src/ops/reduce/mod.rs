@@ -9,13 +9,14 @@
 
 pub(crate) mod cpu;
 #[cfg(feature = "cuda")]
-mod cuda;
+pub(crate) mod cuda;
 mod simd;
 #[cfg(test)]
 mod tests;
 
 use cpu::{reduce, AbsExtreme, Extreme, FloatProd, FloatSum, IntFold, LogSumExp, Moments, Plan, Truth};
 
+use crate::backend::ReduceOp;
 use crate::simd::Level;
 use crate::{DType, Element, Error, FloatElement, FloatMath, Result, Tensor};
 
@@ -24,84 +25,57 @@ impl Tensor {
     /// i64 (wrapping on overflow). An empty reduction is 0. Errors on an
     /// out-of-range or repeated dim.
     pub fn sum(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        on_cuda!(self.is_cuda() => cuda::sum(self, dims, keepdim));
-        let plan = Plan::new("sum", self.layout(), dims, keepdim)?;
-        if self.dtype() == DType::F32 {
-            return self.sum_f32(&plan, 1.0);
-        }
-        Ok(crate::with_float_dtype!(self.dtype(), T => {
-            self.float_reduce::<T, _>(&plan, &FloatSum(|x| x), |s, _| s)?
-        }, else self.int_reduce(&plan, false)?))
+        crate::backend::dispatch("sum", &[self])?.reduce(ReduceOp::Sum, self, dims, keepdim)
     }
 
     /// The mean over `dims` (NaN for an empty reduction). Errors for
     /// non-float dtypes (cast first, as PyTorch requires) and on bad dims.
     pub fn mean(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        on_cuda!(self.is_cuda() => cuda::mean(self, dims, keepdim));
-        let plan = Plan::new("mean", self.layout(), dims, keepdim)?;
-        if self.dtype() == DType::F32 {
-            return self.sum_f32(&plan, plan.n_red as f32);
-        }
-        crate::with_float_dtype!(self.dtype(), T => {
-            let n = <T as FloatElement>::Math::of(plan.n_red as f64);
-            self.float_reduce::<T, _>(&plan, &FloatSum(|x| x), |s, _| s / n)
-        }, else Err(float_only("mean", self.dtype())))
+        crate::backend::dispatch("mean", &[self])?.mean(self, dims, keepdim)
     }
 
     /// The product over `dims`. Floats keep their dtype; integers and bool
     /// give i64 (wrapping). An empty reduction is 1. Errors on bad dims.
     pub fn prod(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        on_cuda!(self.is_cuda() => cuda::unsupported(self, "prod"));
-        let plan = Plan::new("prod", self.layout(), dims, keepdim)?;
-        Ok(crate::with_float_dtype!(self.dtype(), T => {
-            self.float_reduce::<T, _>(&plan, &FloatProd, |p, _| p)?
-        }, else self.int_reduce(&plan, true)?))
+        crate::backend::dispatch("prod", &[self])?.reduce(ReduceOp::Prod, self, dims, keepdim)
     }
 
     /// The maximum over `dims` (PyTorch's `amax`), in the input dtype; NaN
     /// propagates. Errors when the reduction is empty or on bad dims.
     pub fn max(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        on_cuda!(self.is_cuda() => cuda::max(self, dims, keepdim));
-        Ok(self.extreme("max", dims, keepdim, true, false)?.0)
+        crate::backend::dispatch("max", &[self])?.reduce(ReduceOp::Max, self, dims, keepdim)
     }
 
     /// The minimum over `dims` (PyTorch's `amin`), in the input dtype; NaN
     /// propagates. Errors when the reduction is empty or on bad dims.
     pub fn min(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        on_cuda!(self.is_cuda() => cuda::unsupported(self, "min"));
-        Ok(self.extreme("min", dims, keepdim, false, false)?.0)
+        crate::backend::dispatch("min", &[self])?.reduce(ReduceOp::Min, self, dims, keepdim)
     }
 
     /// The maximum along `dim` and the (i64) index of its first occurrence
     /// (PyTorch's `max(dim)`); a NaN counts as the maximum. Errors when the
     /// dim is empty or out of range.
     pub fn max_dim(&self, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
-        on_cuda!(self.is_cuda() => cuda::max_dim(self, dim, keepdim));
-        let (v, i) = self.extreme("max_dim", &[dim], keepdim, true, true)?;
-        Ok((v, i.expect("indices requested")))
+        crate::backend::dispatch("max_dim", &[self])?.reduce_index(true, self, dim, keepdim)
     }
 
     /// The minimum along `dim` and the (i64) index of its first occurrence
     /// (PyTorch's `min(dim)`). Errors when the dim is empty or out of range.
     pub fn min_dim(&self, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
-        on_cuda!(self.is_cuda() => cuda::unsupported(self, "min_dim"));
-        let (v, i) = self.extreme("min_dim", &[dim], keepdim, false, true)?;
-        Ok((v, i.expect("indices requested")))
+        crate::backend::dispatch("min_dim", &[self])?.reduce_index(false, self, dim, keepdim)
     }
 
     /// The (i64) index of the first maximum along `dim`, or in the flattened
     /// tensor when `dim` is `None` (then `keepdim` keeps every dim as 1).
     /// A NaN counts as the maximum. Errors when the reduction is empty.
     pub fn argmax(&self, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
-        on_cuda!(self.is_cuda() => cuda::argmax(self, dim, keepdim));
-        self.arg_extreme("argmax", dim, keepdim, true)
+        crate::backend::dispatch("argmax", &[self])?.arg_reduce(true, self, dim, keepdim)
     }
 
     /// The (i64) index of the first minimum along `dim`, or in the flattened
     /// tensor when `dim` is `None`. Errors when the reduction is empty.
     pub fn argmin(&self, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
-        on_cuda!(self.is_cuda() => cuda::unsupported(self, "argmin"));
-        self.arg_extreme("argmin", dim, keepdim, false)
+        crate::backend::dispatch("argmin", &[self])?.arg_reduce(false, self, dim, keepdim)
     }
 
     /// The variance over `dims` with `correction` (1 = unbiased, PyTorch's
@@ -109,27 +83,27 @@ impl Tensor {
     /// inf or NaN when N ≤ correction, like PyTorch. Computed in f64. Errors
     /// for non-float dtypes and on bad dims.
     pub fn var(&self, dims: &[isize], correction: f64, keepdim: bool) -> Result<Tensor> {
-        on_cuda!(self.is_cuda() => cuda::unsupported(self, "var"));
+        host_kernel!("var", self);
         Ok(self.var_mean_impl("var", dims, correction, keepdim, false)?.0)
     }
 
     /// The standard deviation: the square root of [`Tensor::var`].
     pub fn std(&self, dims: &[isize], correction: f64, keepdim: bool) -> Result<Tensor> {
-        on_cuda!(self.is_cuda() => cuda::unsupported(self, "std"));
+        host_kernel!("std", self);
         Ok(self.var_mean_impl("std", dims, correction, keepdim, true)?.0)
     }
 
     /// The variance (as [`Tensor::var`]) and the mean over `dims`, in one
     /// pass. Errors for non-float dtypes and on bad dims.
     pub fn var_mean(&self, dims: &[isize], correction: f64, keepdim: bool) -> Result<(Tensor, Tensor)> {
-        on_cuda!(self.is_cuda() => cuda::unsupported(self, "var_mean"));
+        host_kernel!("var_mean", self);
         self.var_mean_impl("var_mean", dims, correction, keepdim, false)
     }
 
     /// log Σ exp(x) over `dims`, stable for large |x| (−inf for an empty
     /// reduction). Errors for non-float dtypes and on bad dims.
     pub fn logsumexp(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        on_cuda!(self.is_cuda() => cuda::unsupported(self, "logsumexp"));
+        host_kernel!("logsumexp", self);
         let plan = Plan::new("logsumexp", self.layout(), dims, keepdim)?;
         crate::with_float_dtype!(self.dtype(), T => {
             self.float_reduce::<T, _>(&plan, &LogSumExp, |a, _| LogSumExp::finish(a))
@@ -141,7 +115,7 @@ impl Tensor {
     /// Errors for non-float dtypes, NaN p, bad dims, and an empty reduction
     /// with p = ±∞.
     pub fn norm(&self, p: f64, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        on_cuda!(self.is_cuda() => cuda::unsupported(self, "norm"));
+        host_kernel!("norm", self);
         const OP: &str = "norm";
         if p.is_nan() {
             return Err(Error::arg(OP, "p must not be NaN"));
@@ -173,20 +147,62 @@ impl Tensor {
     /// True (bool) where every element over `dims` is non-zero (NaN counts
     /// as non-zero); true for an empty reduction. Errors on bad dims.
     pub fn all(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        on_cuda!(self.is_cuda() => cuda::unsupported(self, "all"));
+        host_kernel!("all", self);
         self.truth("all", dims, keepdim, true)
     }
 
     /// True (bool) where some element over `dims` is non-zero; false for an
     /// empty reduction. Errors on bad dims.
     pub fn any(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        on_cuda!(self.is_cuda() => cuda::unsupported(self, "any"));
+        host_kernel!("any", self);
         self.truth("any", dims, keepdim, false)
     }
 }
 
 /// Helpers shared by the public reductions above.
 impl Tensor {
+    /// The CPU kernels of [`ReduceOp`]: `op` over `dims`.
+    pub(crate) fn reduce_cpu(&self, op: ReduceOp, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        match op {
+            ReduceOp::Sum => {
+                let plan = Plan::new("sum", self.layout(), dims, keepdim)?;
+                if self.dtype() == DType::F32 {
+                    return self.sum_f32(&plan, 1.0);
+                }
+                Ok(crate::with_float_dtype!(self.dtype(), T => {
+                    self.float_reduce::<T, _>(&plan, &FloatSum(|x| x), |s, _| s)?
+                }, else self.int_reduce(&plan, false)?))
+            }
+            ReduceOp::Prod => {
+                let plan = Plan::new("prod", self.layout(), dims, keepdim)?;
+                Ok(crate::with_float_dtype!(self.dtype(), T => {
+                    self.float_reduce::<T, _>(&plan, &FloatProd, |p, _| p)?
+                }, else self.int_reduce(&plan, true)?))
+            }
+            ReduceOp::Max => Ok(self.extreme("max", dims, keepdim, true, false)?.0),
+            ReduceOp::Min => Ok(self.extreme("min", dims, keepdim, false, false)?.0),
+        }
+    }
+
+    /// The CPU kernel of [`Tensor::mean`].
+    pub(crate) fn mean_cpu(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        let plan = Plan::new("mean", self.layout(), dims, keepdim)?;
+        if self.dtype() == DType::F32 {
+            return self.sum_f32(&plan, plan.n_red as f32);
+        }
+        crate::with_float_dtype!(self.dtype(), T => {
+            let n = <T as FloatElement>::Math::of(plan.n_red as f64);
+            self.float_reduce::<T, _>(&plan, &FloatSum(|x| x), |s, _| s / n)
+        }, else Err(float_only("mean", self.dtype())))
+    }
+
+    /// The CPU kernel of `max_dim` (`max`) and `min_dim`.
+    pub(crate) fn reduce_index_cpu(&self, max: bool, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
+        let op = if max { "max_dim" } else { "min_dim" };
+        let (v, i) = self.extreme(op, &[dim], keepdim, max, true)?;
+        Ok((v, i.expect("indices requested")))
+    }
+
     /// The f32 sum over `plan` divided by `div` (1, or n for the mean).
     fn sum_f32(&self, plan: &Plan, div: f32) -> Result<Tensor> {
         let accs = reduce(
@@ -262,7 +278,13 @@ impl Tensor {
         }))
     }
 
-    fn arg_extreme(&self, op: &'static str, dim: Option<isize>, keepdim: bool, max: bool) -> Result<Tensor> {
+    pub(crate) fn arg_extreme(
+        &self,
+        op: &'static str,
+        dim: Option<isize>,
+        keepdim: bool,
+        max: bool,
+    ) -> Result<Tensor> {
         let dims: Vec<isize> = dim.into_iter().collect();
         Ok(self
             .extreme(op, &dims, keepdim, max, true)?

@@ -2,6 +2,7 @@
 //! element function inlined into it, so the f32/f64 loops carry no dtype
 //! dispatch and auto-vectorise where the function allows.
 
+use crate::backend::UnaryOp;
 use crate::{DType, Error, FloatElement, FloatMath, Result, Tensor};
 
 /// `f` applied to every element of the float tensor `t` (dtype `T`), computed
@@ -42,7 +43,6 @@ macro_rules! float_unary {
         }, else Err($crate::ops::unary::cpu::unsupported("float_unary", t.dtype())))
     }};
 }
-pub(crate) use float_unary;
 
 /// Applies an op that keeps integer dtypes: `$f` on floats (in the math type
 /// `$M`), `$i` on i64/u32/u8, and `$b` on bool (`None` rejects bool).
@@ -64,6 +64,58 @@ macro_rules! keep_dtype_unary {
     }};
 }
 pub(crate) use keep_dtype_unary;
+
+/// `op` of every element of `t` on the CPU: the SIMD engine for f32 where
+/// the op has a vector kernel, else one monomorphised loop per op and
+/// dtype (the match runs once per call). Dtype rules in the module docs of
+/// `ops/unary`.
+pub(crate) fn unary(op: UnaryOp, t: &Tensor) -> Result<Tensor> {
+    let name = op.name();
+    if t.dtype() == DType::F32 && crate::simd::kernels::has_unary(op) {
+        return crate::map_simd::unary_f32(name, t, op);
+    }
+    match op {
+        UnaryOp::Identity => keep_dtype_unary!(t, name, float |x: M| x, int |x| x, bool Some(|b| b)),
+        UnaryOp::Neg => keep_dtype_unary!(t, name, float |x: M| -x, int |x| x.wrapping_neg(), bool None),
+        UnaryOp::Abs => keep_dtype_unary!(t, name, float |x: M| x.abs(), int |x| x.abs_int(), bool None),
+        UnaryOp::Sign => keep_dtype_unary!(t, name, float |x: M| {
+            if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
+            } else {
+                0.0
+            }
+        }, int |x| x.sign_int(), bool Some(|b| b)),
+        UnaryOp::Square if t.dtype() == DType::Bool => unary(op, &t.to_dtype(DType::I64)?),
+        UnaryOp::Square => {
+            keep_dtype_unary!(t, name, float |x: M| x * x, int |x| x.wrapping_mul(x), bool None)
+        }
+        UnaryOp::Relu => {
+            keep_dtype_unary!(t, name, float |x: M| if x < 0.0 { 0.0 } else { x }, int |x| x.relu_int(), bool None)
+        }
+        UnaryOp::Floor => keep_dtype_unary!(t, name, float |x: M| x.floor(), int |x| x, bool Some(|b| b)),
+        UnaryOp::Ceil => keep_dtype_unary!(t, name, float |x: M| x.ceil(), int |x| x, bool Some(|b| b)),
+        UnaryOp::Round => {
+            keep_dtype_unary!(t, name, float |x: M| FloatMath::round_even(x), int |x| x, bool Some(|b| b))
+        }
+        UnaryOp::Exp => float_unary!(t, |x: M| x.exp()),
+        UnaryOp::Log => float_unary!(t, |x: M| x.ln()),
+        UnaryOp::Log1p => float_unary!(t, |x: M| x.ln_1p()),
+        UnaryOp::Expm1 => float_unary!(t, |x: M| x.exp_m1()),
+        UnaryOp::Sqrt => float_unary!(t, |x: M| x.sqrt()),
+        UnaryOp::Rsqrt => float_unary!(t, |x: M| 1.0 / x.sqrt()),
+        UnaryOp::Recip => float_unary!(t, |x: M| 1.0 / x),
+        UnaryOp::Sin => float_unary!(t, |x: M| x.sin()),
+        UnaryOp::Cos => float_unary!(t, |x: M| x.cos()),
+        UnaryOp::Tanh => float_unary!(t, |x: M| x.tanh()),
+        UnaryOp::Sigmoid => float_unary!(t, |x: M| sigmoid(x)),
+        UnaryOp::GeluErf => float_unary!(t, |x: M| gelu_erf(x)),
+        UnaryOp::GeluTanh => float_unary!(t, |x: M| gelu_tanh(x)),
+        UnaryOp::Silu => float_unary!(t, |x: M| x * sigmoid(x)),
+        UnaryOp::Erf => float_unary!(t, |x: M| FloatMath::erf(x)),
+    }
+}
 
 /// The logistic function 1 / (1 + e^−x), from e = e^−|x| ≤ 1 so nothing
 /// overflows: 1/(1 + e) for x ≥ 0 and e/(1 + e) for x < 0. One exp and a
@@ -104,3 +156,47 @@ pub(crate) fn clamp_to<T: PartialOrd>(x: T, lo: T, hi: T) -> T {
         y
     }
 }
+
+/// Integer helpers written once for i64, u32 and u8 (unsigned types have
+/// no negative values, so abs/relu are the identity and sign is 0 or 1).
+trait IntUnary: Copy {
+    fn abs_int(self) -> Self;
+    fn sign_int(self) -> Self;
+    fn relu_int(self) -> Self;
+}
+
+impl IntUnary for i64 {
+    #[inline(always)]
+    fn abs_int(self) -> Self {
+        self.wrapping_abs()
+    }
+    #[inline(always)]
+    fn sign_int(self) -> Self {
+        self.signum()
+    }
+    #[inline(always)]
+    fn relu_int(self) -> Self {
+        self.max(0)
+    }
+}
+
+macro_rules! unsigned_unary {
+    ($t:ty) => {
+        impl IntUnary for $t {
+            #[inline(always)]
+            fn abs_int(self) -> Self {
+                self
+            }
+            #[inline(always)]
+            fn sign_int(self) -> Self {
+                self.min(1)
+            }
+            #[inline(always)]
+            fn relu_int(self) -> Self {
+                self
+            }
+        }
+    };
+}
+unsigned_unary!(u32);
+unsigned_unary!(u8);

@@ -3,20 +3,21 @@
 //! in f32 and rounded once, as on the CPU.
 
 use tessera_cuda_kernels::ops::elementwise::unary as unary_launch;
-pub(crate) use tessera_cuda_kernels::ops::elementwise::UnaryOp;
 
+use crate::backend::UnaryOp;
 use crate::cuda::{kernel_err, launch, no_kernel, operand, state_of, with_kernel_float, Output};
 use crate::{DType, Result, Tensor};
 
-/// `op` (kernel `k`) of the GPU tensor `t`. Float-valued functions of
-/// integer and bool tensors compute in f32 (cast on the GPU first), like the
-/// CPU; dtype-keeping ops (neg, abs, relu, square) have no integer kernel.
+/// `k` of the GPU tensor `t`. Float-valued functions of integer and bool
+/// tensors compute in f32 (cast on the GPU first), like the CPU;
+/// dtype-keeping ops (neg, abs, relu, square, rounding) have no integer
+/// kernel.
 ///
 /// Errors: no kernel for the dtype (f64, integers for dtype-keeping ops),
 /// or a device failure.
-pub(crate) fn unary(t: &Tensor, op: &'static str, k: UnaryOp) -> Result<Tensor> {
-    let keeps_dtype = matches!(k, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu | UnaryOp::Square);
-    let x = if t.dtype().is_float() || keeps_dtype {
+pub(crate) fn unary(t: &Tensor, k: UnaryOp) -> Result<Tensor> {
+    let op = k.name();
+    let x = if t.dtype().is_float() || k.keeps_dtype() {
         t.clone()
     } else {
         t.to_dtype(DType::F32)?
@@ -29,9 +30,4 @@ pub(crate) fn unary(t: &Tensor, op: &'static str, k: UnaryOp) -> Result<Tensor> 
         launch(op, &state, &[l])?;
         Ok(out.into_tensor(x.shape()))
     }, else Err(no_kernel(op, x.device(), format_args!("{} tensors", x.dtype()))))
-}
-
-/// The error of a unary op that has no CUDA kernel yet.
-pub(crate) fn unsupported(t: &Tensor, op: &'static str) -> Result<Tensor> {
-    Err(no_kernel(op, t.device(), "this op"))
 }

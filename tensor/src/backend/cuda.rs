@@ -1,0 +1,151 @@
+//! The CUDA backend: the kernels of `tessera-cuda-kernels` on a GPU or its
+//! emulator. Every method is a kernel launch or a named refusal.
+
+use std::sync::Arc;
+
+use super::{no_kernel, Backend, BinaryOp, ReduceOp, UnaryOp};
+use crate::cuda::DeviceState;
+use crate::ops;
+use crate::{Generator, Result, Tensor, TensorOptions};
+
+/// One opened GPU.
+pub(crate) struct Cuda {
+    state: Arc<DeviceState>,
+}
+
+impl Cuda {
+    /// GPU `ordinal`, opened (once per process). Errors, naming `op`, when
+    /// it is not available.
+    pub(crate) fn open(op: &'static str, ordinal: usize) -> Result<Self> {
+        Ok(Cuda {
+            state: crate::cuda::device(op, ordinal)?,
+        })
+    }
+}
+
+impl Backend for Cuda {
+    fn unary(&self, op: UnaryOp, x: &Tensor) -> Result<Tensor> {
+        ops::unary::cuda::unary(x, op)
+    }
+
+    fn binary(&self, op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        ops::binary::cuda::binary(a, b, op.name(), op)
+    }
+
+    fn binary_scalar(
+        &self,
+        name: &'static str,
+        op: BinaryOp,
+        x: &Tensor,
+        s: f64,
+        reversed: bool,
+    ) -> Result<Tensor> {
+        ops::binary::cuda::scalar(x, s, name, op, reversed)
+    }
+
+    fn reduce(&self, op: ReduceOp, x: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        ops::reduce::cuda::reduce(x, op, dims, keepdim)
+    }
+
+    fn mean(&self, x: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        ops::reduce::cuda::mean(x, dims, keepdim)
+    }
+
+    fn reduce_index(&self, max: bool, x: &Tensor, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
+        if max {
+            ops::reduce::cuda::max_dim(x, dim, keepdim)
+        } else {
+            // The argmax kernel has no argmin twin yet.
+            Err(no_kernel("min_dim", self.state.device(), "this op"))
+        }
+    }
+
+    fn arg_reduce(&self, max: bool, x: &Tensor, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
+        if max {
+            ops::reduce::cuda::argmax(x, dim, keepdim)
+        } else {
+            Err(no_kernel("argmin", self.state.device(), "this op"))
+        }
+    }
+
+    fn matmul(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        ops::matmul::cuda::matmul(a, b)
+    }
+
+    fn softmax(&self, op: &'static str, x: &Tensor, dim: isize, log: bool) -> Result<Tensor> {
+        ops::softmax::cuda::softmax(x, op, dim, log)
+    }
+
+    fn layer_norm(
+        &self,
+        x: &Tensor,
+        normalized_shape: &[usize],
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f64,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        ops::layer_norm::cuda::layer_norm(x, normalized_shape, weight, bias, eps)
+    }
+
+    fn layer_norm_backward(
+        &self,
+        dy: &Tensor,
+        x: &Tensor,
+        mean: &Tensor,
+        rstd: &Tensor,
+        normalized_shape: &[usize],
+        weight: Option<&Tensor>,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        ops::layer_norm::cuda::layer_norm_backward(dy, x, mean, rstd, normalized_shape, weight)
+    }
+
+    fn embedding(&self, weight: &Tensor, indices: &Tensor) -> Result<Tensor> {
+        ops::index::cuda::embedding(weight, indices)
+    }
+
+    fn embedding_backward(
+        &self,
+        grad: &Tensor,
+        indices: &Tensor,
+        num_weights: usize,
+        padding_idx: Option<usize>,
+    ) -> Result<Tensor> {
+        ops::index::cuda::embedding_backward(grad, indices, num_weights, padding_idx)
+    }
+
+    fn view_backward(&self, _grad: &Tensor, _base: &[usize], _view: &crate::Layout) -> Result<Tensor> {
+        Err(no_kernel("view_backward", self.state.device(), "this op"))
+    }
+
+    fn full(&self, op: &'static str, shape: &[usize], value: f64, opts: TensorOptions) -> Result<Tensor> {
+        // No fill kernel reproduces every dtype's value exactly: the CPU
+        // writes it and one copy moves it.
+        crate::cuda::host_then_upload(opts, |o| Tensor::full_cpu(op, shape, value, o))
+    }
+
+    fn uniform(
+        &self,
+        shape: &[usize],
+        a: f64,
+        b: f64,
+        opts: TensorOptions,
+        gen: Option<&mut Generator>,
+    ) -> Result<Tensor> {
+        ops::random::cuda::uniform(shape, a, b, opts, gen)
+    }
+
+    fn normal(
+        &self,
+        shape: &[usize],
+        mean: f64,
+        std: f64,
+        opts: TensorOptions,
+        gen: Option<&mut Generator>,
+    ) -> Result<Tensor> {
+        ops::random::cuda::normal(shape, mean, std, opts, gen)
+    }
+
+    fn host_kernel(&self, op: &'static str) -> Result<()> {
+        Err(no_kernel(op, self.state.device(), "this op"))
+    }
+}

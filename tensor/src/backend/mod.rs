@@ -1,0 +1,289 @@
+//! The backend layer: the one way from an op to a kernel.
+//!
+//! Every op validates its arguments, then calls [`dispatch`] with its
+//! tensor operands, which checks they share one device and returns that
+//! device's [`Backend`]: [`cpu::Cpu`] for host memory, `cuda::Cuda` (feature
+//! `cuda`) for a GPU or the emulated one. The trait has no default methods,
+//! so each backend states, for every kernel, what it does: a GPU kernel, or
+//! an [`Error::Device`] naming the op and the device
+//! ([`no_kernel`]). Whether an op has a GPU path is therefore read off one
+//! `impl` block and checked by the compiler; ops whose only kernel is the
+//! CPU's say so through [`Backend::host_kernel`], the one place the CUDA
+//! backend refuses them.
+//!
+//! Dispatch happens once per op call, never per element: the CPU kernels
+//! behind [`cpu::Cpu`] are the same monomorphised loops as before.
+//!
+//! # Adding an elementwise op
+//!
+//! A unary function (a fused `(g, x)` derivative rule is a binary one) is
+//! touched in five places, and the compiler points at each one left out:
+//! 1. its definition: a variant of [`UnaryOp`] (or [`BinaryOp`]) in
+//!    `tessera-cuda-kernels/src/op_codes.rs` with its names, plus the one-line
+//!    `Tensor` method calling [`Tensor::unary_op`] (`ops/unary/mod.rs`);
+//! 2. its CPU math: its arm in `ops/unary/cpu.rs`' `unary` (exhaustive
+//!    match; a SIMD kernel in `simd/` is optional);
+//! 3. its CUDA math: `unary_<NAME>` in `cuda-kernels/src/kernels/elementwise.cu`
+//!    (the `switch` is generated from the op list, so a missing function
+//!    does not compile);
+//! 4. its derivative rule: the `Var` method in `tessera-autograd/src/ops/`,
+//!    composed of tensor ops (with a fused `BinaryOp` where it pays);
+//! 5. its test row: `ops/unary/tests.rs` (CPU against f64); the
+//!    device-equivalence test in `tests/it/cuda_backend.rs` runs every
+//!    variant of `UnaryOp::ALL` / `BinaryOp::ALL` on the emulated GPU
+//!    against the CPU without being told.
+
+pub(crate) mod cpu;
+#[cfg(feature = "cuda")]
+pub(crate) mod cuda;
+
+use std::borrow::Borrow;
+
+pub use tessera_cuda_kernels::op_codes::{BinaryOp, ReduceOp, UnaryOp};
+
+use crate::{Device, Error, Result, Tensor};
+
+/// The kernels of one kind of device. Arguments are validated by the
+/// `Tensor` op calling in only as far as dispatch needs; each method
+/// returns the errors of the op of the same name.
+pub(crate) trait Backend {
+    /// `op` of every element of `x`.
+    fn unary(&self, op: UnaryOp, x: &Tensor) -> Result<Tensor>;
+    /// `op` of `a` and `b` with broadcasting, in the promoted dtype.
+    fn binary(&self, op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor>;
+    /// `x op s` (`s op x` when `reversed`) for a scalar `s`, reported as `name`.
+    fn binary_scalar(
+        &self,
+        name: &'static str,
+        op: BinaryOp,
+        x: &Tensor,
+        s: f64,
+        reversed: bool,
+    ) -> Result<Tensor>;
+    /// `op` over `dims` of `x`.
+    fn reduce(&self, op: ReduceOp, x: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor>;
+    /// The mean over `dims` of `x`.
+    fn mean(&self, x: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor>;
+    /// The max (or min) along `dim` and the index of its first occurrence.
+    fn reduce_index(&self, max: bool, x: &Tensor, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)>;
+    /// The index of the first max (or min) along `dim` (flattened: `None`).
+    fn arg_reduce(&self, max: bool, x: &Tensor, dim: Option<isize>, keepdim: bool) -> Result<Tensor>;
+    /// `a @ b` with broadcast batch dims.
+    fn matmul(&self, a: &Tensor, b: &Tensor) -> Result<Tensor>;
+    /// Softmax (log-softmax when `log`) along `dim`, reported as `op`.
+    fn softmax(&self, op: &'static str, x: &Tensor, dim: isize, log: bool) -> Result<Tensor>;
+    /// LayerNorm forward: (y, mean, rstd).
+    fn layer_norm(
+        &self,
+        x: &Tensor,
+        normalized_shape: &[usize],
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f64,
+    ) -> Result<(Tensor, Tensor, Tensor)>;
+    /// LayerNorm backward: (dx, dweight, dbias).
+    fn layer_norm_backward(
+        &self,
+        dy: &Tensor,
+        x: &Tensor,
+        mean: &Tensor,
+        rstd: &Tensor,
+        normalized_shape: &[usize],
+        weight: Option<&Tensor>,
+    ) -> Result<(Tensor, Tensor, Tensor)>;
+    /// Rows of `weight` picked by `indices`.
+    fn embedding(&self, weight: &Tensor, indices: &Tensor) -> Result<Tensor>;
+    /// The gradient of `embedding` for a `[num_weights, D]` table.
+    fn embedding_backward(
+        &self,
+        grad: &Tensor,
+        indices: &Tensor,
+        num_weights: usize,
+        padding_idx: Option<usize>,
+    ) -> Result<Tensor>;
+    /// A zero tensor of shape `base` with `grad` written where the view
+    /// `view` (over a contiguous `base`) reads: the gradient of narrow,
+    /// slice, select and other injective views.
+    fn view_backward(&self, grad: &Tensor, base: &[usize], view: &crate::Layout) -> Result<Tensor>;
+    /// A fresh tensor of `shape` with every element `value`, reported as `op`.
+    fn full(
+        &self,
+        op: &'static str,
+        shape: &[usize],
+        value: f64,
+        opts: crate::TensorOptions,
+    ) -> Result<Tensor>;
+    /// Uniform samples in [a, b) from `gen` (the global generator when `None`).
+    fn uniform(
+        &self,
+        shape: &[usize],
+        a: f64,
+        b: f64,
+        opts: crate::TensorOptions,
+        gen: Option<&mut crate::Generator>,
+    ) -> Result<Tensor>;
+    /// Normal samples with `mean` and `std` from `gen`.
+    fn normal(
+        &self,
+        shape: &[usize],
+        mean: f64,
+        std: f64,
+        opts: crate::TensorOptions,
+        gen: Option<&mut crate::Generator>,
+    ) -> Result<Tensor>;
+    /// `Ok(())` when the op named `op`, whose only kernel is the CPU's, may
+    /// run on this backend; the CUDA backend's refusal.
+    fn host_kernel(&self, op: &'static str) -> Result<()>;
+}
+
+/// The backend chosen for one op call.
+pub(crate) enum Dispatch {
+    /// Host memory.
+    Cpu(cpu::Cpu),
+    /// A GPU (or the emulated one).
+    #[cfg(feature = "cuda")]
+    Cuda(cuda::Cuda),
+}
+
+impl std::ops::Deref for Dispatch {
+    type Target = dyn Backend;
+    fn deref(&self) -> &(dyn Backend + 'static) {
+        match self {
+            Dispatch::Cpu(c) => c,
+            #[cfg(feature = "cuda")]
+            Dispatch::Cuda(c) => c,
+        }
+    }
+}
+
+/// The backend of the device every operand is on (the CPU without
+/// operands). Errors, naming `op`: operands on different devices (the error
+/// names both), or a GPU that cannot be opened.
+pub(crate) fn dispatch(op: &'static str, operands: &[&dyn Operands]) -> Result<Dispatch> {
+    on_device(op, same_device(op, operands)?.unwrap_or(Device::Cpu))
+}
+
+/// The backend of `device`, for ops that create tensors. Errors, naming
+/// `op`, when the device cannot be opened.
+#[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
+pub(crate) fn on_device(op: &'static str, device: Device) -> Result<Dispatch> {
+    match device {
+        Device::Cpu => Ok(Dispatch::Cpu(cpu::Cpu)),
+        #[cfg(feature = "cuda")]
+        Device::Cuda(n) => Ok(Dispatch::Cuda(cuda::Cuda::open(op, n)?)),
+    }
+}
+
+/// What an op can take as tensor operands: a tensor, an optional one, or a
+/// slice of them.
+pub(crate) trait Operands {
+    /// Calls `f` with the device of each tensor.
+    fn devices(&self, f: &mut dyn FnMut(Device));
+}
+
+impl Operands for Tensor {
+    fn devices(&self, f: &mut dyn FnMut(Device)) {
+        f(self.device());
+    }
+}
+
+impl<T: Operands + ?Sized> Operands for &T {
+    fn devices(&self, f: &mut dyn FnMut(Device)) {
+        (**self).devices(f);
+    }
+}
+
+impl Operands for Option<&Tensor> {
+    fn devices(&self, f: &mut dyn FnMut(Device)) {
+        if let Some(t) = self {
+            f(t.device());
+        }
+    }
+}
+
+impl<T: Borrow<Tensor>> Operands for [T] {
+    fn devices(&self, f: &mut dyn FnMut(Device)) {
+        for t in self {
+            f(t.borrow().device());
+        }
+    }
+}
+
+/// The device every operand is on (`None` without operands). Errors,
+/// naming `op` and both devices, when they differ.
+pub(crate) fn same_device(op: &'static str, operands: &[&dyn Operands]) -> Result<Option<Device>> {
+    let mut first = None;
+    let mut other = None;
+    for o in operands {
+        o.devices(&mut |d| match first {
+            None => first = Some(d),
+            Some(f) if f != d && other.is_none() => other = Some(d),
+            _ => {}
+        });
+    }
+    match (first, other) {
+        (Some(a), Some(b)) => Err(Error::device(
+            op,
+            format!("operands are on different devices ({a} and {b}); move them to one device with .to_device first"),
+        )),
+        _ => Ok(first),
+    }
+}
+
+/// `t` on `other`'s device when `t` is a 0-d CPU tensor and `other` is not
+/// on the CPU; otherwise `t` itself. Errors when the copy fails.
+fn scalar_to(t: &Tensor, other: &Tensor) -> Result<Tensor> {
+    if t.ndim() == 0 && t.device().is_cpu() && !other.device().is_cpu() {
+        t.to_device(other.device())
+    } else {
+        Ok(t.clone())
+    }
+}
+
+/// The error for an op (or a dtype of it) without a kernel on `dev`.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) fn no_kernel(op: &'static str, dev: Device, what: impl std::fmt::Display) -> Error {
+    Error::device(
+        op,
+        format!("not implemented on {dev} for {what}; call .to_device(Device::Cpu) first"),
+    )
+}
+
+impl Tensor {
+    /// `op` of every element through the backend of `self`'s device: the
+    /// body of every elementwise unary method. Errors as the op named by
+    /// `op` (dtype, device).
+    pub fn unary_op(&self, op: UnaryOp) -> Result<Tensor> {
+        dispatch(op.name(), &[self])?.unary(op, self)
+    }
+
+    /// `op` of `self` and `other` with broadcasting through the backend of
+    /// their device. Errors as the op named by `op` (shapes that do not
+    /// broadcast, dtypes, devices).
+    /// A 0-d CPU operand with a GPU one is copied to the GPU first, as
+    /// PyTorch treats CPU scalars.
+    pub fn binary_op(&self, op: BinaryOp, other: &Tensor) -> Result<Tensor> {
+        let a = scalar_to(self, other)?;
+        let b = scalar_to(other, &a)?;
+        dispatch(op.name(), &[&a, &b])?.binary(op, &a, &b)
+    }
+
+    /// `self op s` (`s op self` when `reversed`) through the backend of
+    /// `self`'s device. Errors as [`Tensor::binary_op`].
+    pub(crate) fn scalar_op(
+        &self,
+        name: &'static str,
+        op: BinaryOp,
+        s: f64,
+        reversed: bool,
+    ) -> Result<Tensor> {
+        dispatch(name, &[self])?.binary_scalar(name, op, self, s, reversed)
+    }
+
+    /// `Err` naming `op` and the device when `self` is on a GPU: the guard
+    /// of the CPU engines (`zip_map`, `make_mut`, ...).
+    #[cfg(feature = "cuda")]
+    pub(crate) fn cpu_only(&self, op: &'static str) -> Result<()> {
+        dispatch(op, &[self])?.host_kernel(op)
+    }
+}
