@@ -26,6 +26,8 @@
 
 #[path = "train/cli.rs"]
 mod cli;
+#[path = "common/mod.rs"]
+mod common;
 #[path = "train_mnist/progress.rs"]
 mod progress;
 #[path = "train/run.rs"]

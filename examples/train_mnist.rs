@@ -29,6 +29,8 @@
 
 #[path = "train_mnist/cli.rs"]
 mod cli;
+#[path = "common/mod.rs"]
+mod common;
 #[path = "train_mnist/data_parallel.rs"]
 mod data_parallel;
 #[path = "train_mnist/pipeline.rs"]

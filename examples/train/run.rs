@@ -1,14 +1,11 @@
 //! The training loop: data, model, AdamW, cosine schedule, EMA, evaluation,
 //! metrics log and checkpoints.
 
-use std::fs::OpenOptions;
-use std::io::Write;
-use std::path::Path;
 use std::time::Instant;
 
 use serde_json::json;
 
-use tessera::autograd::{no_grad, CrossEntropyOptions, Target, Var};
+use tessera::autograd::{CrossEntropyOptions, Target, Var};
 use tessera::data::formats::Mnist;
 use tessera::data::{DataLoader, VecDataset};
 use tessera::nn::{state_dict, Module};
@@ -19,16 +16,9 @@ use tessera::optim::{
 use tessera::tensor::{rng, Checkpoint, DType, PadMode, StateDict, Tensor};
 
 use super::cli::Args;
+use super::common::{append_line, count_correct, evaluate, pixel_stats, BoxResult, Split};
 use super::progress::Bar;
 use super::zoo::{self, Ema};
-
-pub(crate) type BoxResult<T> = Result<T, Box<dyn std::error::Error>>;
-
-/// A split in memory: normalized f32 images `[N, 1, S, S]` and i64 labels.
-struct Split {
-    images: Tensor,
-    labels: Tensor,
-}
 
 /// Trains as `args` says, printing progress and per-epoch results.
 pub fn train(args: &Args) -> BoxResult<()> {
@@ -181,9 +171,9 @@ pub fn train(args: &Args) -> BoxResult<()> {
         bar.finish();
         let train_secs = epoch_start.elapsed().as_secs_f64();
         model.eval();
-        let test_acc = 100.0 * evaluate(model.as_ref(), &test)?;
+        let test_acc = 100.0 * evaluate(model.as_ref(), &test, 500)?;
         let ema_acc = match &ema {
-            Some(e) => Some(100.0 * evaluate(e.model.as_ref(), &test)?),
+            Some(e) => Some(100.0 * evaluate(e.model.as_ref(), &test, 500)?),
             None => None,
         };
         let elapsed = elapsed_before + clock.elapsed().as_secs_f64();
@@ -262,42 +252,4 @@ fn load_data(args: &Args, img_size: usize) -> BoxResult<(Split, Split)> {
         rayon::current_num_threads()
     );
     Ok((train, test))
-}
-
-/// The mean and standard deviation of the pixels scaled to [0, 1].
-fn pixel_stats(pixels: &[u8]) -> (f64, f64) {
-    let n = pixels.len().max(1) as f64;
-    let mean = pixels.iter().map(|&p| p as f64 / 255.0).sum::<f64>() / n;
-    let var = pixels
-        .iter()
-        .map(|&p| (p as f64 / 255.0 - mean).powi(2))
-        .sum::<f64>()
-        / n;
-    (mean, var.sqrt().max(1e-6))
-}
-
-fn count_correct(logits: &Tensor, labels: &Tensor) -> tessera::tensor::Result<usize> {
-    let pred = logits.argmax(Some(1), false)?.to_vec::<i64>()?;
-    let y = labels.to_vec::<i64>()?;
-    Ok(pred.iter().zip(&y).filter(|(a, b)| a == b).count())
-}
-
-/// Test accuracy of `model` (already in eval mode), in batches of 500.
-fn evaluate(model: &dyn Module, split: &Split) -> BoxResult<f64> {
-    let n = split.labels.shape()[0];
-    let mut correct = 0;
-    for start in (0..n).step_by(500) {
-        let len = 500.min(n - start);
-        let x = Var::constant(split.images.narrow(0, start, len)?);
-        let logits = no_grad(|| model.forward(&x))?;
-        correct += count_correct(logits.tensor(), &split.labels.narrow(0, start, len)?)?;
-    }
-    Ok(correct as f64 / n.max(1) as f64)
-}
-
-/// Appends `line` and a newline to the file at `path`, creating it.
-fn append_line(path: &Path, line: &str) -> BoxResult<()> {
-    let mut log = OpenOptions::new().create(true).append(true).open(path)?;
-    writeln!(log, "{line}")?;
-    Ok(())
 }

@@ -6,7 +6,7 @@ use tessera::nn::Module;
 use tessera::tensor::{Result, StateDict};
 
 use super::cli::Args;
-use super::run::BoxResult;
+use super::common::BoxResult;
 
 /// The model of `args.model` for `in_chans`-channel images of side
 /// `img_size` and `classes` classes, with the size overrides of `args`.

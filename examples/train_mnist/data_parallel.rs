@@ -23,9 +23,8 @@ use tessera::parallel::{
 use tessera::tensor::{rng, Tensor};
 
 use super::cli::Args;
-use super::run::{
-    count_correct, evaluate, load_data, optimizer, rank_0_records, BoxResult, EpochRecord, Split,
-};
+use super::common::{count_correct, evaluate, BoxResult, Split};
+use super::run::{load_data, optimizer, rank_0_records, EpochRecord};
 
 /// Trains as `args` says with data parallelism; returns rank 0's epoch
 /// records.

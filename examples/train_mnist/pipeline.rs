@@ -26,9 +26,8 @@ use tessera::parallel::{tcp, CommExt, Communicator, LocalGroup};
 use tessera::tensor::{rng, DType, StateDict, Tensor};
 
 use super::cli::Args;
-use super::run::{
-    count_correct, evaluate, load_data, optimizer, rank_0_records, BoxResult, EpochRecord, Split,
-};
+use super::common::{count_correct, evaluate, BoxResult, Split};
+use super::run::{load_data, optimizer, rank_0_records, EpochRecord};
 
 /// Message tags of the per-epoch reports to stage 0.
 const TAG_NAMES: u64 = 1 << 40;

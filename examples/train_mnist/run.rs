@@ -1,33 +1,23 @@
 //! The training loop: data, model, optimizer, schedule, evaluation,
 //! metrics log and checkpoints.
 
-use std::fs::OpenOptions;
-use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
 use serde_json::json;
 
-use tessera::autograd::{no_grad, CrossEntropyOptions, Parameter, Target, Var};
+use tessera::autograd::{CrossEntropyOptions, Parameter, Target, Var};
 use tessera::data::formats::Mnist;
 use tessera::data::{DataLoader, VecDataset};
-use tessera::nn::{models::mnist_cnn, state_dict, Module, Sequential};
+use tessera::nn::{models::mnist_cnn, state_dict, Module};
 use tessera::optim::{LrScheduler, OneCycleLR, OneCycleOptions, Optimizer, Sgd, SgdOptions};
 use tessera::tensor::{rng, Checkpoint, DType, Tensor};
 
 use super::cli::Args;
+use super::common::{append_line, count_correct, evaluate, pixel_stats, BoxResult, Split};
 use super::progress::Bar;
 
-pub(crate) type BoxResult<T> = Result<T, Box<dyn std::error::Error>>;
-
 const WEIGHT_DECAY: f64 = 5e-4;
-
-/// A split held in memory: normalized f32 images `[N, 1, 28, 28]` and i64
-/// labels `[N]`.
-pub(crate) struct Split {
-    pub images: Tensor,
-    pub labels: Tensor,
-}
 
 /// The figures of one epoch that do not depend on timing.
 #[derive(Debug, Clone, PartialEq)]
@@ -225,26 +215,6 @@ pub(crate) fn load_data(args: &Args) -> BoxResult<Data> {
     Ok(Data { train, test, loader })
 }
 
-/// The mean and standard deviation of the pixels scaled to [0, 1].
-fn pixel_stats(pixels: &[u8]) -> (f64, f64) {
-    let mut hist = [0u64; 256];
-    pixels.iter().for_each(|&p| hist[p as usize] += 1);
-    let n = pixels.len().max(1) as f64;
-    let mean = hist
-        .iter()
-        .enumerate()
-        .map(|(v, &c)| v as f64 / 255.0 * c as f64)
-        .sum::<f64>()
-        / n;
-    let var = hist
-        .iter()
-        .enumerate()
-        .map(|(v, &c)| (v as f64 / 255.0 - mean).powi(2) * c as f64)
-        .sum::<f64>()
-        / n;
-    (mean, var.sqrt().max(1e-6))
-}
-
 /// The split's first `limit` images (all without one), normalized.
 fn load_split(raw: &Mnist, mean: f64, std: f64, limit: Option<usize>) -> BoxResult<Split> {
     let n = raw.labels().len();
@@ -259,32 +229,6 @@ fn load_split(raw: &Mnist, mean: f64, std: f64, limit: Option<usize>) -> BoxResu
         images,
         labels: raw.labels_tensor()?.narrow(0, 0, n)?,
     })
-}
-
-pub(crate) fn count_correct(logits: &Tensor, labels: &Tensor) -> tessera::tensor::Result<usize> {
-    let pred = logits.argmax(Some(1), false)?.to_vec::<i64>()?;
-    let y = labels.to_vec::<i64>()?;
-    Ok(pred.iter().zip(&y).filter(|(a, b)| a == b).count())
-}
-
-/// Test accuracy in eval mode, in batches of `batch`.
-pub(crate) fn evaluate(model: &Sequential, split: &Split, batch: usize) -> BoxResult<f64> {
-    let n = split.labels.shape()[0];
-    let mut correct = 0;
-    for start in (0..n).step_by(batch) {
-        let len = batch.min(n - start);
-        let x = Var::constant(split.images.narrow(0, start, len)?);
-        let logits = no_grad(|| model.forward(&x))?;
-        correct += count_correct(logits.tensor(), &split.labels.narrow(0, start, len)?)?;
-    }
-    Ok(correct as f64 / n.max(1) as f64)
-}
-
-/// Appends `line` and a newline to the file at `path`, creating it.
-fn append_line(path: &Path, line: &str) -> BoxResult<()> {
-    let mut log = OpenOptions::new().create(true).append(true).open(path)?;
-    writeln!(log, "{line}")?;
-    Ok(())
 }
 
 /// Appends the checkpoint's metrics line when the log stops one epoch

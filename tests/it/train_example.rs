@@ -16,7 +16,7 @@ mod zoo;
 use std::path::{Path, PathBuf};
 
 // The progress bar is train_mnist's, compiled once for the test binary.
-use super::train_mnist_example::progress;
+use super::train_mnist_example::{common, progress};
 
 use tessera::tensor::StateDict;
 

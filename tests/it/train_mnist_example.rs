@@ -4,6 +4,8 @@
 #[allow(dead_code)]
 #[path = "../../examples/train_mnist/cli.rs"]
 pub mod cli;
+#[path = "../../examples/common/mod.rs"]
+pub mod common;
 #[path = "../../examples/train_mnist/pipeline.rs"]
 pub mod pipeline;
 #[path = "../../examples/train_mnist/progress.rs"]

@@ -1,0 +1,67 @@
+//! What the training examples (`train_mnist`, `train`) share: the in-memory
+//! split, its normalisation statistics, accuracy and the metrics log.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::Path;
+
+use tessera::autograd::{no_grad, Var};
+use tessera::nn::Module;
+use tessera::tensor::Tensor;
+
+pub(crate) type BoxResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// A split held in memory: normalized f32 images `[N, C, H, W]` and i64
+/// labels `[N]`.
+pub(crate) struct Split {
+    pub images: Tensor,
+    pub labels: Tensor,
+}
+
+/// The mean and standard deviation of the pixels scaled to [0, 1].
+pub(crate) fn pixel_stats(pixels: &[u8]) -> (f64, f64) {
+    let mut hist = [0u64; 256];
+    pixels.iter().for_each(|&p| hist[p as usize] += 1);
+    let n = pixels.len().max(1) as f64;
+    let mean = hist
+        .iter()
+        .enumerate()
+        .map(|(v, &c)| v as f64 / 255.0 * c as f64)
+        .sum::<f64>()
+        / n;
+    let var = hist
+        .iter()
+        .enumerate()
+        .map(|(v, &c)| (v as f64 / 255.0 - mean).powi(2) * c as f64)
+        .sum::<f64>()
+        / n;
+    (mean, var.sqrt().max(1e-6))
+}
+
+/// How many rows of `logits` have their argmax at the label.
+pub(crate) fn count_correct(logits: &Tensor, labels: &Tensor) -> tessera::tensor::Result<usize> {
+    let pred = logits.argmax(Some(1), false)?.to_vec::<i64>()?;
+    let y = labels.to_vec::<i64>()?;
+    Ok(pred.iter().zip(&y).filter(|(a, b)| a == b).count())
+}
+
+/// Accuracy of `model` (already in eval mode) on `split`, in batches of
+/// `batch`.
+pub(crate) fn evaluate(model: &dyn Module, split: &Split, batch: usize) -> BoxResult<f64> {
+    let n = split.labels.shape()[0];
+    let mut correct = 0;
+    for start in (0..n).step_by(batch) {
+        let len = batch.min(n - start);
+        let x = Var::constant(split.images.narrow(0, start, len)?);
+        let logits = no_grad(|| model.forward(&x))?;
+        correct += count_correct(logits.tensor(), &split.labels.narrow(0, start, len)?)?;
+    }
+    Ok(correct as f64 / n.max(1) as f64)
+}
+
+/// Appends `line` and a newline to the file at `path`, creating it.
+pub(crate) fn append_line(path: &Path, line: &str) -> BoxResult<()> {
+    let mut log = OpenOptions::new().create(true).append(true).open(path)?;
+    writeln!(log, "{line}")?;
+    Ok(())
+}
