@@ -27,7 +27,15 @@ const SHAPES: &[Shape] = &[
     ("gemm_f32_1024", DType::F32, 1024, 1024, 1024, false, false),
     ("gemm_f32_2048", DType::F32, 2048, 2048, 2048, false, false),
     ("gemm_f32_128x784x512", DType::F32, 128, 784, 512, false, false),
-    ("gemm_f32_4096x768x3072", DType::F32, 4096, 768, 3072, false, false),
+    (
+        "gemm_f32_4096x768x3072",
+        DType::F32,
+        4096,
+        768,
+        3072,
+        false,
+        false,
+    ),
     ("gemm_f32_1024_tn", DType::F32, 1024, 1024, 1024, true, false),
     ("gemm_f32_1024_nt", DType::F32, 1024, 1024, 1024, false, true),
     ("gemm_bf16_256", DType::BF16, 256, 256, 256, false, false),
@@ -46,7 +54,13 @@ fn main() {
         Some((m, k, n)) => vec![("gemm_f32_custom", DType::F32, m, k, n, false, false)],
         None => SHAPES.to_vec(),
     };
-    let peak_of = |name: &str| if name.starts_with("gemm_bf16") { bf16_peak.unwrap_or(peak) } else { peak };
+    let peak_of = |name: &str| {
+        if name.starts_with("gemm_bf16") {
+            bf16_peak.unwrap_or(peak)
+        } else {
+            peak
+        }
+    };
     let mut ours = BTreeMap::new();
     for (name, dtype, m, k, n, ta, tb) in shapes {
         if custom.is_none() && filter.as_ref().is_some_and(|f| !name.contains(f.as_str())) {

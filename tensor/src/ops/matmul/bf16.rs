@@ -45,7 +45,9 @@ impl Bf16Path {
             let forced = std::env::var("TESSERA_GEMM_BF16")
                 .ok()
                 .and_then(|v| Bf16Path::parse(&v));
-            forced.filter(|p| p.supported()).unwrap_or(Bf16Path::available()[0])
+            forced
+                .filter(|p| p.supported())
+                .unwrap_or(Bf16Path::available()[0])
         })
     }
 

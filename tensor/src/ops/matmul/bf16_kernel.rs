@@ -183,7 +183,11 @@ mod x86 {
                 // SAFETY: the caller guarantees the tile behind `c`.
                 unsafe {
                     let dst = c.add(i * ldc + v * 16);
-                    let x = if add { _mm512_add_ps(_mm512_loadu_ps(dst), x) } else { x };
+                    let x = if add {
+                        _mm512_add_ps(_mm512_loadu_ps(dst), x)
+                    } else {
+                        x
+                    };
                     _mm512_storeu_ps(dst, x);
                 }
             }
@@ -224,7 +228,13 @@ mod x86 {
         // unknown to the compiler, so they keep their values between blocks.
         unsafe {
             asm!("ldtilecfg [{}]", in(reg) &CONFIG, options(nostack, readonly));
-            asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nomem, nostack));
+            asm!(
+                "tilezero tmm0",
+                "tilezero tmm1",
+                "tilezero tmm2",
+                "tilezero tmm3",
+                options(nomem, nostack)
+            );
             for q in (0..kc).step_by(super::AMX_DEPTH_UNITS) {
                 asm!(
                     "tileloadd tmm4, [{a0} + {sa}*1]",

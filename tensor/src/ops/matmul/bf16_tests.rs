@@ -35,7 +35,15 @@ fn runners() -> Vec<Runner> {
     all
 }
 
-fn run(r: Runner, s: GemmShape<f32>, a: MatRef<bf16>, b: MatRef<bf16>, c: MatMut<f32>, epi: Epilogue<f32>, par: bool) {
+fn run(
+    r: Runner,
+    s: GemmShape<f32>,
+    a: MatRef<bf16>,
+    b: MatRef<bf16>,
+    c: MatMut<f32>,
+    epi: Epilogue<f32>,
+    par: bool,
+) {
     match r {
         Runner::Path(p) => gemm_bf16(s, a, b, c, epi, p, par),
         Runner::AmxEmulated => drive(&PairPacking::amx_with(tdpbf16ps_emulated), s, a, b, c, epi, par),
@@ -48,7 +56,12 @@ fn run(r: Runner, s: GemmShape<f32>, a: MatRef<bf16>, b: MatRef<bf16>, c: MatMut
 unsafe fn tdpbf16ps_emulated(kc: usize, a: *const u32, b: *const u32, c: *mut f32, ldc: usize, add: bool) {
     assert_eq!(kc % 16, 0, "AMX panels span whole tiles");
     // SAFETY: the kernel contract: 32*kc units behind a and b, a 32×32 tile at c.
-    let (a, b) = unsafe { (std::slice::from_raw_parts(a, 32 * kc), std::slice::from_raw_parts(b, 32 * kc)) };
+    let (a, b) = unsafe {
+        (
+            std::slice::from_raw_parts(a, 32 * kc),
+            std::slice::from_raw_parts(b, 32 * kc),
+        )
+    };
     let lo = |u: u32| f32::from_bits(u << 16);
     let hi = |u: u32| f32::from_bits(u & 0xffff_0000);
     for i in 0..32 {
@@ -160,13 +173,27 @@ fn every_path_is_thread_count_independent() {
                 .iter()
                 .map(|p| {
                     let mut c = vec![0f32; m * n];
-                    let shape = GemmShape { m, n, k, alpha: 1.0, beta: 0.0 };
-                    let out = MatMut { data: &mut c, off: 0, rs: n as isize, cs: 1 };
+                    let shape = GemmShape {
+                        m,
+                        n,
+                        k,
+                        alpha: 1.0,
+                        beta: 0.0,
+                    };
+                    let out = MatMut {
+                        data: &mut c,
+                        off: 0,
+                        rs: n as isize,
+                        cs: 1,
+                    };
                     p.install(|| run(r, shape, mat(&a), mat(&b), out, Epilogue::none(), true));
                     c.iter().map(|v| v.to_bits()).collect()
                 })
                 .collect();
-            assert!(runs.iter().all(|x| x == &runs[0]), "{r:?} {m}x{k}x{n}: thread counts disagree");
+            assert!(
+                runs.iter().all(|x| x == &runs[0]),
+                "{r:?} {m}x{k}x{n}: thread counts disagree"
+            );
             let bad = (0..m * n).find(|&e| !within(f32::from_bits(runs[0][e]) as f64, want[e], k));
             assert_eq!(bad, None, "{r:?} {m}x{k}x{n}");
         }
@@ -183,7 +210,10 @@ fn matmul_rounds_the_f32_sum_once() {
     let want = naive(&values_f64(&a), &values_f64(&b), m, k, n);
     for (g, w) in got.iter().zip(&want) {
         // The f32 tolerance, then one bf16 rounding (relative 2⁻⁸).
-        assert!((g - w).abs() <= 2e-6 * k as f64 + 1e-6 + w.abs() / 256.0, "{g} vs {w}");
+        assert!(
+            (g - w).abs() <= 2e-6 * k as f64 + 1e-6 + w.abs() / 256.0,
+            "{g} vs {w}"
+        );
     }
 }
 

@@ -121,10 +121,26 @@ pub trait Packing<S>: Sync {
     /// Packs rows `rows` (starting at a multiple of `mr`), depth `p0 .. p0 +
     /// kc` of `a` into `dst` as `ceil(rows.len()/mr)` micro-panels of `mr ×
     /// units(kc)`, zero-padding what lies outside the matrix.
-    fn pack_a(&self, dst: &mut [Self::Unit], a: &MatRef<S>, rows: Range<usize>, p0: usize, kc: usize, mr: usize);
+    fn pack_a(
+        &self,
+        dst: &mut [Self::Unit],
+        a: &MatRef<S>,
+        rows: Range<usize>,
+        p0: usize,
+        kc: usize,
+        mr: usize,
+    );
     /// Packs depth `p0 .. p0 + kc`, columns `cols` of `b` into `dst` as
     /// `ceil(cols.len()/nr)` micro-panels of `units(kc) × nr`, zero-padded.
-    fn pack_b(&self, dst: &mut [Self::Unit], b: &MatRef<S>, p0: usize, kc: usize, cols: Range<usize>, nr: usize);
+    fn pack_b(
+        &self,
+        dst: &mut [Self::Unit],
+        b: &MatRef<S>,
+        p0: usize,
+        kc: usize,
+        cols: Range<usize>,
+        nr: usize,
+    );
 }
 
 /// Packing in the math type for the micro-kernels of one [`Isa`].
@@ -149,11 +165,27 @@ where
         kc
     }
 
-    fn pack_a(&self, dst: &mut [S::Math], a: &MatRef<S>, rows: Range<usize>, p0: usize, kc: usize, mr: usize) {
+    fn pack_a(
+        &self,
+        dst: &mut [S::Math],
+        a: &MatRef<S>,
+        rows: Range<usize>,
+        p0: usize,
+        kc: usize,
+        mr: usize,
+    ) {
         pack_a(dst, a, rows, p0, kc, mr)
     }
 
-    fn pack_b(&self, dst: &mut [S::Math], b: &MatRef<S>, p0: usize, kc: usize, cols: Range<usize>, nr: usize) {
+    fn pack_b(
+        &self,
+        dst: &mut [S::Math],
+        b: &MatRef<S>,
+        p0: usize,
+        kc: usize,
+        cols: Range<usize>,
+        nr: usize,
+    ) {
         pack_b(dst, b, p0, kc, cols, nr)
     }
 }

@@ -78,7 +78,8 @@ impl Isa {
 /// `a` holds `kc*mr` and `b` holds `kc*nr` units, `c[i*ldc + j]` is
 /// writable (and readable when `add`) for every `i < mr`, `j < nr`, and the
 /// CPU supports the kernel's instructions.
-pub type KernelFn<T, P = T> = unsafe fn(kc: usize, a: *const P, b: *const P, c: *mut T, ldc: usize, add: bool);
+pub type KernelFn<T, P = T> =
+    unsafe fn(kc: usize, a: *const P, b: *const P, c: *mut T, ldc: usize, add: bool);
 
 /// A micro-kernel with its register tile (`mr × nr`) and the cache blocks the
 /// driver uses with it: `kc` (depth of a packed panel, so a `kc×nr` panel of B
