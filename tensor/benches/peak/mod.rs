@@ -111,6 +111,7 @@ pub fn fma_peak() -> Rate {
 /// The bf16 dot-product peak of all cores in GFLOP/s (each `vdpbf16ps`
 /// lane does two multiply-adds), measured like [`fma_peak`]; prints it, or
 /// says why not and returns `None` where the CPU lacks AVX512-BF16.
+#[allow(dead_code)] // only the GEMM bench probes it; the module is shared
 pub fn bf16_peak() -> Option<Rate> {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx512bf16") {
@@ -195,6 +196,7 @@ mod x86 {
     }
 
     /// `n` iterations of 12 independent 16-lane bf16 pair dot products.
+    #[allow(dead_code)] // see `bf16_peak`
     #[target_feature(enable = "avx512f,avx512bf16")]
     pub unsafe fn dpbf16(n: u64) {
         // SAFETY: touches only the named registers; avx512bf16 is enabled.

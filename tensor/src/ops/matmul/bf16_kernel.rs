@@ -125,8 +125,8 @@ unsafe fn portable(kc: usize, a: *const u32, b: *const u32, c: *mut f32, ldc: us
         };
         for i in 0..MR {
             for j in 0..NR {
-                acc[i][j] = acc[i][j] + hi(av[i]) * hi(bv[j]);
-                acc[i][j] = acc[i][j] + lo(av[i]) * lo(bv[j]);
+                acc[i][j] += hi(av[i]) * hi(bv[j]);
+                acc[i][j] += lo(av[i]) * lo(bv[j]);
             }
         }
     }

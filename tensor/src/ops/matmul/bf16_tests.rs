@@ -144,11 +144,11 @@ proptest! {
             }
             run(r, shape, mat(&a), mat(&b), MatMut { data: &mut cols, off: 5, rs: 1, cs: m as isize }, epi, true);
             run(r, shape, mat(&a), mat(&b), MatMut { data: &mut rows, off: 0, rs: ld as isize, cs: 1 }, epi, true);
-            for e in 0..m * n {
+            for (e, &w) in want.iter().enumerate() {
                 let (i, j) = (e / n, e % n);
                 let (gc, gr) = (cols[5 + j * m + i] as f64, rows[i * ld + j] as f64);
-                prop_assert!(within(gc, want[e], k) && within(gr, want[e], k),
-                    "{:?} {}x{}x{} at ({}, {}): got {} / {}, want {}", r, m, k, n, i, j, gc, gr, want[e]);
+                prop_assert!(within(gc, w, k) && within(gr, w, k),
+                    "{:?} {}x{}x{} at ({}, {}): got {} / {}, want {}", r, m, k, n, i, j, gc, gr, w);
             }
             prop_assert!((0..m).all(|i| rows[i * ld + n..(i + 1) * ld].iter().all(|v| v.is_nan())),
                 "{:?} wrote between rows", r);
