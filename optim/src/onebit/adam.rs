@@ -4,7 +4,7 @@ use tessera_autograd::{Gradients, Parameter};
 use tessera_tensor::{DType, Error, Result, StateDict, Tensor};
 
 use super::slots::{group_accessors, OnebitOptions, Slots};
-use super::{CompressedReducer, WireStats};
+use super::{CompressedReducer, ErrorFeedback, WireStats};
 use crate::{Optimizer, ParamGroup};
 
 /// 1-bit Adam: exact Adam during a warm-up of `freeze_step` steps, then the
@@ -93,6 +93,12 @@ impl<'r> OnebitAdam<'r> {
     /// The number of steps taken.
     pub fn step_count(&self) -> u64 {
         self.slots.step
+    }
+
+    /// The error feedback of parameter `index` of group `group` (empty
+    /// before its first compressed exchange and after a checkpoint load).
+    pub fn error_feedback(&self, group: usize, index: usize) -> Option<&ErrorFeedback> {
+        Some(&self.slots.state.get(group)?.get(index)?.errors)
     }
 
     /// The bytes this rank sent since the last call (zeros on one process).

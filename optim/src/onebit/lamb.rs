@@ -138,6 +138,12 @@ impl<'r> OnebitLamb<'r> {
         slot.scalars.iter().find(|(n, _)| *n == name).map(|&(_, v)| v)
     }
 
+    /// The error feedback of the fused momentum buffer (empty before the
+    /// first compressed exchange and after a checkpoint load).
+    pub fn error_feedback(&self) -> &ErrorFeedback {
+        &self.errors
+    }
+
     /// The bytes this rank sent since the last call (zeros on one process).
     pub fn take_wire_stats(&mut self) -> WireStats {
         self.slots.take_wire_stats()
