@@ -17,7 +17,7 @@ use super::cli::Args;
 use super::common::{append_line, count_correct, evaluate, pixel_stats, BoxResult, Split};
 use super::progress::Bar;
 
-const WEIGHT_DECAY: f64 = 5e-4;
+pub(crate) const WEIGHT_DECAY: f64 = 5e-4;
 
 /// The figures of one epoch that do not depend on timing.
 #[derive(Debug, Clone, PartialEq)]
