@@ -73,7 +73,8 @@ pub use lamb::{Lamb, LambOptions, LambRule};
 pub use lars::{Lars, LarsOptions, LarsRule};
 pub use lr_find::{lr_find, lr_find_with, LrFindOptions, LrFindResult, LrFindTarget};
 pub use onebit::{
-    padded_len, CompressedReducer, ErrorFeedback, OnebitAdam, OnebitLamb, OnebitLambConfig, OnebitOptions, WireStats,
+    padded_len, CompressedReducer, ErrorFeedback, OnebitAdam, OnebitLamb, OnebitLambConfig, OnebitOptions,
+    WireStats,
 };
 pub use optimizer::{param_groups_weight_decay, Optimizer, ParamGroup};
 pub use rmsprop::{RmsProp, RmsPropOptions, RmsPropRule};

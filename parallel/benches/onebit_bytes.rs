@@ -49,11 +49,19 @@ fn build(model: Model) -> Sequential {
 }
 
 fn loss(model: Model, net: &dyn Module, seed: usize) -> Var {
-    let det = |n: usize, k: usize| -> Vec<f32> { (0..n).map(|i| ((i * 31 + k * 17) % 255) as f32 / 255.0 - 0.5).collect() };
+    let det = |n: usize, k: usize| -> Vec<f32> {
+        (0..n)
+            .map(|i| ((i * 31 + k * 17) % 255) as f32 / 255.0 - 0.5)
+            .collect()
+    };
     match model {
         Model::Cnn => {
             let x = Tensor::from_vec(det(ROWS * 784, seed), &[ROWS, 1, 28, 28]).unwrap();
-            let y = Tensor::from_vec((0..ROWS).map(|i| ((i + seed) % 10) as i64).collect::<Vec<_>>(), &[ROWS]).unwrap();
+            let y = Tensor::from_vec(
+                (0..ROWS).map(|i| ((i + seed) % 10) as i64).collect::<Vec<_>>(),
+                &[ROWS],
+            )
+            .unwrap();
             let logits = net.forward(&Var::constant(x)).unwrap();
             logits
                 .cross_entropy(Target::Indices(&y), &CrossEntropyOptions::default())
@@ -61,8 +69,12 @@ fn loss(model: Model, net: &dyn Module, seed: usize) -> Var {
         }
         Model::Transformer => {
             let x = Tensor::from_vec(det(ROWS * 16 * 128, seed), &[ROWS, 16, 128]).unwrap();
-            let t = Var::constant(Tensor::from_vec(det(ROWS * 16 * 128, seed + 7), &[ROWS, 16, 128]).unwrap());
-            net.forward(&Var::constant(x)).unwrap().mse_loss(&t, Reduction::Mean).unwrap()
+            let t =
+                Var::constant(Tensor::from_vec(det(ROWS * 16 * 128, seed + 7), &[ROWS, 16, 128]).unwrap());
+            net.forward(&Var::constant(x))
+                .unwrap()
+                .mse_loss(&t, Reduction::Mean)
+                .unwrap()
         }
     }
 }
@@ -98,13 +110,23 @@ fn measure(model: Model, lamb: bool, n: usize) -> (f64, f64) {
                 freeze_step: FREEZE,
                 ..Default::default()
             };
-            Onebit::Lamb(OnebitLamb::new(ddp.parameters(), hyper, cfg).unwrap().with_reducer(CompressedAllReduce::new(comm)))
+            Onebit::Lamb(
+                OnebitLamb::new(ddp.parameters(), hyper, cfg)
+                    .unwrap()
+                    .with_reducer(CompressedAllReduce::new(comm)),
+            )
         } else {
-            Onebit::Adam(OnebitAdam::new(ddp.parameters(), hyper, FREEZE).unwrap().with_reducer(CompressedAllReduce::new(comm)))
+            Onebit::Adam(
+                OnebitAdam::new(ddp.parameters(), hyper, FREEZE)
+                    .unwrap()
+                    .with_reducer(CompressedAllReduce::new(comm)),
+            )
         };
         let (mut adam, mut onebit) = (0u64, 0u64);
         for s in 0..FREEZE as usize + MEASURED {
-            let grads = ddp.backward_for(&loss(model, &ddp, s * n + comm.rank()), opt.optimizer()).unwrap();
+            let grads = ddp
+                .backward_for(&loss(model, &ddp, s * n + comm.rank()), opt.optimizer())
+                .unwrap();
             if (s as u64) < FREEZE {
                 adam = ring_all_reduce_bytes(ddp.last_step_stats().bytes_reduced as u64, n);
             }
@@ -126,7 +148,10 @@ fn main() {
             for (lamb, opt) in [(false, "adam"), (true, "lamb")] {
                 let (adam, onebit) = measure(model, lamb, n);
                 let w = format!("onebit_{opt}_{name}_n{n}");
-                println!("bench\t{w}\ttessera\tbytes_over_adam\t{:.5}\tratio", onebit / adam);
+                println!(
+                    "bench\t{w}\ttessera\tbytes_over_adam\t{:.5}\tratio",
+                    onebit / adam
+                );
                 println!("bench\t{w}\ttessera\tbytes_per_step\t{onebit:.0}\tbytes");
                 println!("bench\t{w}\tadam\tbytes_per_step\t{adam:.0}\tbytes");
             }

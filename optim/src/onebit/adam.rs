@@ -70,13 +70,26 @@ impl<'r> OnebitAdam<'r> {
     /// it. Errors when `param` is not optimized here or `mask`'s shape
     /// differs from it.
     pub fn set_exp_avg_mask(&mut self, param: &Parameter, mask: &Tensor) -> Result<()> {
-        if !self.slots.groups.iter().flat_map(|g| &g.params).any(|p| p.same(param)) {
-            return Err(Error::arg("set_exp_avg_mask", "the parameter is not optimized by OnebitAdam"));
+        if !self
+            .slots
+            .groups
+            .iter()
+            .flat_map(|g| &g.params)
+            .any(|p| p.same(param))
+        {
+            return Err(Error::arg(
+                "set_exp_avg_mask",
+                "the parameter is not optimized by OnebitAdam",
+            ));
         }
         if mask.shape() != param.shape().as_slice() {
             return Err(Error::shape(
                 "set_exp_avg_mask",
-                format!("mask of shape {:?} for a parameter of shape {:?}", mask.shape(), param.shape()),
+                format!(
+                    "mask of shape {:?} for a parameter of shape {:?}",
+                    mask.shape(),
+                    param.shape()
+                ),
             ));
         }
         let values = mask.to_dtype(DType::F32)?.to_vec::<f32>()?;
@@ -110,7 +123,10 @@ impl<'r> OnebitAdam<'r> {
     /// group `group`, once created.
     pub fn state_buffer(&self, group: usize, index: usize, name: &str) -> Option<&[f32]> {
         let slot = self.slots.state.get(group)?.get(index)?;
-        slot.bufs.iter().find(|(n, _)| *n == name).map(|(_, b)| b.as_slice())
+        slot.bufs
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, b)| b.as_slice())
     }
 }
 

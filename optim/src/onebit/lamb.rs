@@ -155,7 +155,12 @@ impl<'r> OnebitLamb<'r> {
         let Slots { groups, state, .. } = &mut self.slots;
         for (gi, grp) in groups.iter().enumerate() {
             let h = grp.hyper;
-            let (b1, w1, b2, w2) = ((h.beta1 as f32), (1.0 - h.beta1) as f32, h.beta2 as f32, (1.0 - h.beta2) as f32);
+            let (b1, w1, b2, w2) = (
+                (h.beta1 as f32),
+                (1.0 - h.beta1) as f32,
+                h.beta2 as f32,
+                (1.0 - h.beta2) as f32,
+            );
             let (eps, wd) = (h.eps as f32, h.weight_decay as f32);
             for (p, slot) in grp.params.iter().zip(state[gi].iter_mut()) {
                 let Some(g) = p.grad(grads) else { continue };
@@ -189,7 +194,10 @@ impl<'r> OnebitLamb<'r> {
                 };
                 if coeff != 1.0 {
                     let avg = slot.scalar("lamb_coeff_freeze", 0.0);
-                    slot.set_scalar("lamb_coeff_freeze", cfg.coeff_beta * avg + (1.0 - cfg.coeff_beta) * coeff);
+                    slot.set_scalar(
+                        "lamb_coeff_freeze",
+                        cfg.coeff_beta * avg + (1.0 - cfg.coeff_beta) * coeff,
+                    );
                 }
                 self.last_coeffs.push(coeff);
                 let scale = (-h.lr * coeff) as f32;
@@ -211,7 +219,11 @@ impl<'r> OnebitLamb<'r> {
         } = &mut self.slots;
         // DeepSpeed fixes each layer's momentum scaling once, at the first
         // compressed step, so that one scale suits the fused buffer.
-        if state.iter().flatten().any(|s| s.scalars.iter().all(|(n, _)| *n != "scaling_coeff")) {
+        if state
+            .iter()
+            .flatten()
+            .any(|s| s.scalars.iter().all(|(n, _)| *n != "scaling_coeff"))
+        {
             let mut scales = Vec::new();
             for (grp, slots) in groups.iter().zip(state.iter_mut()) {
                 for (p, slot) in grp.params.iter().zip(slots.iter_mut()) {
@@ -239,7 +251,11 @@ impl<'r> OnebitLamb<'r> {
                 let s = slot.scalar("scaling_coeff", 1.0) as f32;
                 let m = slot.buf("exp_avg", g.numel());
                 lasts.push(m.clone());
-                flat.extend(m.iter().zip(g.as_slice::<f32>()?).map(|(&m, &g)| (m * b1 + w1 * g) * s));
+                flat.extend(
+                    m.iter()
+                        .zip(g.as_slice::<f32>()?)
+                        .map(|(&m, &g)| (m * b1 + w1 * g) * s),
+                );
             }
         }
         if n > 1 {
@@ -250,7 +266,12 @@ impl<'r> OnebitLamb<'r> {
         let mut k = 0;
         for (grp, slots) in groups.iter().zip(state.iter_mut()) {
             let h = grp.hyper;
-            let (b1, w1, b2, w2) = ((h.beta1 as f32), (1.0 - h.beta1) as f32, h.beta2 as f32, (1.0 - h.beta2) as f32);
+            let (b1, w1, b2, w2) = (
+                (h.beta1 as f32),
+                (1.0 - h.beta1) as f32,
+                h.beta2 as f32,
+                (1.0 - h.beta2) as f32,
+            );
             let (eps, wd) = (h.eps as f32, h.weight_decay as f32);
             for (p, slot) in grp.params.iter().zip(slots.iter_mut()) {
                 let numel = p.numel();
@@ -279,9 +300,10 @@ impl<'r> OnebitLamb<'r> {
                     factor = factor * ratio + (1.0 - ratio);
                 }
                 let last_factor = slot.scalar("last_factor", 1.0);
-                let factor = factor
-                    .clamp(cfg.factor_min, cfg.factor_max)
-                    .clamp(last_factor * (1.0 - cfg.factor_threshold), last_factor * (1.0 + cfg.factor_threshold));
+                let factor = factor.clamp(cfg.factor_min, cfg.factor_max).clamp(
+                    last_factor * (1.0 - cfg.factor_threshold),
+                    last_factor * (1.0 + cfg.factor_threshold),
+                );
                 slot.set_scalar("last_factor", factor);
                 let coeff = slot.scalar("lamb_coeff_freeze", 0.0) * factor;
                 self.last_coeffs.push(coeff);

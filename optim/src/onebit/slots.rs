@@ -70,7 +70,10 @@ impl Slot {
 
     /// Scalar `name`, or `default` when never set.
     pub fn scalar(&self, name: &str, default: f64) -> f64 {
-        self.scalars.iter().find(|(n, _)| *n == name).map_or(default, |&(_, v)| v)
+        self.scalars
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(default, |&(_, v)| v)
     }
 
     /// Sets scalar `name`.
@@ -104,7 +107,10 @@ impl<'r> Slots<'r> {
                 if seen.iter().any(|q| q.same(p)) {
                     return Err(Error::arg(
                         name,
-                        format!("a parameter of shape {:?} appears in more than one place", p.shape()),
+                        format!(
+                            "a parameter of shape {:?} appears in more than one place",
+                            p.shape()
+                        ),
                     ));
                 }
                 if p.dtype() != DType::F32 {
@@ -120,7 +126,10 @@ impl<'r> Slots<'r> {
                 seen.push(p);
             }
         }
-        let state = groups.iter().map(|g| vec![Slot::default(); g.params.len()]).collect();
+        let state = groups
+            .iter()
+            .map(|g| vec![Slot::default(); g.params.len()])
+            .collect();
         Ok(Slots {
             name,
             groups,
@@ -137,7 +146,9 @@ impl<'r> Slots<'r> {
 
     /// Takes the reducer's byte counters (zeros without one).
     pub fn take_wire_stats(&mut self) -> WireStats {
-        self.reducer.as_mut().map_or_else(WireStats::default, |r| r.take_wire_stats())
+        self.reducer
+            .as_mut()
+            .map_or_else(WireStats::default, |r| r.take_wire_stats())
     }
 
     /// Checks every gradient in `grads` against its parameter (shape, f32)
@@ -180,7 +191,8 @@ impl<'r> Slots<'r> {
             }
             for (p, slot) in grp.params.iter().zip(slots) {
                 for (name, b) in &slot.bufs {
-                    let t = Tensor::from_vec(b.clone(), &p.shape()).expect("a buffer has its parameter's length");
+                    let t =
+                        Tensor::from_vec(b.clone(), &p.shape()).expect("a buffer has its parameter's length");
                     sd.insert(format!("state.{k}.{name}"), t);
                 }
                 for (name, v) in &slot.scalars {
@@ -208,7 +220,11 @@ impl<'r> Slots<'r> {
         if n != self.groups.len() {
             return Err(Error::arg(
                 OP,
-                format!("the state dict has {n} parameter groups, {} has {}", self.name, self.groups.len()),
+                format!(
+                    "the state dict has {n} parameter groups, {} has {}",
+                    self.name,
+                    self.groups.len()
+                ),
             ));
         }
         let step: u64 = sd.get(OP, "step")?;
@@ -237,7 +253,9 @@ impl<'r> Slots<'r> {
                 let mut slot = Slot::default();
                 for &name in buffers {
                     if let Some(t) = sd.tensor(&format!("state.{k}.{name}")) {
-                        let t = sd.require_shape(OP, &format!("state.{k}.{name}"), &p.shape()).map(|_| t)?;
+                        let t = sd
+                            .require_shape(OP, &format!("state.{k}.{name}"), &p.shape())
+                            .map(|_| t)?;
                         slot.bufs.push((name, t.to_dtype(DType::F32)?.to_vec::<f32>()?));
                     }
                 }
@@ -255,9 +273,14 @@ impl<'r> Slots<'r> {
         if let Some(extra) = sd.keys().find(|key| {
             key.strip_prefix("state.")
                 .and_then(|r| r.split_once('.'))
-                .is_none_or(|(i, name)| i.parse::<usize>().map_or(true, |i| i >= k) || !buffers.contains(&name))
+                .is_none_or(|(i, name)| {
+                    i.parse::<usize>().map_or(true, |i| i >= k) || !buffers.contains(&name)
+                })
         }) {
-            return Err(Error::arg(OP, format!("unexpected tensor {extra:?} in the state dict of {}", self.name)));
+            return Err(Error::arg(
+                OP,
+                format!("unexpected tensor {extra:?} in the state dict of {}", self.name),
+            ));
         }
         for (grp, h) in self.groups.iter_mut().zip(hypers) {
             grp.hyper = h;
@@ -272,7 +295,10 @@ impl<'r> Slots<'r> {
 fn validate(op: &'static str, h: &OnebitOptions) -> Result<()> {
     for (name, v) in [("lr", h.lr), ("eps", h.eps), ("weight_decay", h.weight_decay)] {
         if !(v >= 0.0 && v.is_finite()) {
-            return Err(Error::arg(op, format!("invalid {name}: {v} (must be finite and >= 0)")));
+            return Err(Error::arg(
+                op,
+                format!("invalid {name}: {v} (must be finite and >= 0)"),
+            ));
         }
     }
     for (name, b) in [("beta1", h.beta1), ("beta2", h.beta2)] {

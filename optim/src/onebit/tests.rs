@@ -9,10 +9,14 @@ use crate::Optimizer;
 
 /// Deterministic values in [-0.5, 0.5).
 fn values(seed: u64, n: usize) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut s = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     (0..n)
         .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             ((s >> 40) as f32) / (1u64 << 24) as f32 - 0.5
         })
         .collect()
@@ -51,7 +55,10 @@ fn padded_len_is_a_multiple_of_n_lcm_n_8() {
     for n in 1..=9 {
         for numel in [1, 7, 9, 1000] {
             let p = padded_len(numel, n).unwrap();
-            assert!(p >= numel && (p / n).is_multiple_of(8) && p.is_multiple_of(n), "n {n} numel {numel}: {p}");
+            assert!(
+                p >= numel && (p / n).is_multiple_of(8) && p.is_multiple_of(n),
+                "n {n} numel {numel}: {p}"
+            );
         }
     }
     assert!(padded_len(1, 0).is_err());
@@ -63,14 +70,29 @@ fn padded_len_is_a_multiple_of_n_lcm_n_8() {
 #[test]
 fn never_frozen_is_non_bias_corrected_adam_bitwise() {
     let shapes: [&[usize]; 2] = [&[3, 5], &[7]];
-    let params: Vec<Parameter> = shapes.iter().enumerate().map(|(i, s)| param(i as u64, s)).collect();
+    let params: Vec<Parameter> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| param(i as u64, s))
+        .collect();
     let mut opt = OnebitAdam::new(params.clone(), hyper(), u64::MAX).unwrap();
     let h = hyper();
-    let (b1, w1, b2, w2) = (h.beta1 as f32, (1.0 - h.beta1) as f32, h.beta2 as f32, (1.0 - h.beta2) as f32);
+    let (b1, w1, b2, w2) = (
+        h.beta1 as f32,
+        (1.0 - h.beta1) as f32,
+        h.beta2 as f32,
+        (1.0 - h.beta2) as f32,
+    );
     let (eps, wd, neg_lr) = (h.eps as f32, h.weight_decay as f32, -h.lr as f32);
     let mut reference: Vec<(Vec<f32>, Vec<f32>, Vec<f32>)> = params
         .iter()
-        .map(|p| (p.tensor().to_vec::<f32>().unwrap(), vec![0.0; p.numel()], vec![0.0; p.numel()]))
+        .map(|p| {
+            (
+                p.tensor().to_vec::<f32>().unwrap(),
+                vec![0.0; p.numel()],
+                vec![0.0; p.numel()],
+            )
+        })
         .collect();
     for step in 0..6 {
         let grads = grads_for(&params, step);
@@ -115,7 +137,10 @@ fn single_process_freeze_keeps_the_variance() {
     for i in 0..g.len() {
         assert_eq!(m1[i], m0[i] * 0.9 + (1.0 - 0.9f64) as f32 * g[i]);
     }
-    assert!(opt.error_feedback(0, 0).unwrap().is_empty(), "no exchange on one process");
+    assert!(
+        opt.error_feedback(0, 0).unwrap().is_empty(),
+        "no exchange on one process"
+    );
     assert_eq!(opt.take_wire_stats(), WireStats::default());
 }
 
@@ -134,27 +159,45 @@ fn adam_reload_sets_the_freeze_from_the_step() {
     };
     for (steps, frozen) in [(2, false), (3, true), (5, true)] {
         let sd = run(steps);
-        assert!(sd.keys().all(|k| !k.contains("error")), "{:?}", sd.keys().collect::<Vec<_>>());
+        assert!(
+            sd.keys().all(|k| !k.contains("error")),
+            "{:?}",
+            sd.keys().collect::<Vec<_>>()
+        );
         let mut fresh = OnebitAdam::new(vec![p.clone()], hyper(), 3).unwrap();
         let mask = Tensor::from_vec(vec![1.0f32; 8], &[8]).unwrap();
         fresh.set_exp_avg_mask(&p, &mask).unwrap();
         fresh.load_state_dict(&sd).unwrap();
         assert_eq!(fresh.frozen(), frozen, "after {steps} steps");
         assert_eq!(fresh.step_count(), steps);
-        assert_eq!(fresh.state_dict().tensor("state.0.exp_avg").unwrap().to_vec::<f32>().unwrap(), sd.tensor("state.0.exp_avg").unwrap().to_vec::<f32>().unwrap());
+        assert_eq!(
+            fresh
+                .state_dict()
+                .tensor("state.0.exp_avg")
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap(),
+            sd.tensor("state.0.exp_avg").unwrap().to_vec::<f32>().unwrap()
+        );
         // The same saved state under a later freeze is back in the warm-up.
         let mut later = OnebitAdam::new(vec![p.clone()], hyper(), 100).unwrap();
         later.load_state_dict(&sd).unwrap();
         assert!(!later.frozen());
     }
     let mut lamb = OnebitLamb::new(vec![p.clone()], hyper(), OnebitLambConfig::default()).unwrap();
-    assert!(lamb.load_state_dict(&run(2)).is_err(), "another optimizer's state");
+    assert!(
+        lamb.load_state_dict(&run(2)).is_err(),
+        "another optimizer's state"
+    );
 }
 
 #[test]
 fn bad_inputs_are_errors() {
     let p = param(1, &[2, 3]);
-    let bad = OnebitOptions { beta1: 1.0, ..hyper() };
+    let bad = OnebitOptions {
+        beta1: 1.0,
+        ..hyper()
+    };
     assert!(OnebitAdam::new(vec![p.clone()], bad, 3).is_err());
     assert!(OnebitAdam::new(vec![p.clone(), p.clone()], hyper(), 3).is_err());
     let f64p = Parameter::new(Tensor::from_vec(vec![1.0f64; 3], &[3]).unwrap());
@@ -166,7 +209,10 @@ fn bad_inputs_are_errors() {
     g.insert(p.id().unwrap(), wrong);
     assert!(opt.step(&g).is_err());
     assert!(opt.with_params(vec![vec![p.clone()]]).is_err());
-    let cfg = OnebitLambConfig { min_coeff: 0.0, ..Default::default() };
+    let cfg = OnebitLambConfig {
+        min_coeff: 0.0,
+        ..Default::default()
+    };
     assert!(OnebitLamb::new(vec![p], hyper(), cfg).is_err());
 }
 
@@ -175,7 +221,10 @@ fn bad_inputs_are_errors() {
 #[test]
 fn lamb_warmup_trust_ratio() {
     let p = param(7, &[6]);
-    let cfg = OnebitLambConfig { freeze_step: 10, ..Default::default() };
+    let cfg = OnebitLambConfig {
+        freeze_step: 10,
+        ..Default::default()
+    };
     let mut opt = OnebitLamb::new(vec![p.clone()], hyper(), cfg).unwrap();
     let x0 = p.tensor().to_vec::<f32>().unwrap();
     let grads = grads_for(std::slice::from_ref(&p), 1);
@@ -209,7 +258,10 @@ fn lamb_warmup_trust_ratio() {
 #[test]
 fn lamb_compression_factor_and_reload() {
     let params = vec![param(11, &[4, 3]), param(12, &[5])];
-    let cfg = OnebitLambConfig { freeze_step: 3, ..Default::default() };
+    let cfg = OnebitLambConfig {
+        freeze_step: 3,
+        ..Default::default()
+    };
     let mut opt = OnebitLamb::new(params.clone(), hyper(), cfg).unwrap();
     let mut saved_warm = None;
     let mut last = [1.0f64; 2];
@@ -222,7 +274,10 @@ fn lamb_compression_factor_and_reload() {
             for (k, l) in last.iter_mut().enumerate() {
                 let f = opt.state_scalar(0, k, "last_factor").unwrap();
                 assert!((cfg.factor_min..=cfg.factor_max).contains(&f));
-                assert!(f <= *l * 1.1 + 1e-12 && f >= *l * 0.9 - 1e-12, "factor {f} after {l}");
+                assert!(
+                    f <= *l * 1.1 + 1e-12 && f >= *l * 0.9 - 1e-12,
+                    "factor {f} after {l}"
+                );
                 *l = f;
             }
         }
@@ -234,14 +289,22 @@ fn lamb_compression_factor_and_reload() {
     assert!(back.frozen());
     for name in ["scaling_coeff", "lamb_coeff_freeze", "last_factor"] {
         for k in 0..2 {
-            assert_eq!(back.state_scalar(0, k, name), opt.state_scalar(0, k, name), "{name}");
+            assert_eq!(
+                back.state_scalar(0, k, name),
+                opt.state_scalar(0, k, name),
+                "{name}"
+            );
             assert!(back.state_scalar(0, k, name).is_some());
         }
     }
     back.load_state_dict(&saved_warm.unwrap()).unwrap();
     assert!(!back.frozen());
     for name in ["scaling_coeff", "lamb_coeff_freeze", "last_factor"] {
-        assert_eq!(back.state_scalar(0, 0, name), None, "{name} is reset in the warm-up");
+        assert_eq!(
+            back.state_scalar(0, 0, name),
+            None,
+            "{name} is reset in the warm-up"
+        );
     }
     // Identical continuations: the reloaded optimizer steps like the original.
     let mut twin = OnebitLamb::new(params.clone(), hyper(), cfg).unwrap();

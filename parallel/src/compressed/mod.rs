@@ -117,7 +117,9 @@ impl CompressedReducer for CompressedAllReduce<'_> {
         let mut recv = try_zeros::<i64>(OP, n * words)?;
         self.comm.all_to_all_slice(&send, &mut recv).map_err(comm_err)?;
         let mut worker_scales = vec![0f32; n];
-        self.comm.all_gather_slice(&[s_w], &mut worker_scales).map_err(comm_err)?;
+        self.comm
+            .all_gather_slice(&[s_w], &mut worker_scales)
+            .map_err(comm_err)?;
 
         // Server: average this rank's chunk, compress it with its own error.
         let inv_n = 1.0 / n as f32;
@@ -133,14 +135,21 @@ impl CompressedReducer for CompressedAllReduce<'_> {
         }
         let s_s = scale(se);
         let mut mine = try_zeros::<i64>(OP, words)?;
-        pack_signs(se, &mut bytemuck::cast_slice_mut::<i64, u8>(&mut mine)[..chunk_bytes]);
+        pack_signs(
+            se,
+            &mut bytemuck::cast_slice_mut::<i64, u8>(&mut mine)[..chunk_bytes],
+        );
         for e in se.iter_mut() {
             *e -= if *e >= 0.0 { s_s } else { -s_s };
         }
         let mut gathered = try_zeros::<i64>(OP, n * words)?;
-        self.comm.all_gather_slice(&mine, &mut gathered).map_err(comm_err)?;
+        self.comm
+            .all_gather_slice(&mine, &mut gathered)
+            .map_err(comm_err)?;
         let mut server_scales = vec![0f32; n];
-        self.comm.all_gather_slice(&[s_s], &mut server_scales).map_err(comm_err)?;
+        self.comm
+            .all_gather_slice(&[s_s], &mut server_scales)
+            .map_err(comm_err)?;
 
         // Every rank decodes the same gathered bits and scales.
         let gathered: &[u8] = bytemuck::cast_slice(&gathered);
