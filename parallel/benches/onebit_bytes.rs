@@ -102,7 +102,7 @@ impl<'c> Onebit<'c> {
 
 /// (Adam's bytes per step, the 1-bit optimizer's bytes per compressed step).
 fn measure(model: Model, lamb: bool, n: usize) -> (f64, f64) {
-    let per_rank = LocalGroup::run(n, |comm: &dyn Communicator| {
+    let per_rank = LocalGroup::run(n, |comm| {
         let ddp = DistributedDataParallel::new(build(model), comm, DdpConfig::default()).unwrap();
         let hyper = OnebitOptions::default();
         let mut opt = if lamb {

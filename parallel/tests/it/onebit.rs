@@ -176,9 +176,9 @@ fn error_feedback_identities_telescope() {
         }
         // Telescoping: Σ_t out_t + mean_r e_w,T + e_s,T == Σ_t mean_r m_t.
         let mut lhs = vec![0f64; p];
-        for s in 0..steps {
-            for (i, v) in ranks[0][s].0.iter().enumerate() {
-                lhs[i] += f64::from(*v);
+        for (out, _) in &ranks[0] {
+            for (l, v) in lhs.iter_mut().zip(out) {
+                *l += f64::from(*v);
             }
         }
         let mut rhs = vec![0f64; p];
@@ -189,11 +189,11 @@ fn error_feedback_identities_telescope() {
                 }
             }
             let e = &outs[steps - 1].1;
-            for i in 0..p {
-                lhs[i] += f64::from(e.worker[i]) / n as f64;
+            for (l, w) in lhs.iter_mut().zip(&e.worker) {
+                *l += f64::from(*w) / n as f64;
             }
-            for k in 0..c {
-                lhs[r * c + k] += f64::from(e.server[k]);
+            for (l, s) in lhs[r * c..(r + 1) * c].iter_mut().zip(&e.server) {
+                *l += f64::from(*s);
             }
         }
         // The output stops at `len`: the padded positions' outputs are not
