@@ -209,7 +209,10 @@ impl Args {
             }
         }
         if !matches!(a.optim.as_str(), "sgd" | "adam" | "onebit-adam" | "onebit-lamb") {
-            return Err(format!("--optim takes sgd, adam, onebit-adam or onebit-lamb, got {}", a.optim));
+            return Err(format!(
+                "--optim takes sgd, adam, onebit-adam or onebit-lamb, got {}",
+                a.optim
+            ));
         }
         if a.optim != "sgd" && !a.ddp {
             return Err(format!("--optim {} needs --ddp", a.optim));

@@ -14,15 +14,16 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::time::Instant;
 
+use tessera::autograd::Parameter;
 use tessera::autograd::{CrossEntropyOptions, Target, Var};
 use tessera::nn::{models::mnist_cnn, state_dict, Module, Sequential};
-use tessera::autograd::Parameter;
 use tessera::optim::{
-    Adam, AdamOptions, LrScheduler, OnebitAdam, OnebitLamb, OnebitLambConfig, OnebitOptions, OneCycleLR, OneCycleOptions,
-    Optimizer,
+    Adam, AdamOptions, LrScheduler, OneCycleLR, OneCycleOptions, OnebitAdam, OnebitLamb, OnebitLambConfig,
+    OnebitOptions, Optimizer,
 };
 use tessera::parallel::{
-    tcp, Communicator, CompressedAllReduce, DdpConfig, DistributedDataParallel, LocalGroup, ZeroConfig, ZeroOptimizer, ZeroStage,
+    tcp, Communicator, CompressedAllReduce, DdpConfig, DistributedDataParallel, LocalGroup, ZeroConfig,
+    ZeroOptimizer, ZeroStage,
 };
 use tessera::tensor::{rng, Tensor};
 
@@ -97,7 +98,11 @@ impl Engine<'_> {
 
 /// The optimizer `--optim` names, over `params`; the 1-bit ones exchange
 /// their momentum over `comm` after `--freeze-step` steps.
-fn ddp_optimizer<'c>(args: &Args, params: Vec<Parameter>, comm: &'c dyn Communicator) -> BoxResult<Box<dyn Optimizer + 'c>> {
+fn ddp_optimizer<'c>(
+    args: &Args,
+    params: Vec<Parameter>,
+    comm: &'c dyn Communicator,
+) -> BoxResult<Box<dyn Optimizer + 'c>> {
     let hyper = OnebitOptions {
         lr: args.lr,
         weight_decay: WEIGHT_DECAY,
@@ -112,9 +117,9 @@ fn ddp_optimizer<'c>(args: &Args, params: Vec<Parameter>, comm: &'c dyn Communic
             };
             Box::new(Adam::new(params, o)?)
         }
-        "onebit-adam" => {
-            Box::new(OnebitAdam::new(params, hyper, args.freeze_step)?.with_reducer(CompressedAllReduce::new(comm)))
-        }
+        "onebit-adam" => Box::new(
+            OnebitAdam::new(params, hyper, args.freeze_step)?.with_reducer(CompressedAllReduce::new(comm)),
+        ),
         "onebit-lamb" => {
             let cfg = OnebitLambConfig {
                 freeze_step: args.freeze_step,

@@ -3,7 +3,7 @@
 use tessera_autograd::{Gradients, Parameter};
 use tessera_tensor::{DType, Error, Result, StateDict, Tensor};
 
-use super::slots::{group_accessors, OnebitOptions, Slots};
+use super::slots::{group_accessors, Factors, OnebitOptions, Slots};
 use super::{CompressedReducer, ErrorFeedback, WireStats};
 use crate::{Optimizer, ParamGroup};
 
@@ -148,9 +148,15 @@ impl Optimizer for OnebitAdam<'_> {
         } = &mut self.slots;
         for (gi, grp) in groups.iter().enumerate() {
             let h = grp.hyper;
-            let (b1, w1) = (h.beta1 as f32, (1.0 - h.beta1) as f32);
-            let (b2, w2) = (h.beta2 as f32, (1.0 - h.beta2) as f32);
-            let (eps, wd, neg_lr) = (h.eps as f32, h.weight_decay as f32, -h.lr as f32);
+            let Factors {
+                b1,
+                w1,
+                b2,
+                w2,
+                eps,
+                wd,
+            } = h.factors();
+            let neg_lr = -h.lr as f32;
             for (p, slot) in grp.params.iter().zip(state[gi].iter_mut()) {
                 let Some(g) = p.grad(grads) else { continue };
                 let g = g.contiguous()?;

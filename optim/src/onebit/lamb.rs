@@ -3,7 +3,7 @@
 use tessera_autograd::{Gradients, Parameter};
 use tessera_tensor::{Error, Result, StateDict};
 
-use super::slots::{group_accessors, norm, OnebitOptions, Slots};
+use super::slots::{group_accessors, norm, Factors, OnebitOptions, Slots};
 use super::{CompressedReducer, ErrorFeedback, WireStats};
 use crate::{Optimizer, ParamGroup};
 
@@ -155,13 +155,14 @@ impl<'r> OnebitLamb<'r> {
         let Slots { groups, state, .. } = &mut self.slots;
         for (gi, grp) in groups.iter().enumerate() {
             let h = grp.hyper;
-            let (b1, w1, b2, w2) = (
-                (h.beta1 as f32),
-                (1.0 - h.beta1) as f32,
-                h.beta2 as f32,
-                (1.0 - h.beta2) as f32,
-            );
-            let (eps, wd) = (h.eps as f32, h.weight_decay as f32);
+            let Factors {
+                b1,
+                w1,
+                b2,
+                w2,
+                eps,
+                wd,
+            } = h.factors();
             for (p, slot) in grp.params.iter().zip(state[gi].iter_mut()) {
                 let Some(g) = p.grad(grads) else { continue };
                 let g = g.contiguous()?;
@@ -239,7 +240,7 @@ impl<'r> OnebitLamb<'r> {
         let mut flat = Vec::new();
         let mut lasts = Vec::new();
         for (grp, slots) in groups.iter().zip(state.iter_mut()) {
-            let (b1, w1) = (grp.hyper.beta1 as f32, (1.0 - grp.hyper.beta1) as f32);
+            let Factors { b1, w1, .. } = grp.hyper.factors();
             for (p, slot) in grp.params.iter().zip(slots.iter_mut()) {
                 let g = p.grad(grads).ok_or_else(|| {
                     Error::arg(
@@ -266,13 +267,14 @@ impl<'r> OnebitLamb<'r> {
         let mut k = 0;
         for (grp, slots) in groups.iter().zip(state.iter_mut()) {
             let h = grp.hyper;
-            let (b1, w1, b2, w2) = (
-                (h.beta1 as f32),
-                (1.0 - h.beta1) as f32,
-                h.beta2 as f32,
-                (1.0 - h.beta2) as f32,
-            );
-            let (eps, wd) = (h.eps as f32, h.weight_decay as f32);
+            let Factors {
+                b1,
+                w1,
+                b2,
+                w2,
+                eps,
+                wd,
+            } = h.factors();
             for (p, slot) in grp.params.iter().zip(slots.iter_mut()) {
                 let numel = p.numel();
                 let s = slot.scalar("scaling_coeff", 1.0) as f32;

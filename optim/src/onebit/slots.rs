@@ -27,6 +27,32 @@ hyper_struct! {
     momentum: beta1
 }
 
+/// A group's hyperparameters as the f32 factors of the element math
+/// (Python floats become f32 scalars in DeepSpeed's torch code).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Factors {
+    pub b1: f32,
+    pub w1: f32,
+    pub b2: f32,
+    pub w2: f32,
+    pub eps: f32,
+    pub wd: f32,
+}
+
+impl OnebitOptions {
+    /// β1, 1 − β1, β2, 1 − β2, ε and λ in f32.
+    pub(crate) fn factors(&self) -> Factors {
+        Factors {
+            b1: self.beta1 as f32,
+            w1: (1.0 - self.beta1) as f32,
+            b2: self.beta2 as f32,
+            w2: (1.0 - self.beta2) as f32,
+            eps: self.eps as f32,
+            wd: self.weight_decay as f32,
+        }
+    }
+}
+
 /// The state of one parameter: named f32 buffers of its length (created
 /// as zeros on first use), named scalars, and its error feedback.
 #[derive(Debug, Clone, Default)]
