@@ -3,7 +3,7 @@
 //!
 //! At construction every rank checks that the ranks hold the same parameter
 //! shapes, and takes rank 0's parameters and buffers. Gradients are grouped
-//! into buckets in reverse definition order ([`assign_buckets`]); during
+//! into buckets in reverse definition order ([`assign_buckets_by_module`]); during
 //! [`DistributedDataParallel::backward`] a hook on each parameter copies its
 //! final gradient into its bucket, pre-divided by the world size, and a
 //! bucket whose last gradient arrived is all-reduced (summed) on a
@@ -21,7 +21,12 @@
 //!   returns the averaged sum of all micro-batches.
 //! - The bucket order is the static reverse definition order from the
 //!   first step (spec §2.1's decision); there is no rebuild in the
-//!   observed gradient order.
+//!   observed gradient order. Buckets close only between modules, never
+//!   between a layer's weight and bias ([`assign_buckets_by_module`]):
+//!   one fused backward node makes both gradients at once, so PyTorch's
+//!   parameter-by-parameter packing can leave a small bias in a big
+//!   bucket that then waits for the end of backward. A cap of 0 gives
+//!   each module (not each parameter) its own bucket.
 //! - With `find_unused_parameters`, parameters without a gradient are
 //!   marked ready when backward returns (no graph walk before it), so the
 //!   buckets holding them are reduced after backward rather than during it.
@@ -59,12 +64,15 @@ use std::time::Duration;
 use tessera_autograd::{Gradients, Parameter, Var};
 use tessera_nn::{Buffer, Module, Visit, Visitor};
 
-pub use bucket::{assign_buckets, BucketSpec, DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES};
+pub use bucket::{
+    assign_buckets, assign_buckets_by_module, BucketSpec, DEFAULT_BUCKET_CAP_BYTES,
+    DEFAULT_FIRST_BUCKET_BYTES,
+};
 pub use sync::{broadcast_coalesced, verify_same_shapes};
 
 use crate::comm::Communicator;
-use crate::error::{CommError, Result};
-use reducer::{local_backward, lock, synced_backward, ReduceKind, Reducer};
+use crate::error::Result;
+use reducer::{local_backward, lock, synced_backward, Reducer};
 
 /// Settings of [`DistributedDataParallel`], with PyTorch's defaults.
 #[derive(Debug, Clone, PartialEq)]
@@ -167,19 +175,13 @@ impl<'c, M: Module> DistributedDataParallel<'c, M> {
             .into_iter()
             .filter(|(_, p)| p.requires_grad())
             .collect();
-        for (name, p) in &params {
-            let t = p.tensor();
-            if !t.dtype().is_float() || t.device() != tessera_tensor::Device::Cpu {
-                return Err(CommError::arg(
-                    OP,
-                    format!(
-                        "parameter `{name}` is {} on {}; DDP reduces floating-point CPU gradients",
-                        t.dtype(),
-                        t.device()
-                    ),
-                ));
-            }
-        }
+        let reducer = reducer::all_reduce_reducer(
+            OP,
+            comm.world_size(),
+            &params,
+            config.first_bucket_bytes,
+            config.bucket_cap_bytes,
+        )?;
         let buffers: Vec<Buffer> = module.named_buffers().into_iter().map(|(_, b)| b).collect();
         let all: Vec<(String, Parameter)> = module.named_parameters();
         verify_same_shapes(
@@ -194,17 +196,6 @@ impl<'c, M: Module> DistributedDataParallel<'c, M> {
             &buffers,
         )?;
 
-        let layout: Vec<_> = params.iter().map(|(_, p)| (p.dtype(), p.numel())).collect();
-        let specs = assign_buckets(&layout, config.first_bucket_bytes, config.bucket_cap_bytes);
-        let numels: Vec<usize> = layout.iter().map(|&(_, n)| n).collect();
-        let reducer = Arc::new(Mutex::new(Reducer::new(
-            comm.world_size(),
-            params.iter().map(|(n, _)| n.clone()).collect(),
-            &numels,
-            specs,
-            ReduceKind::AllReduce,
-        )));
-        reducer::register_hooks(&reducer, params.iter().map(|(_, p)| p))?;
         Ok(DistributedDataParallel {
             module,
             comm,

@@ -77,6 +77,52 @@ pub(crate) fn owned_ranges(start: usize, len: usize, part: usize) -> Vec<(usize,
     out
 }
 
+/// A reducer that all-reduces the gradients of the trainable `params`
+/// (named, in definition order) over a group of `world` ranks, in buckets
+/// planned by [`super::assign_buckets_by_module`] with the limits
+/// `first_bytes` and `cap_bytes` (a module is what precedes the last `.` of
+/// a parameter's name), with its hooks registered. Frozen parameters are left out.
+/// Errors when a parameter is not a floating-point CPU tensor (naming it,
+/// for `op`).
+pub(crate) fn all_reduce_reducer(
+    op: &'static str,
+    world: usize,
+    params: &[(String, Parameter)],
+    first_bytes: usize,
+    cap_bytes: usize,
+) -> Result<Arc<Mutex<Reducer>>> {
+    let params: Vec<&(String, Parameter)> = params.iter().filter(|(_, p)| p.requires_grad()).collect();
+    for (name, p) in &params {
+        let t = p.tensor();
+        if !t.dtype().is_float() || t.device() != tessera_tensor::Device::Cpu {
+            return Err(CommError::arg(
+                op,
+                format!(
+                    "parameter `{name}` is {} on {}; data parallelism reduces floating-point CPU gradients",
+                    t.dtype(),
+                    t.device()
+                ),
+            ));
+        }
+    }
+    let layout: Vec<_> = params.iter().map(|(_, p)| (p.dtype(), p.numel())).collect();
+    let modules: Vec<&str> = params
+        .iter()
+        .map(|(n, _)| n.rsplit_once('.').map_or("", |(m, _)| m))
+        .collect();
+    let specs = super::assign_buckets_by_module(&layout, &modules, first_bytes, cap_bytes);
+    let numels: Vec<usize> = layout.iter().map(|&(_, n)| n).collect();
+    let reducer = Arc::new(Mutex::new(Reducer::new(
+        world,
+        params.iter().map(|(n, _)| n.clone()).collect(),
+        &numels,
+        specs,
+        ReduceKind::AllReduce,
+    )));
+    register_hooks(&reducer, params.iter().map(|(_, p)| p))?;
+    Ok(reducer)
+}
+
 /// Registers, on every parameter, the hook that hands its final gradient
 /// to `reducer` (as parameter `i` of the list). The hooks hold a weak
 /// handle: a leaf keeps its hooks, and they do nothing once the reducer is
