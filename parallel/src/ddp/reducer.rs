@@ -457,6 +457,12 @@ impl Reducer {
         }, else Err(not_float(dtype)))
     }
 
+    /// Forgets what backward passes under `no_sync` accumulated (a batch
+    /// that failed half-way must not leak into the next).
+    pub fn discard_accumulated(&mut self) {
+        self.holds.iter_mut().for_each(|h| *h = false);
+    }
+
     /// The number of buckets the hooks of the last backward launched
     /// (while backward was still running).
     pub fn launched_by_hooks(&self) -> usize {

@@ -214,6 +214,9 @@ impl<'c> PipelineEngine<'c> {
                 DEFAULT_BUCKET_CAP_BYTES,
             )?);
         }
+        if let Some(red) = &self.reducer {
+            lock(red).discard_accumulated();
+        }
         let mut run = Run::new(self, inputs, targets)?;
         self.execute(&mut run, Some(opt))?;
         Ok(run.report())
