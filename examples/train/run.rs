@@ -16,7 +16,9 @@ use tessera::optim::{
 use tessera::tensor::{rng, Checkpoint, DType, PadMode, StateDict, Tensor};
 
 use super::cli::Args;
-use super::common::{append_line, count_correct, evaluate, pixel_stats, BoxResult, Split};
+use super::common::{
+    append_line, count_correct, cpu_model, evaluate, pixel_stats, write_report, BoxResult, Split,
+};
 use super::progress::Bar;
 use super::zoo::{self, Ema};
 
@@ -114,6 +116,7 @@ pub fn train(args: &Args) -> BoxResult<()> {
         "drop_path": args.drop_path,
         "seed": args.seed,
         "threads": rayon::current_num_threads(),
+        "cpu": cpu_model(),
     });
     eprintln!("{config}");
     if start_epoch == 0 {
@@ -208,6 +211,7 @@ pub fn train(args: &Args) -> BoxResult<()> {
             .with_meta("elapsed", elapsed)
             .save(&ckpt_path)?;
         append_line(&log_path, &metrics.to_string())?;
+        write_report(&log_path, &args.out.join("report.html"))?;
     }
     if end_epoch < args.epochs {
         eprintln!("stopped after epoch {end_epoch} (--stop-after); continue with --resume");

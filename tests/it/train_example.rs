@@ -97,6 +97,13 @@ fn resume_gives_identical_weights_ema_and_metrics() {
         .filter(|l| l.contains("\"kind\":\"step\""))
         .count();
     assert_eq!(steps, 4, "a step line every 2 of 8 steps");
+    for dir in [&a, &b] {
+        let report = std::fs::read_to_string(dir.join("report.html")).unwrap();
+        assert!(
+            report.contains(r#"data-plot="Loss" data-series-points="4,2""#),
+            "the report plots the 4 logged steps and 2 epochs of the run"
+        );
+    }
     // Values, not file bytes: the safetensors header's metadata map has no
     // fixed order.
     for file in ["model.safetensors", "ema.safetensors"] {
