@@ -19,9 +19,12 @@
 //!   backward form) instead of `loss.backward()`. Under `no_sync` the
 //!   accumulation lives in DDP's buckets, and the synchronising backward
 //!   returns the averaged sum of all micro-batches.
-//! - The bucket order is the static reverse definition order from the
-//!   first step (spec §2.1's decision); there is no rebuild in the
-//!   observed gradient order. Buckets close only between modules, never
+//! - The first step's buckets follow the reverse definition order (spec
+//!   §2.1's decision: no single all-model bucket in step 1); after the
+//!   first synchronising backward they are rebuilt once in the order the
+//!   gradients arrived, rank 0's order broadcast to all (PyTorch's
+//!   `_rebuild_buckets`; skipped with `find_unused_parameters`, as in
+//!   PyTorch). Buckets close only between modules, never
 //!   between a layer's weight and bias ([`assign_buckets_by_module`]):
 //!   one fused backward node makes both gradients at once, so PyTorch's
 //!   parameter-by-parameter packing can leave a small bias in a big
@@ -70,7 +73,7 @@ pub use bucket::{
 };
 pub use sync::{broadcast_coalesced, verify_same_shapes};
 
-use crate::comm::Communicator;
+use crate::comm::{CommExt, Communicator};
 use crate::error::Result;
 use reducer::{local_backward, lock, synced_backward, Reducer};
 
@@ -157,6 +160,8 @@ pub struct DistributedDataParallel<'c, M: Module> {
     buffers: Vec<Buffer>,
     reducer: Arc<Mutex<Reducer>>,
     sync: AtomicBool,
+    /// The buckets were rebuilt in the observed gradient order.
+    rebuilt: AtomicBool,
     stats: Mutex<DdpStepStats>,
 }
 
@@ -204,6 +209,7 @@ impl<'c, M: Module> DistributedDataParallel<'c, M> {
             buffers,
             reducer,
             sync: AtomicBool::new(true),
+            rebuilt: AtomicBool::new(false),
             stats: Mutex::new(DdpStepStats::default()),
         })
     }
@@ -229,8 +235,9 @@ impl<'c, M: Module> DistributedDataParallel<'c, M> {
     }
 
     /// The buckets in launch order (bucket 0 holds the last-defined
-    /// parameters); parameter indices refer to the trainable parameters in
-    /// definition order.
+    /// parameters until the first synchronising backward, then the first
+    /// gradients to arrive); parameter indices refer to the trainable
+    /// parameters in definition order.
     pub fn buckets(&self) -> Vec<BucketSpec> {
         lock(&self.reducer).specs().cloned().collect()
     }
@@ -278,14 +285,43 @@ impl<'c, M: Module> DistributedDataParallel<'c, M> {
         }
         let (mut grads, stats) =
             synced_backward(&self.reducer, self.comm, self.config.overlap, find_unused, run)?;
-        let red = lock(&self.reducer);
-        for (i, (_, p)) in self.params.iter().enumerate() {
-            if let (Some(id), Some(g)) = (p.id(), red.grad_view(i, &p.shape())?) {
-                grads.insert(id, g);
+        {
+            let red = lock(&self.reducer);
+            for (i, (_, p)) in self.params.iter().enumerate() {
+                if let (Some(id), Some(g)) = (p.id(), red.grad_view(i, &p.shape())?) {
+                    grads.insert(id, g);
+                }
             }
         }
         *self.stats.lock().unwrap_or_else(|e| e.into_inner()) = stats;
+        if !find_unused && !self.rebuilt.swap(true, Ordering::SeqCst) {
+            self.rebuild_buckets()?;
+        }
         Ok(grads)
+    }
+
+    /// Re-plans the buckets in rank 0's observed gradient order (a
+    /// collective, once, after the first synchronising backward; the
+    /// gradients already returned keep their buffers).
+    fn rebuild_buckets(&self) -> Result<()> {
+        let mut order: Vec<i64> = lock(&self.reducer)
+            .observed_order()
+            .into_iter()
+            .map(|i| i as i64)
+            .collect();
+        if self.comm.world_size() > 1 {
+            self.comm.broadcast_slice(&mut order, 0)?;
+        }
+        let order: Vec<usize> = order
+            .into_iter()
+            .map(|i| usize::try_from(i).unwrap_or(usize::MAX))
+            .collect();
+        lock(&self.reducer).rebuild(
+            &order,
+            self.config.first_bucket_bytes,
+            self.config.bucket_cap_bytes,
+        )?;
+        Ok(())
     }
 
     /// The trainable parameters DDP reduces, in definition order.

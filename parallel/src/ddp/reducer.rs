@@ -112,13 +112,15 @@ pub(crate) fn all_reduce_reducer(
         .collect();
     let specs = super::assign_buckets_by_module(&layout, &modules, first_bytes, cap_bytes);
     let numels: Vec<usize> = layout.iter().map(|&(_, n)| n).collect();
-    let reducer = Arc::new(Mutex::new(Reducer::new(
+    let mut red = Reducer::new(
         world,
         params.iter().map(|(n, _)| n.clone()).collect(),
         &numels,
         specs,
         ReduceKind::AllReduce,
-    )));
+    );
+    red.set_modules(modules.iter().map(|m| m.to_string()).collect());
+    let reducer = Arc::new(Mutex::new(red));
     register_hooks(&reducer, params.iter().map(|(_, p)| p))?;
     Ok(reducer)
 }
@@ -272,6 +274,12 @@ pub(crate) struct Reducer {
     failure: Option<CommError>,
     /// Buckets launched from hooks in this backward (overlapped).
     launched_by_hooks: usize,
+    /// The parameters in the order their gradients arrived in this
+    /// backward (for [`Reducer::rebuild`]).
+    arrived: Vec<usize>,
+    /// Each parameter's module name (bucket boundaries fall between
+    /// modules).
+    modules: Vec<String>,
 }
 
 impl Reducer {
@@ -311,7 +319,81 @@ impl Reducer {
             launch: None,
             failure: None,
             launched_by_hooks: 0,
+            arrived: Vec::with_capacity(n),
+            modules: vec![String::new(); n],
         }
+    }
+
+    /// Names each parameter's module, so that [`Reducer::rebuild`] keeps
+    /// modules whole.
+    pub fn set_modules(&mut self, modules: Vec<String>) {
+        self.modules = modules;
+    }
+
+    /// The order in which the parameters got their gradients in the last
+    /// backward, those that got none last (in reverse definition order).
+    pub fn observed_order(&self) -> Vec<usize> {
+        let mut order = self.arrived.clone();
+        let mut seen = vec![false; self.slots.len()];
+        order.iter().for_each(|&i| seen[i] = true);
+        order.extend((0..self.slots.len()).rev().filter(|&i| !seen[i]));
+        order
+    }
+
+    /// Re-plans the buckets in the gradient-ready order `order` (a
+    /// permutation of the parameters), packed as [`super::assign_buckets_by_module`]
+    /// packs the reverse definition order, so bucket 0 holds the first
+    /// gradients to arrive (PyTorch's `_rebuild_buckets`). Returns whether
+    /// the plan changed. Must not run while `no_sync` accumulation is held
+    /// (the slots move); errors then, and when `order` is not a permutation.
+    pub fn rebuild(&mut self, order: &[usize], first_bytes: usize, cap_bytes: usize) -> Result<bool> {
+        let n = self.slots.len();
+        let mut seen = vec![false; n];
+        if order.len() != n
+            || order
+                .iter()
+                .any(|&i| i >= n || std::mem::replace(&mut seen[i], true))
+        {
+            return Err(CommError::arg(
+                "DistributedDataParallel::backward",
+                format!("the rebuilt bucket order {order:?} is not a permutation of {n} parameters"),
+            ));
+        }
+        if self.holds.iter().any(|&h| h) {
+            return Err(CommError::arg(
+                "DistributedDataParallel::backward",
+                "cannot rebuild the buckets while no_sync gradients are held",
+            ));
+        }
+        // Packing the reversed order and reversing the buckets puts the
+        // first-ready parameters in bucket 0.
+        let perm: Vec<usize> = order.iter().rev().copied().collect();
+        let layout: Vec<_> = perm
+            .iter()
+            .map(|&i| (self.buckets[self.slots[i].0].spec.dtype, self.slots[i].2))
+            .collect();
+        let modules: Vec<&str> = perm.iter().map(|&i| self.modules[i].as_str()).collect();
+        let mut specs = super::assign_buckets_by_module(&layout, &modules, first_bytes, cap_bytes);
+        for spec in &mut specs {
+            spec.params.iter_mut().for_each(|j| *j = perm[*j]);
+        }
+        if specs.iter().eq(self.specs()) {
+            return Ok(false);
+        }
+        for (b, spec) in specs.iter().enumerate() {
+            for (&p, &off) in spec.params.iter().zip(&spec.offsets) {
+                self.slots[p] = (b, off, self.slots[p].2);
+            }
+        }
+        self.buckets = specs
+            .into_iter()
+            .map(|spec| Bucket {
+                spec,
+                flat: None,
+                pending: 0,
+            })
+            .collect();
+        Ok(true)
     }
 
     /// The buckets, in launch order.
@@ -329,6 +411,7 @@ impl Reducer {
         self.next = 0;
         self.failure = None;
         self.launched_by_hooks = 0;
+        self.arrived.clear();
         self.ready.iter_mut().for_each(|r| *r = false);
         for b in &mut self.buckets {
             b.pending = b.spec.params.len();
@@ -354,6 +437,7 @@ impl Reducer {
             self.failure = Some(e);
             return;
         }
+        self.arrived.push(i);
         let b = self.slots[i].0;
         self.buckets[b].pending -= 1;
         if self.buckets[b].pending == 0 && self.sync && self.overlap {
