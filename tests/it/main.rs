@@ -8,7 +8,6 @@ mod concurrent_training;
 mod custom_module_example;
 mod mnist_mlp_e2e;
 mod prelude;
-mod profile;
 mod train_example;
 mod train_mnist_example;
 mod train_mnist_pipeline;
