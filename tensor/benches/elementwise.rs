@@ -88,7 +88,10 @@ fn main() {
         "GB/s",
     );
 
-    let gelu = gb(2 * 4 * N16M, best(|| drop(a.gelu(GeluApprox::None).expect("gelu"))));
+    let gelu = gb(
+        2 * 4 * N16M,
+        best(|| drop(a.gelu(GeluApprox::None).expect("gelu"))),
+    );
     line("gelu_16M", "fwd_bandwidth", gelu, "GB/s");
     let gelu_bwd = best(|| drop(b.binary_op(BinaryOp::GeluErfBackward, &a).expect("gelu_backward")));
     line("gelu_16M", "bwd_bandwidth", gb(3 * 4 * N16M, gelu_bwd), "GB/s");

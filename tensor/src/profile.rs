@@ -171,7 +171,12 @@ impl Profile {
             "self ms", "%", "calls", "total ms", "alloc MiB", "phase", "op"
         );
         for r in rows.iter().take(max_rows) {
-            let shapes = r.shapes.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(" ");
+            let shapes = r
+                .shapes
+                .iter()
+                .map(|s| format!("{s:?}"))
+                .collect::<Vec<_>>()
+                .join(" ");
             let _ = writeln!(
                 s,
                 "{:>10.3} {:>6.1} {:>6} {:>10.3} {:>10.2}  {:<8} {:<28} {shapes}",
@@ -213,7 +218,12 @@ impl Profile {
             if i > 0 {
                 s.push(',');
             }
-            let shapes = e.shapes.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(" ");
+            let shapes = e
+                .shapes
+                .iter()
+                .map(|s| format!("{s:?}"))
+                .collect::<Vec<_>>()
+                .join(" ");
             let _ = write!(
                 s,
                 "{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"ts\":{:.3},\"dur\":{:.3},\"pid\":1,\"tid\":1,\

@@ -24,9 +24,15 @@ fn the_table_lists_the_ops_of_a_step_with_shapes_time_and_bytes() {
     }
     let total: u64 = rows.iter().map(|r| r.self_ns).sum();
     assert!(total > 0 && total <= prof.wall_ns, "{total} of {}", prof.wall_ns);
-    assert!(rows.windows(2).all(|w| w[0].self_ns >= w[1].self_ns), "sorted by self time");
+    assert!(
+        rows.windows(2).all(|w| w[0].self_ns >= w[1].self_ns),
+        "sorted by self time"
+    );
     let table = prof.table(50);
-    assert!(table.contains("matmul") && table.contains("[8, 16] [16, 32]"), "{table}");
+    assert!(
+        table.contains("matmul") && table.contains("[8, 16] [16, 32]"),
+        "{table}"
+    );
     // Nothing is recorded outside a profile.
     let (_, empty) = profile(|| ());
     assert!(empty.events.is_empty());
@@ -38,8 +44,17 @@ fn nested_spans_count_their_time_once() {
         let _outer = op_span("outer", []);
         let _ = small_step().unwrap();
     });
-    let outer = prof.events.iter().find(|e| e.name == "outer").expect("outer span");
-    let inner: u64 = prof.events.iter().filter(|e| e.depth == 1).map(|e| e.dur_ns).sum();
+    let outer = prof
+        .events
+        .iter()
+        .find(|e| e.name == "outer")
+        .expect("outer span");
+    let inner: u64 = prof
+        .events
+        .iter()
+        .filter(|e| e.depth == 1)
+        .map(|e| e.dur_ns)
+        .sum();
     assert_eq!(outer.depth, 0);
     assert_eq!(outer.self_ns, outer.dur_ns - inner);
     assert!(prof.events.iter().all(|e| e.depth <= 1));
@@ -59,11 +74,15 @@ fn the_chrome_trace_parses_with_the_trace_event_fields() {
         assert!(e["pid"].is_number() && e["tid"].is_number());
         assert!(e["args"]["bytes"].is_number() && e["args"]["shapes"].is_string());
     }
-    assert!(events.iter().any(|e| e["name"] == "matmul" && e["args"]["shapes"] == "[8, 16] [16, 32]"));
+    assert!(events
+        .iter()
+        .any(|e| e["name"] == "matmul" && e["args"]["shapes"] == "[8, 16] [16, 32]"));
     let dir = std::env::temp_dir().join(format!("tessera_trace_{}.json", std::process::id()));
     prof.write_chrome_trace(&dir).unwrap();
     assert_eq!(std::fs::read_to_string(&dir).unwrap(), prof.chrome_trace());
     std::fs::remove_file(&dir).unwrap();
-    let err = prof.write_chrome_trace("/nonexistent-dir/trace.json").unwrap_err();
+    let err = prof
+        .write_chrome_trace("/nonexistent-dir/trace.json")
+        .unwrap_err();
     assert!(err.to_string().contains("nonexistent-dir"), "{err}");
 }

@@ -35,11 +35,32 @@ fn a_training_step_is_profiled_forward_and_backward() {
     out.unwrap();
     let rows = prof.summary();
     let has = |name: &str, phase: Phase| rows.iter().any(|r| r.name == name && r.phase == phase);
-    for name in ["layer_norm", "linear", "matmul", "softmax", "gelu", "cross_entropy"] {
-        assert!(has(name, Phase::Forward), "forward {name} missing:\n{}", prof.table(100));
+    for name in [
+        "layer_norm",
+        "linear",
+        "matmul",
+        "softmax",
+        "gelu",
+        "cross_entropy",
+    ] {
+        assert!(
+            has(name, Phase::Forward),
+            "forward {name} missing:\n{}",
+            prof.table(100)
+        );
     }
-    for name in ["gelu", "gelu_backward", "layer_norm_backward", "matmul", "softmax_backward"] {
-        assert!(has(name, Phase::Backward), "backward {name} missing:\n{}", prof.table(100));
+    for name in [
+        "gelu",
+        "gelu_backward",
+        "layer_norm_backward",
+        "matmul",
+        "softmax_backward",
+    ] {
+        assert!(
+            has(name, Phase::Backward),
+            "backward {name} missing:\n{}",
+            prof.table(100)
+        );
     }
     let fc1 = rows
         .iter()

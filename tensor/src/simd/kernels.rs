@@ -132,16 +132,46 @@ impl Lane2 for SoftmaxGrad {
 macro_rules! with_binary {
     ($op:expr, $f:ident => $body:expr) => {
         match $op {
-            BinaryOp::Add => { let $f = Add; $body }
-            BinaryOp::Sub => { let $f = Sub; $body }
-            BinaryOp::Mul => { let $f = Mul; $body }
-            BinaryOp::Div => { let $f = Div; $body }
-            BinaryOp::GeluErfBackward => { let $f = GeluErfBackward; $body }
-            BinaryOp::GeluTanhBackward => { let $f = GeluTanhBackward; $body }
-            BinaryOp::SiluBackward => { let $f = SiluBackward; $body }
-            BinaryOp::ReluBackward => { let $f = ReluBackward; $body }
-            BinaryOp::SigmoidBackward => { let $f = SigmoidBackward; $body }
-            BinaryOp::TanhBackward => { let $f = TanhBackward; $body }
+            BinaryOp::Add => {
+                let $f = Add;
+                $body
+            }
+            BinaryOp::Sub => {
+                let $f = Sub;
+                $body
+            }
+            BinaryOp::Mul => {
+                let $f = Mul;
+                $body
+            }
+            BinaryOp::Div => {
+                let $f = Div;
+                $body
+            }
+            BinaryOp::GeluErfBackward => {
+                let $f = GeluErfBackward;
+                $body
+            }
+            BinaryOp::GeluTanhBackward => {
+                let $f = GeluTanhBackward;
+                $body
+            }
+            BinaryOp::SiluBackward => {
+                let $f = SiluBackward;
+                $body
+            }
+            BinaryOp::ReluBackward => {
+                let $f = ReluBackward;
+                $body
+            }
+            BinaryOp::SigmoidBackward => {
+                let $f = SigmoidBackward;
+                $body
+            }
+            BinaryOp::TanhBackward => {
+                let $f = TanhBackward;
+                $body
+            }
             other => unreachable!("{other:?} has no SIMD kernel; callers check has_binary"),
         }
     };
@@ -225,7 +255,10 @@ fn map2<V: Vf32>(a: &[f32], b: &[f32], y: &mut [f32], f: impl Lane2) {
     let mut i = 0;
     while i < full {
         // SAFETY: i + N ≤ n for all three slices.
-        unsafe { f.call(V::load(a.as_ptr().add(i)), V::load(b.as_ptr().add(i))).store(y.as_mut_ptr().add(i)) };
+        unsafe {
+            f.call(V::load(a.as_ptr().add(i)), V::load(b.as_ptr().add(i)))
+                .store(y.as_mut_ptr().add(i))
+        };
         i += V::N;
     }
     if i < n {
@@ -234,7 +267,10 @@ fn map2<V: Vf32>(a: &[f32], b: &[f32], y: &mut [f32], f: impl Lane2) {
         ba[..n - i].copy_from_slice(&a[i..]);
         bb[..n - i].copy_from_slice(&b[i..]);
         // SAFETY: the buffers hold 16 ≥ N lanes.
-        unsafe { f.call(V::load(ba.as_ptr()), V::load(bb.as_ptr())).store(ba.as_mut_ptr()) };
+        unsafe {
+            f.call(V::load(ba.as_ptr()), V::load(bb.as_ptr()))
+                .store(ba.as_mut_ptr())
+        };
         y[i..].copy_from_slice(&ba[..n - i]);
     }
 }

@@ -160,7 +160,14 @@ impl<V: Vf32> NormalTail<V> {
         let q = erfc_scaled(az).mul(V::splat(1.0).sub(lo)).mul(V::splat(0.5));
         let parts = exp_split(V::splat(0.0).sub(hi));
         let e = parts.0.mul(parts.1).mul(parts.2);
-        NormalTail { z, az, lo, parts, e, q }
+        NormalTail {
+            z,
+            az,
+            lo,
+            parts,
+            e,
+            q,
+        }
     }
 }
 

@@ -154,7 +154,9 @@ fn elementwise_functions_are_accurate_at_every_level() {
 fn derivative(op: BinaryOp, x: f64) -> f64 {
     let phi = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
     match op {
-        BinaryOp::GeluErfBackward => 0.5 * crate::special::erfc(-x * std::f64::consts::FRAC_1_SQRT_2) + x * phi,
+        BinaryOp::GeluErfBackward => {
+            0.5 * crate::special::erfc(-x * std::f64::consts::FRAC_1_SQRT_2) + x * phi
+        }
         BinaryOp::GeluTanhBackward => {
             let (k, c) = ((2.0 / std::f64::consts::PI).sqrt(), 0.044715);
             let s = sigmoid64(2.0 * k * (x + c * x * x * x));
@@ -174,7 +176,10 @@ fn fused_activation_derivatives_match_f64_at_every_level() {
     // flat tails, and every slice-tail length.
     let mut xs: Vec<f32> = (-12000..12000).map(|i| i as f32 * 0.001).collect();
     xs.extend([-30.0, -15.0, -9.5, 9.5, 15.0, 30.0, 0.0, -0.0, 1e-30, -1e-30]);
-    let gs: Vec<f32> = rand_f64(7, xs.len()).iter().map(|&g| (g * 4.0 - 2.0) as f32).collect();
+    let gs: Vec<f32> = rand_f64(7, xs.len())
+        .iter()
+        .map(|&g| (g * 4.0 - 2.0) as f32)
+        .collect();
     let ops = [
         BinaryOp::GeluErfBackward,
         BinaryOp::GeluTanhBackward,
