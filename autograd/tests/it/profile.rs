@@ -34,33 +34,34 @@ fn a_training_step_is_profiled_forward_and_backward() {
     let (out, prof) = profile(step);
     out.unwrap();
     let rows = prof.summary();
-    let has = |name: &str, phase: Phase| rows.iter().any(|r| r.name == name && r.phase == phase);
-    for name in [
-        "layer_norm",
-        "linear",
-        "matmul",
-        "softmax",
-        "gelu",
-        "cross_entropy",
-    ] {
-        assert!(
-            has(name, Phase::Forward),
-            "forward {name} missing:\n{}",
-            prof.table(100)
-        );
-    }
-    for name in [
-        "gelu",
-        "gelu_backward",
-        "layer_norm_backward",
-        "matmul",
-        "softmax_backward",
-    ] {
-        assert!(
-            has(name, Phase::Backward),
-            "backward {name} missing:\n{}",
-            prof.table(100)
-        );
+    let expected = [
+        (
+            Phase::Forward,
+            &[
+                "layer_norm",
+                "linear",
+                "matmul",
+                "softmax",
+                "gelu",
+                "cross_entropy",
+            ][..],
+        ),
+        (
+            Phase::Backward,
+            &[
+                "gelu",
+                "gelu_backward",
+                "layer_norm_backward",
+                "matmul",
+                "softmax_backward",
+            ][..],
+        ),
+    ];
+    for (phase, names) in expected {
+        for &name in names {
+            let found = rows.iter().any(|r| r.name == name && r.phase == phase);
+            assert!(found, "{phase:?} {name} missing:\n{}", prof.table(100));
+        }
     }
     let fc1 = rows
         .iter()
