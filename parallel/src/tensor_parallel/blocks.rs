@@ -16,7 +16,7 @@ use super::{TensorParallel, TpComm, TpRole};
 /// The MLP `h → 4h → h` split over the group: `c_fc` column-parallel
 /// without gathering, GELU on each rank's `4h/t` columns, `c_proj`
 /// row-parallel on them.
-#[derive(Module)]
+#[derive(Clone, Module)]
 pub struct ParallelMlp {
     /// `h → 4h/t` on this rank.
     pub c_fc: ColumnParallelLinear,
@@ -47,7 +47,7 @@ impl Module for ParallelMlp {
 /// Causal self-attention with `n_head / t` heads on each rank: the fused
 /// `c_attn` column-parallel with stride 3 (rank r keeps `q_r, k_r, v_r`),
 /// attention local per head, `c_proj` row-parallel.
-#[derive(Module)]
+#[derive(Clone, Module)]
 pub struct ParallelSelfAttention {
     /// `h → 3h/t`: this rank's heads' q, k, v.
     pub c_attn: ColumnParallelLinear,
@@ -91,7 +91,7 @@ impl Module for ParallelSelfAttention {
 /// The pre-norm GPT block `x + attn(ln_1(x))`, `x + mlp(ln_2(x))` with its
 /// attention and MLP split over the group; with sequence parallelism the
 /// norms and residuals run on this rank's `s/t` tokens.
-#[derive(Module)]
+#[derive(Clone, Module)]
 pub struct ParallelTransformerLayer {
     /// Norm before the attention (replicated).
     pub ln_1: LayerNorm,

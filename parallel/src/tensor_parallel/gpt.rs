@@ -22,7 +22,7 @@ use crate::pipeline::LossFn;
 /// maps tokens `[b, s]` to this rank's logits `[s, b, V/t]`; the loss is the
 /// vocabulary-parallel cross-entropy. Built from the master model, so a
 /// TP-t model starts identical to the serial one.
-#[derive(Module)]
+#[derive(Clone, Module)]
 pub struct GptParallel {
     /// Token and position embeddings.
     pub embed: GptEmbedding,
@@ -201,7 +201,7 @@ impl TensorParallel for GptParallel {
 /// Token (vocabulary-parallel) plus position embedding, turned to
 /// `[s, b, h]` and, under sequence parallelism, cut to this rank's `s/t`
 /// positions.
-#[derive(Module)]
+#[derive(Clone, Module)]
 pub struct GptEmbedding {
     /// This rank's rows of the token embedding.
     pub wte: VocabParallelEmbedding,
@@ -246,7 +246,7 @@ impl TensorParallel for GptEmbedding {
 
 /// The final norm and the output projection on this rank's vocabulary
 /// rows: `[s, b, h]` → `[s, b, V/t]`.
-#[derive(Module)]
+#[derive(Clone, Module)]
 pub struct GptHead {
     /// The final norm (replicated).
     pub ln_f: LayerNorm,

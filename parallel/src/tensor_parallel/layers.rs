@@ -43,7 +43,7 @@ impl Default for ColumnOptions {
 /// `Y = X·Aᵀ + b` with `A` split by rows (output features) over the
 /// tensor-parallel group: rank r holds `A_r` `[out/t, in]` and `b_r`
 /// (Megatron's `ColumnParallelLinear`).
-#[derive(Module)]
+#[derive(Clone, Module)]
 pub struct ColumnParallelLinear {
     /// This rank's rows of the weight, `[out/t, in]`.
     pub weight: Parameter,
@@ -131,7 +131,7 @@ pub struct RowOptions {
 /// `A_r` `[out, in/t]` and multiplies its slice `X_r`; the partial products
 /// are summed over the group, then the replicated bias is added (Megatron's
 /// `RowParallelLinear`).
-#[derive(Module)]
+#[derive(Clone, Module)]
 pub struct RowParallelLinear {
     /// This rank's columns of the weight, `[out, in/t]`.
     pub weight: Parameter,
@@ -210,7 +210,7 @@ impl TensorParallel for RowParallelLinear {
 /// holds rows `[r·V/t, (r+1)·V/t)`, looks up the ids it owns (zeros for the
 /// others), and the group all-reduces the lookups (Megatron's
 /// `VocabParallelEmbedding`).
-#[derive(Module)]
+#[derive(Clone, Module)]
 pub struct VocabParallelEmbedding {
     /// This rank's rows of the table, `[V/t, h]`.
     pub weight: Parameter,

@@ -33,6 +33,7 @@ mod layers;
 pub mod mappings;
 mod shard;
 mod traffic;
+mod trainer;
 
 pub use blocks::{ParallelMlp, ParallelSelfAttention, ParallelTransformerLayer};
 pub use cross_entropy::vocab_parallel_cross_entropy;
@@ -41,6 +42,7 @@ pub use grads::{allreduce_sequence_parallel_grads, tp_grad_norm, SequenceParalle
 pub use layers::{ColumnOptions, ColumnParallelLinear, RowOptions, RowParallelLinear, VocabParallelEmbedding};
 pub use shard::{shard, unshard};
 pub use traffic::TrafficMeter;
+pub use trainer::{train_gpt_3d, Gpt3dOptions, Gpt3dOutcome, MakeOptimizer};
 
 /// A tensor-parallel group as the layers hold it (their backward closures
 /// keep it alive).

@@ -11,3 +11,4 @@ mod local_collectives;
 mod local_shm;
 mod nccl;
 mod pipeline;
+mod tensor_parallel;
