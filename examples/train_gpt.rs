@@ -77,14 +77,22 @@ fn run(args: &cli::Args) -> BoxResult<()> {
     }
     let text = read_text(&args.data)?;
     if text.len() <= args.seq + 1 {
-        return Err(format!("{}: {} bytes is too little text for --seq {}", args.data, text.len(), args.seq).into());
+        return Err(format!(
+            "{}: {} bytes is too little text for --seq {}",
+            args.data,
+            text.len(),
+            args.seq
+        )
+        .into());
     }
     let trained = if args.backend == "tcp" {
         let comm = tcp::init_from_env()?;
         train_rank(&comm, &config, &text, args)?
     } else {
         let world = args.tp * args.pp * args.dp;
-        let outs = LocalGroup::run(world, |comm| train_rank(comm, &config, &text, args).map_err(|e| e.to_string()))?;
+        let outs = LocalGroup::run(world, |comm| {
+            train_rank(comm, &config, &text, args).map_err(|e| e.to_string())
+        })?;
         let mut first = None;
         for out in outs {
             if let Some(sd) = out? {
@@ -107,7 +115,12 @@ fn run(args: &cli::Args) -> BoxResult<()> {
 }
 
 /// One rank's training; world rank 0 returns the consolidated model.
-fn train_rank(world: &dyn Communicator, config: &GptConfig, text: &[u8], args: &cli::Args) -> BoxResult<Option<StateDict>> {
+fn train_rank(
+    world: &dyn Communicator,
+    config: &GptConfig,
+    text: &[u8],
+    args: &cli::Args,
+) -> BoxResult<Option<StateDict>> {
     let master = Gpt::new(config, args.seed)?;
     if world.rank() == 0 {
         println!(
@@ -154,7 +167,7 @@ fn train_rank(world: &dyn Communicator, config: &GptConfig, text: &[u8], args: &
         &mut |step, report| {
             // The mean loss over the replicas' last stages (TP rank 0 of
             // each), gathered with one world all-reduce.
-            let tp0 = world.rank() % args.tp == 0;
+            let tp0 = world.rank().is_multiple_of(args.tp);
             let mut acc = [report.loss.filter(|_| tp0).unwrap_or(0.0), 0.0];
             acc[1] = if tp0 && report.loss.is_some() { 1.0 } else { 0.0 };
             if let Err(e) = world.all_reduce_slice(&mut acc, ReduceOp::Sum) {
@@ -164,7 +177,11 @@ fn train_rank(world: &dyn Communicator, config: &GptConfig, text: &[u8], args: &
             let last = step + 1 == args.steps;
             if world.rank() == 0 && (step % args.log_every == 0 || last) {
                 let secs = clock.elapsed().as_secs_f64();
-                let steps = if step == 0 { 1 } else { args.log_every.min(step + 1) };
+                let steps = if step == 0 {
+                    1
+                } else {
+                    args.log_every.min(step + 1)
+                };
                 println!(
                     "step {step:>5}  loss {:.4}  {:.0} tokens/s",
                     acc[0] / acc[1].max(1.0),

@@ -127,7 +127,7 @@ impl Args {
         if [a.tp, a.pp, a.dp, a.steps, a.batch_size, a.seq].contains(&0) {
             return Err("--tp, --pp, --dp, --steps, --batch-size and --seq must be positive".into());
         }
-        if a.batch_size % (a.dp * a.micro_batches) != 0 {
+        if !a.batch_size.is_multiple_of(a.dp * a.micro_batches) {
             return Err(format!(
                 "--batch-size {} must divide into {} replicas × {} micro-batches",
                 a.batch_size, a.dp, a.micro_batches

@@ -28,7 +28,9 @@ use std::time::Instant;
 use tessera_nn::models::{Gpt, GptConfig};
 use tessera_nn::Module;
 use tessera_optim::{AdamW, AdamWOptions, Optimizer};
-use tessera_parallel::tensor_parallel::{allreduce_sequence_parallel_grads, GptParallel, TensorParallel, TrafficMeter, TpComm};
+use tessera_parallel::tensor_parallel::{
+    allreduce_sequence_parallel_grads, GptParallel, TensorParallel, TpComm, TrafficMeter,
+};
 use tessera_parallel::{Communicator, LocalGroup};
 use tessera_tensor::{DType, Generator, Tensor};
 
@@ -36,20 +38,30 @@ const STEPS: usize = 10;
 const B: usize = 8;
 
 fn config() -> GptConfig {
-    GptConfig::new(256).block_size(64).n_layer(4).n_head(4).n_embd(128)
+    GptConfig::new(256)
+        .block_size(64)
+        .n_layer(4)
+        .n_head(4)
+        .n_embd(128)
 }
 
 fn batch(step: usize) -> (Tensor, Tensor) {
     let s = config().block_size;
     let mut g = Generator::new(step as u64);
-    let u = Tensor::rand_with(&[B * (s + 1)], DType::F64, &mut g).unwrap().to_vec::<f64>().unwrap();
+    let u = Tensor::rand_with(&[B * (s + 1)], DType::F64, &mut g)
+        .unwrap()
+        .to_vec::<f64>()
+        .unwrap();
     let ids: Vec<i64> = u.iter().map(|v| (v * 256.0) as i64 % 256).collect();
     let (mut x, mut y) = (Vec::new(), Vec::new());
     for row in ids.chunks(s + 1) {
         x.extend_from_slice(&row[..s]);
         y.extend_from_slice(&row[1..]);
     }
-    (Tensor::from_vec(x, &[B, s]).unwrap(), Tensor::from_vec(y, &[B, s]).unwrap())
+    (
+        Tensor::from_vec(x, &[B, s]).unwrap(),
+        Tensor::from_vec(y, &[B, s]).unwrap(),
+    )
 }
 
 fn adamw(model: &dyn Module) -> AdamW {
@@ -121,16 +133,25 @@ fn formula(t: usize, sp: bool) -> f64 {
 }
 
 fn main() {
-    rayon::ThreadPoolBuilder::new().num_threads(1).build_global().unwrap();
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build_global()
+        .unwrap();
     let tokens = (B * config().block_size) as f64;
     let t1 = serial();
-    println!("bench\tgpt_tp1\ttessera\tthroughput\t{:.0}\ttokens/s", tokens / t1);
+    println!(
+        "bench\tgpt_tp1\ttessera\tthroughput\t{:.0}\ttokens/s",
+        tokens / t1
+    );
     for (name, sp) in [("gpt_tp2", false), ("gpt_tp2_sp", true)] {
         let (t2, bytes) = tensor_parallel(sp);
         let want = formula(2, sp);
         println!("bench\t{name}\ttessera\tthroughput\t{:.0}\ttokens/s", tokens / t2);
         println!("bench\t{name}\ttessera\tbytes_per_step\t{bytes:.0}\tbytes");
         println!("bench\t{name}\ttessera\tbytes_formula\t{want:.0}\tbytes");
-        println!("bench\t{name}\ttessera\tbytes_measured_over_formula\t{:.6}\tratio", bytes / want);
+        println!(
+            "bench\t{name}\ttessera\tbytes_measured_over_formula\t{:.6}\tratio",
+            bytes / want
+        );
     }
 }

@@ -83,8 +83,17 @@ impl GptConfig {
     /// Errors when a size is 0, `n_head` does not divide `n_embd`, or the
     /// dropout is outside `[0, 1)`.
     pub fn validate(&self) -> Result<()> {
-        let sizes = [self.vocab_size, self.block_size, self.n_layer, self.n_head, self.n_embd];
-        if sizes.contains(&0) || !self.n_embd.is_multiple_of(self.n_head) || !(0.0..1.0).contains(&self.dropout) {
+        let sizes = [
+            self.vocab_size,
+            self.block_size,
+            self.n_layer,
+            self.n_head,
+            self.n_embd,
+        ];
+        if sizes.contains(&0)
+            || !self.n_embd.is_multiple_of(self.n_head)
+            || !(0.0..1.0).contains(&self.dropout)
+        {
             return Err(Error::arg("GptConfig", format!("invalid configuration {self:?}")));
         }
         Ok(())
@@ -160,9 +169,18 @@ impl Gpt {
     /// the last `block_size` tokens. Runs without recording a graph.
     /// Errors for an empty prompt, an id out of the vocabulary, or a
     /// negative temperature.
-    pub fn generate(&self, prompt: &[i64], n: usize, temperature: f64, gen: &mut Generator) -> Result<Vec<i64>> {
+    pub fn generate(
+        &self,
+        prompt: &[i64],
+        n: usize,
+        temperature: f64,
+        gen: &mut Generator,
+    ) -> Result<Vec<i64>> {
         if prompt.is_empty() || temperature < 0.0 {
-            return Err(Error::arg("Gpt::generate", "needs a prompt and a temperature ≥ 0"));
+            return Err(Error::arg(
+                "Gpt::generate",
+                "needs a prompt and a temperature ≥ 0",
+            ));
         }
         let _guard = tessera_autograd::GradModeGuard::set(false);
         let mut out = prompt.to_vec();
@@ -170,7 +188,10 @@ impl Gpt {
             let ctx = &out[out.len().saturating_sub(self.config.block_size)..];
             let x = Tensor::from_slice(ctx, &[1, ctx.len()])?;
             let logits = self.forward(&Var::constant(x))?.into_tensor();
-            let last = logits.narrow(1, ctx.len() - 1, 1)?.contiguous()?.to_vec::<f32>()?;
+            let last = logits
+                .narrow(1, ctx.len() - 1, 1)?
+                .contiguous()?
+                .to_vec::<f32>()?;
             out.push(sample(&last, temperature, gen)?);
         }
         Ok(out)
@@ -185,12 +206,17 @@ impl Module for Gpt {
             other => {
                 return Err(Error::shape(
                     "Gpt::forward",
-                    format!("tokens must be [b, s ≤ {}], got {other:?}", self.config.block_size),
+                    format!(
+                        "tokens must be [b, s ≤ {}], got {other:?}",
+                        self.config.block_size
+                    ),
                 ))
             }
         };
         let pos = Var::constant(Tensor::arange_int(0, s as i64, 1, DType::I64)?);
-        let mut x = self.drop.forward(&self.wte.forward(tokens)?.add(&self.wpe.forward(&pos)?)?)?;
+        let mut x = self
+            .drop
+            .forward(&self.wte.forward(tokens)?.add(&self.wpe.forward(&pos)?)?)?;
         for block in &self.h {
             x = block.forward(&x)?;
         }
@@ -263,7 +289,12 @@ impl Module for GptAttention {
     /// `x` `[b, s, h]` → `[b, s, h]`.
     fn forward(&self, x: &Var) -> Result<Var> {
         let qkv = self.c_attn.forward(x)?;
-        let y = causal_attention(&qkv, self.n_head, self.attn_dropout, self.resid_drop.is_training())?;
+        let y = causal_attention(
+            &qkv,
+            self.n_head,
+            self.attn_dropout,
+            self.resid_drop.is_training(),
+        )?;
         self.resid_drop.forward(&self.c_proj.forward(&y)?)
     }
 }
@@ -286,7 +317,11 @@ pub fn causal_attention(qkv: &Var, n_head: usize, dropout_p: f64, training: bool
     let d = w / 3 / n_head;
     let heads = |t: Var| t.reshape(vec![a, c, n_head, d])?.permute(&[0, 2, 1, 3]);
     let mut parts = qkv.chunk(3, -1)?.into_iter();
-    let mut next = || parts.next().ok_or_else(|| Error::shape("causal_attention", "qkv chunk"));
+    let mut next = || {
+        parts
+            .next()
+            .ok_or_else(|| Error::shape("causal_attention", "qkv chunk"))
+    };
     let (q, k, v) = (heads(next()?)?, heads(next()?)?, heads(next()?)?);
     let opts = AttnOptions {
         is_causal: true,
@@ -335,14 +370,20 @@ pub fn sample(logits: &[f32], temperature: f64, gen: &mut Generator) -> Result<i
         logits
             .iter()
             .enumerate()
-            .fold((0, f32::NEG_INFINITY), |best, (i, &v)| if v > best.1 { (i, v) } else { best })
+            .fold(
+                (0, f32::NEG_INFINITY),
+                |best, (i, &v)| if v > best.1 { (i, v) } else { best },
+            )
             .0 as i64
     };
     if temperature == 0.0 {
         return Ok(argmax());
     }
     let mx = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let w: Vec<f64> = logits.iter().map(|&v| ((v as f64 - mx) / temperature).exp()).collect();
+    let w: Vec<f64> = logits
+        .iter()
+        .map(|&v| ((v as f64 - mx) / temperature).exp())
+        .collect();
     let total: f64 = w.iter().sum();
     let u = Tensor::rand_with(&[1], DType::F64, gen)?.to_scalar::<f64>()? * total;
     let mut acc = 0.0;

@@ -67,7 +67,10 @@ impl ParallelSelfAttention {
         if !master.n_head.is_multiple_of(t) {
             return Err(Error::arg(
                 OP,
-                format!("{} heads do not divide over {t} tensor-parallel ranks", master.n_head),
+                format!(
+                    "{} heads do not divide over {t} tensor-parallel ranks",
+                    master.n_head
+                ),
             ));
         }
         Ok(ParallelSelfAttention {
@@ -141,7 +144,8 @@ impl TensorParallel for ParallelSelfAttention {
 impl TensorParallel for ParallelTransformerLayer {
     fn tp_params(&self) -> Vec<(Parameter, TpRole)> {
         let role = norm_role(self.sequence_parallel);
-        let mut out: Vec<(Parameter, TpRole)> = self.ln_1.parameters().into_iter().map(|p| (p, role)).collect();
+        let mut out: Vec<(Parameter, TpRole)> =
+            self.ln_1.parameters().into_iter().map(|p| (p, role)).collect();
         out.extend(self.attn.tp_params());
         out.extend(self.ln_2.parameters().into_iter().map(|p| (p, role)));
         out.extend(self.mlp.tp_params());
@@ -160,12 +164,22 @@ pub(crate) fn norm_role(sequence_parallel: bool) -> TpRole {
 
 /// A LayerNorm with its own copies of the master's parameters.
 pub(crate) fn copy_norm(master: &LayerNorm) -> Result<LayerNorm> {
-    let norm = LayerNorm::new(&master.normalized_shape, master.eps, master.weight.is_some(), master.bias.is_some())?;
+    let norm = LayerNorm::new(
+        &master.normalized_shape,
+        master.eps,
+        master.weight.is_some(),
+        master.bias.is_some(),
+    )?;
     norm.load_state_dict(&master.state_dict(), true)?;
     Ok(norm)
 }
 
-fn column(master: &Linear, comm: &TpComm, sequence_parallel: bool, stride: usize) -> Result<ColumnParallelLinear> {
+fn column(
+    master: &Linear,
+    comm: &TpComm,
+    sequence_parallel: bool,
+    stride: usize,
+) -> Result<ColumnParallelLinear> {
     let opts = ColumnOptions {
         gather_output: false,
         sequence_parallel,

@@ -26,7 +26,11 @@ pub fn vocab_parallel_cross_entropy(logits: &Var, target: &Tensor, comm: &TpComm
     if x.dtype() != DType::F32 || target.dtype() != DType::I64 {
         return Err(Error::dtype(
             OP,
-            format!("needs f32 logits and i64 targets, got {} and {}", x.dtype(), target.dtype()),
+            format!(
+                "needs f32 logits and i64 targets, got {} and {}",
+                x.dtype(),
+                target.dtype()
+            ),
         ));
     }
     let (lead, part) = match x.shape().split_last() {
@@ -46,7 +50,10 @@ pub fn vocab_parallel_cross_entropy(logits: &Var, target: &Tensor, comm: &TpComm
     let vocab = part * comm.world_size();
     let tokens = target.to_vec::<i64>()?;
     if let Some(bad) = tokens.iter().find(|&&y| y < 0 || y as u64 >= vocab as u64) {
-        return Err(Error::index(OP, format!("target {bad} outside the vocabulary 0..{vocab}")));
+        return Err(Error::index(
+            OP,
+            format!("target {bad} outside the vocabulary 0..{vocab}"),
+        ));
     }
     let own = move |y: i64| (y as usize).checked_sub(start).filter(|&k| k < part);
     let mut z = x.contiguous()?.to_vec::<f32>()?;
@@ -56,7 +63,9 @@ pub fn vocab_parallel_cross_entropy(logits: &Var, target: &Tensor, comm: &TpComm
         .map(|row| row.iter().copied().fold(f32::NEG_INFINITY, f32::max))
         .collect();
     let mx = all_reduce(comm, local_max, &lead, ReduceOp::Max)?;
-    z.chunks_mut(part).zip(&mx).for_each(|(row, m)| row.iter_mut().for_each(|v| *v -= m));
+    z.chunks_mut(part)
+        .zip(&mx)
+        .for_each(|(row, m)| row.iter_mut().for_each(|v| *v -= m));
 
     let pred_local: Vec<f32> = z
         .chunks(part)

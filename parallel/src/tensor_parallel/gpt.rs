@@ -89,7 +89,12 @@ impl GptParallel {
 
     /// Builds the serial model from `sd` (names as [`Gpt`]'s state dict,
     /// strict) and slices it: the inverse of [`GptParallel::consolidate`].
-    pub fn from_state_dict(config: &GptConfig, sd: &StateDict, comm: &TpComm, sequence_parallel: bool) -> Result<Self> {
+    pub fn from_state_dict(
+        config: &GptConfig,
+        sd: &StateDict,
+        comm: &TpComm,
+        sequence_parallel: bool,
+    ) -> Result<Self> {
         let master = Gpt::new(config, 0)?;
         master.load_state_dict(sd, true)?;
         Self::from_master(&master, comm, sequence_parallel)
@@ -105,7 +110,7 @@ impl GptParallel {
             let p = format!("h.{i}.");
             for (name, norm) in [("ln_1", &b.ln_1), ("ln_2", &b.ln_2)] {
                 for (k, v) in norm.state_dict().iter() {
-                    sd.insert(&format!("{p}{name}.{k}"), v.clone());
+                    sd.insert(format!("{p}{name}.{k}"), v.clone());
                 }
             }
             let linears = [
@@ -115,14 +120,14 @@ impl GptParallel {
                 ("mlp.c_proj", b.mlp.c_proj.master_weights()?),
             ];
             for (name, (w, bias)) in linears {
-                sd.insert(&format!("{p}{name}.weight"), w);
+                sd.insert(format!("{p}{name}.weight"), w);
                 if let Some(bias) = bias {
-                    sd.insert(&format!("{p}{name}.bias"), bias);
+                    sd.insert(format!("{p}{name}.bias"), bias);
                 }
             }
         }
         for (k, v) in self.head.ln_f.state_dict().iter() {
-            sd.insert(&format!("ln_f.{k}"), v.clone());
+            sd.insert(format!("ln_f.{k}"), v.clone());
         }
         Ok(sd)
     }
@@ -193,7 +198,12 @@ impl TensorParallel for GptParallel {
     fn tp_params(&self) -> Vec<(Parameter, TpRole)> {
         let mut out = self.embed.tp_params();
         out.extend(self.h.iter().flat_map(TensorParallel::tp_params));
-        out.extend(self.head.tp_params().into_iter().filter(|(p, _)| !p.same(&self.embed.wte.weight)));
+        out.extend(
+            self.head
+                .tp_params()
+                .into_iter()
+                .filter(|(p, _)| !p.same(&self.embed.wte.weight)),
+        );
         out
     }
 }
@@ -222,7 +232,10 @@ impl Module for GptEmbedding {
             other => {
                 return Err(Error::shape(
                     "GptEmbedding",
-                    format!("tokens must be [b, s ≤ {}], got {other:?}", self.wpe.weight.shape()[0]),
+                    format!(
+                        "tokens must be [b, s ≤ {}], got {other:?}",
+                        self.wpe.weight.shape()[0]
+                    ),
                 ))
             }
         };
@@ -272,7 +285,8 @@ impl Module for GptHead {
 impl TensorParallel for GptHead {
     fn tp_params(&self) -> Vec<(Parameter, TpRole)> {
         let role = norm_role(self.sequence_parallel);
-        let mut out: Vec<(Parameter, TpRole)> = self.ln_f.parameters().into_iter().map(|p| (p, role)).collect();
+        let mut out: Vec<(Parameter, TpRole)> =
+            self.ln_f.parameters().into_iter().map(|p| (p, role)).collect();
         out.push((self.weight.clone(), TpRole::Sharded));
         out
     }

@@ -53,7 +53,12 @@ pub fn tp_grad_norm(
             continue;
         }
         if let Some(g) = p.grad(grads) {
-            sq += g.to_dtype(DType::F64)?.to_vec::<f64>()?.iter().map(|v| v * v).sum::<f64>();
+            sq += g
+                .to_dtype(DType::F64)?
+                .to_vec::<f64>()?
+                .iter()
+                .map(|v| v * v)
+                .sum::<f64>();
         }
     }
     let mut total = [sq];
@@ -101,7 +106,11 @@ impl Optimizer for SequenceParallelGradSync {
     }
     fn with_params(&self, groups: Vec<Vec<Parameter>>) -> Result<Box<dyn Optimizer>> {
         let inner = self.inner.with_params(groups)?;
-        Ok(Box::new(SequenceParallelGradSync::new(inner, self.params.clone(), self.comm.clone())))
+        Ok(Box::new(SequenceParallelGradSync::new(
+            inner,
+            self.params.clone(),
+            self.comm.clone(),
+        )))
     }
     /// Sums the sequence-parallel gradients over the group (a collective),
     /// then steps. Errors when the collective or the step fails.

@@ -254,13 +254,19 @@ impl Module for VocabParallelEmbedding {
         const OP: &str = "VocabParallelEmbedding";
         let ids_t = ids.tensor();
         if ids_t.dtype() != DType::I64 {
-            return Err(Error::dtype(OP, format!("token ids must be i64, got {}", ids_t.dtype())));
+            return Err(Error::dtype(
+                OP,
+                format!("token ids must be i64, got {}", ids_t.dtype()),
+            ));
         }
         let range = self.vocab_range();
         let vocab = range.len() * self.comm.world_size();
         let all = ids_t.to_vec::<i64>()?;
         if let Some(bad) = all.iter().find(|&&i| i < 0 || i as u64 >= vocab as u64) {
-            return Err(Error::index(OP, format!("token id {bad} outside the vocabulary 0..{vocab}")));
+            return Err(Error::index(
+                OP,
+                format!("token id {bad} outside the vocabulary 0..{vocab}"),
+            ));
         }
         let owned = |i: i64| range.contains(&(i as usize));
         let local: Vec<i64> = all

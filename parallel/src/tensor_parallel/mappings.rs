@@ -24,9 +24,18 @@ pub fn copy_to_tensor_parallel_region(x: &Var, comm: &TpComm) -> Result<Var> {
         return Ok(x.clone());
     }
     let c = comm.clone();
-    Ok(record("copy_to_tensor_parallel_region", x.tensor().clone(), &[x], move |g, _| {
-        Ok(vec![Some(all_reduce(&c, g, "copy_to_tensor_parallel_region.backward")?)])
-    }))
+    Ok(record(
+        "copy_to_tensor_parallel_region",
+        x.tensor().clone(),
+        &[x],
+        move |g, _| {
+            Ok(vec![Some(all_reduce(
+                &c,
+                g,
+                "copy_to_tensor_parallel_region.backward",
+            )?)])
+        },
+    ))
 }
 
 /// `g`: all-reduce (sum) forward, identity backward. Ends a row-parallel
@@ -50,9 +59,19 @@ pub fn scatter_to_tensor_parallel_region(x: &Var, comm: &TpComm) -> Result<Var> 
     }
     let y = own_slice(comm, x.tensor(), -1, "scatter_to_tensor_parallel_region")?;
     let c = comm.clone();
-    Ok(record("scatter_to_tensor_parallel_region", y, &[x], move |g, _| {
-        Ok(vec![Some(gather_dim(&c, g, -1, "scatter_to_tensor_parallel_region.backward")?)])
-    }))
+    Ok(record(
+        "scatter_to_tensor_parallel_region",
+        y,
+        &[x],
+        move |g, _| {
+            Ok(vec![Some(gather_dim(
+                &c,
+                g,
+                -1,
+                "scatter_to_tensor_parallel_region.backward",
+            )?)])
+        },
+    ))
 }
 
 /// All-gathers the last dim in rank order (forward); keeps this rank's
@@ -63,9 +82,19 @@ pub fn gather_from_tensor_parallel_region(x: &Var, comm: &TpComm) -> Result<Var>
     }
     let y = gather_dim(comm, x.tensor(), -1, "gather_from_tensor_parallel_region")?;
     let c = comm.clone();
-    Ok(record("gather_from_tensor_parallel_region", y, &[x], move |g, _| {
-        Ok(vec![Some(own_slice(&c, g, -1, "gather_from_tensor_parallel_region.backward")?)])
-    }))
+    Ok(record(
+        "gather_from_tensor_parallel_region",
+        y,
+        &[x],
+        move |g, _| {
+            Ok(vec![Some(own_slice(
+                &c,
+                g,
+                -1,
+                "gather_from_tensor_parallel_region.backward",
+            )?)])
+        },
+    ))
 }
 
 /// Keeps this rank's slice of dim 0, the sequence (forward); all-gathers the
@@ -76,9 +105,19 @@ pub fn scatter_to_sequence_parallel_region(x: &Var, comm: &TpComm) -> Result<Var
     }
     let y = own_slice(comm, x.tensor(), 0, "scatter_to_sequence_parallel_region")?;
     let c = comm.clone();
-    Ok(record("scatter_to_sequence_parallel_region", y, &[x], move |g, _| {
-        Ok(vec![Some(gather_dim(&c, g, 0, "scatter_to_sequence_parallel_region.backward")?)])
-    }))
+    Ok(record(
+        "scatter_to_sequence_parallel_region",
+        y,
+        &[x],
+        move |g, _| {
+            Ok(vec![Some(gather_dim(
+                &c,
+                g,
+                0,
+                "scatter_to_sequence_parallel_region.backward",
+            )?)])
+        },
+    ))
 }
 
 /// All-gathers dim 0, the sequence (forward). Backward reduce-scatters the
@@ -118,7 +157,12 @@ pub fn reduce_scatter_to_sequence_parallel_region(x: &Var, comm: &TpComm) -> Res
     let y = reduce_scatter(comm, x.tensor(), OP)?;
     let c = comm.clone();
     Ok(record(OP, y, &[x], move |g, _| {
-        Ok(vec![Some(gather_dim(&c, g, 0, "reduce_scatter_to_sequence_parallel_region.backward")?)])
+        Ok(vec![Some(gather_dim(
+            &c,
+            g,
+            0,
+            "reduce_scatter_to_sequence_parallel_region.backward",
+        )?)])
     }))
 }
 

@@ -39,7 +39,9 @@ pub use blocks::{ParallelMlp, ParallelSelfAttention, ParallelTransformerLayer};
 pub use cross_entropy::vocab_parallel_cross_entropy;
 pub use gpt::{GptEmbedding, GptHead, GptParallel, GptParallelLayers};
 pub use grads::{allreduce_sequence_parallel_grads, tp_grad_norm, SequenceParallelGradSync};
-pub use layers::{ColumnOptions, ColumnParallelLinear, RowOptions, RowParallelLinear, VocabParallelEmbedding};
+pub use layers::{
+    ColumnOptions, ColumnParallelLinear, RowOptions, RowParallelLinear, VocabParallelEmbedding,
+};
 pub use shard::{shard, unshard};
 pub use traffic::TrafficMeter;
 pub use trainer::{train_gpt_3d, Gpt3dOptions, Gpt3dOutcome, MakeOptimizer};

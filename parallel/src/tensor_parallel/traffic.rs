@@ -51,7 +51,8 @@ impl TrafficMeter {
     }
 
     fn count(&self, elems: usize, elem_bytes: usize, collective: bool) {
-        self.sent.fetch_add((elems * elem_bytes) as u64, Ordering::Relaxed);
+        self.sent
+            .fetch_add((elems * elem_bytes) as u64, Ordering::Relaxed);
         if collective {
             self.collectives.fetch_add(1, Ordering::Relaxed);
         }
@@ -104,7 +105,11 @@ impl Communicator for TrafficMeter {
         self.inner.all_gather_buf(input, output)
     }
     fn broadcast_buf(&self, buf: BufMut<'_>, root: usize) -> Result<()> {
-        let elems = if self.rank() == root && self.world_size() > 1 { buf.len() } else { 0 };
+        let elems = if self.rank() == root && self.world_size() > 1 {
+            buf.len()
+        } else {
+            0
+        };
         self.count(elems, buf.dtype().size_in_bytes(), true);
         self.inner.broadcast_buf(buf, root)
     }

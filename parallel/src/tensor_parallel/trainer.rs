@@ -130,14 +130,22 @@ const CONSOLIDATE_TAG: u64 = 0x7e57_0000_0000;
 /// Consolidates every stage's TP shards (a collective over each TP group),
 /// then sends the entries each stage owns from replica 0's TP rank 0 to
 /// world rank 0, which returns the whole state dict.
-fn collect_state_dict(shadow: &GptParallel, grid: &ParallelGrid, owner: &[usize]) -> Result<Option<StateDict>> {
+fn collect_state_dict(
+    shadow: &GptParallel,
+    grid: &ParallelGrid,
+    owner: &[usize],
+) -> Result<Option<StateDict>> {
     let sd = shadow.consolidate()?;
     if grid.coords.tp != 0 || grid.coords.dp != 0 {
         return Ok(None);
     }
     let n_layer = shadow.config().n_layer;
     let layer_of = |key: &str| -> usize {
-        match key.strip_prefix("h.").and_then(|r| r.split('.').next()).and_then(|i| i.parse::<usize>().ok()) {
+        match key
+            .strip_prefix("h.")
+            .and_then(|r| r.split('.').next())
+            .and_then(|i| i.parse::<usize>().ok())
+        {
             Some(i) => i + 1,
             None if key.starts_with("ln_f.") => n_layer + 1,
             None => 0,
