@@ -395,3 +395,7 @@ pub fn sample(logits: &[f32], temperature: f64, gen: &mut Generator) -> Result<i
     }
     Ok(argmax())
 }
+
+#[cfg(test)]
+#[path = "gpt_tests.rs"]
+mod tests;
