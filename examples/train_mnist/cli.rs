@@ -7,6 +7,7 @@ pub const USAGE: &str = "usage: train_mnist [--epochs N] [--batch-size N] [--lr 
 [--threads N] [--data DIR] [--out DIR] [--resume] [--target PERCENT]
 [--pipeline-stages P --micro-batches M --schedule gpipe|1f1b|deepspeed|interleaved [--chunks V]]
 [--ddp | --zero 1|2] [--backend local|tcp] [--world N]
+[--optim sgd|adam|onebit-adam|onebit-lamb] [--freeze-step N]
 
   --epochs      epochs to train (10)
   --batch-size  samples per step (128)
@@ -41,7 +42,13 @@ pub const USAGE: &str = "usage: train_mnist [--epochs N] [--batch-size N] [--lr 
                 2: also gradients partitioned over the ranks)
   --backend B   local: --world ranks as threads of this process (default);
                 tcp: one rank per process, from tessera-run's environment
-  --world N     ranks of the local backend (2)";
+  --world N     ranks of the local backend (2)
+  --optim O     the optimizer under --ddp: sgd (Nesterov, the default),
+                adam (torch's), onebit-adam, onebit-lamb (DeepSpeed's 1-bit optimizers: exact for --freeze-step
+                steps, then the momentum is exchanged as signs and scales
+                instead of DDP's gradient all-reduce)
+  --freeze-step N
+                warm-up steps of onebit-adam / onebit-lamb (100)";
 
 /// The parsed flags.
 #[derive(Debug, Clone)]
@@ -66,6 +73,8 @@ pub struct Args {
     pub zero: Option<u8>,
     pub backend: String,
     pub world: usize,
+    pub optim: String,
+    pub freeze_step: u64,
 }
 
 impl Args {
@@ -98,6 +107,8 @@ impl Args {
             zero: None,
             backend: "local".into(),
             world: 2,
+            optim: "sgd".into(),
+            freeze_step: 100,
         };
         let mut it = args.flat_map(|s| match s.split_once('=') {
             Some((k, v)) if s.starts_with("--") => vec![k.to_string(), v.to_string()],
@@ -115,7 +126,9 @@ impl Args {
             if flag == "--help" || flag == "-h" {
                 return Err("help".into());
             }
-            const VALUED: [&str; 18] = [
+            const VALUED: [&str; 20] = [
+                "--optim",
+                "--freeze-step",
                 "--zero",
                 "--backend",
                 "--world",
@@ -159,6 +172,8 @@ impl Args {
                 "--zero" => a.zero = Some(value.parse().map_err(|e| bad(format!("{e}")))?),
                 "--backend" => a.backend = value,
                 "--world" => a.world = value.parse().map_err(|e| bad(format!("{e}")))?,
+                "--optim" => a.optim = value,
+                "--freeze-step" => a.freeze_step = value.parse().map_err(|e| bad(format!("{e}")))?,
                 _ => unreachable!("every flag of VALUED has an arm"),
             }
         }
@@ -192,6 +207,15 @@ impl Args {
             if a.pipeline_stages > 1 || a.resume || a.stop_after.is_some() {
                 return Err("--ddp and --zero exclude --pipeline-stages, --resume and --stop-after".into());
             }
+        }
+        if !matches!(a.optim.as_str(), "sgd" | "adam" | "onebit-adam" | "onebit-lamb") {
+            return Err(format!(
+                "--optim takes sgd, adam, onebit-adam or onebit-lamb, got {}",
+                a.optim
+            ));
+        }
+        if a.optim != "sgd" && !a.ddp {
+            return Err(format!("--optim {} needs --ddp", a.optim));
         }
         if !(a.lr.is_finite() && a.lr > 0.0) {
             return Err(format!("--lr must be a positive number, got {}", a.lr));

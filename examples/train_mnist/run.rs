@@ -19,7 +19,7 @@ use super::common::{
 };
 use super::progress::Bar;
 
-const WEIGHT_DECAY: f64 = 5e-4;
+pub(crate) const WEIGHT_DECAY: f64 = 5e-4;
 
 /// The figures of one epoch that do not depend on timing.
 #[derive(Debug, Clone, PartialEq)]

@@ -127,7 +127,9 @@ fn formula(t: usize, sp: bool) -> f64 {
     let act = B as f64 * s * h * 4.0;
     let mut bytes = 4.0 * l * a * act + 2.0 * a * act + 3.0 * a * B as f64 * s * 4.0;
     if sp {
-        bytes += a * (4.0 * l + 2.0) * h * 4.0 + a * 2.0 * l * h * 4.0;
+        // The embedding's sequence scatter all-gathers its gradient
+        // (Megatron avoids it by reduce-scattering the embedding itself).
+        bytes += a / 2.0 * act + a * (4.0 * l + 2.0) * h * 4.0 + a * 2.0 * l * h * 4.0;
     }
     bytes
 }

@@ -10,5 +10,6 @@ mod local_api;
 mod local_collectives;
 mod local_shm;
 mod nccl;
+mod onebit;
 mod pipeline;
 mod tensor_parallel;
