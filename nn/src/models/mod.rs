@@ -6,6 +6,7 @@
 //! ResNet-18, a 28×28 ViT, ...).
 
 mod coatnet;
+mod gpt;
 mod mnist;
 mod resnet;
 mod vit;
@@ -14,6 +15,7 @@ pub use coatnet::{
     coatnet_0_224, coatnet_1_224, coatnet_2_224, coatnet_3_224, Attention2d, AttnNorm, BatchNormAct, CoAtNet,
     CoAtNetConfig, ConvMlp, Downsample2d, Head, MbConvBlock, PreLogits, Stage, Stem, TransformerBlock2d,
 };
+pub use gpt::{causal_attention, sample, Gpt, GptAttention, GptBlock, GptConfig, GptMlp};
 pub use mnist::{mnist_cnn, mnist_mlp};
 pub use resnet::{
     resnet101, resnet18, resnet34, resnet50, Downsample, ResNet, ResNetBlock, ResNetConfig, ResNetStem,

@@ -12,3 +12,4 @@ mod local_shm;
 mod nccl;
 mod onebit;
 mod pipeline;
+mod tensor_parallel;
