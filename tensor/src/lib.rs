@@ -102,4 +102,10 @@ pub use state_dict::StateDict;
 pub use storage::{live_bytes, Storage};
 pub use tensor::Tensor;
 #[cfg(feature = "cuda")]
+pub use cuda::fused_optim;
+#[cfg(feature = "cuda")]
 pub use tessera_cuda_kernels::MemoryStats;
+/// The CPU emulator's thread orders (feature `cuda-emu`), for tests that
+/// run one computation under several orders of the emulated threads.
+#[cfg(feature = "cuda-emu")]
+pub use tessera_cuda_kernels::emu::{with_thread_order, ThreadOrder};

@@ -105,6 +105,32 @@ pub(crate) trait Backend {
     /// `view` (over a contiguous `base`) reads: the gradient of narrow,
     /// slice, select and other injective views.
     fn view_backward(&self, grad: &Tensor, base: &[usize], view: &crate::Layout) -> Result<Tensor>;
+    /// `parts` (one dtype, contiguous or not, equal outside `dim`) joined
+    /// along `dim` into a tensor of `shape`.
+    fn cat(&self, parts: &[Tensor], dim: usize, shape: &[usize]) -> Result<Tensor>;
+    /// `x·wᵀ + bias` with `act` fused, arguments checked; `None` where the
+    /// caller's own kernel (the CPU's GEMM with its epilogue, inline in
+    /// [`Tensor::linear_act`]) is the one to run.
+    fn linear(
+        &self,
+        x: &Tensor,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        act: crate::ops::matmul::Activation,
+    ) -> Result<Option<Tensor>>;
+    /// 2-D convolution of checked operands with geometry `g`.
+    fn conv2d(&self, x: &Tensor, weight: &Tensor, bias: Option<&Tensor>, g: &crate::ops::conv::Geom) -> Result<Tensor>;
+    /// The input gradient of a convolution with geometry `g`.
+    fn conv2d_backward_input(&self, grad_out: &Tensor, weight: &Tensor, g: &crate::ops::conv::Geom) -> Result<Tensor>;
+    /// The weight gradient of a convolution with geometry `g`.
+    fn conv2d_backward_weight(&self, grad_out: &Tensor, input: &Tensor, g: &crate::ops::conv::Geom) -> Result<Tensor>;
+    /// Max pooling of a checked input: (values, i64 plane indices).
+    fn max_pool2d(&self, x: &Tensor, w: &crate::ops::pool::Window) -> Result<(Tensor, Tensor)>;
+    /// The input gradient of max pooling from the forward's indices.
+    fn max_pool2d_backward(&self, grad_out: &Tensor, indices: &Tensor, input_shape: &[usize]) -> Result<Tensor>;
+    /// The gradient of softmax (log-softmax when `log`) along `dim` from
+    /// its output `y`, reported as `op`.
+    fn softmax_backward(&self, op: &'static str, dy: &Tensor, y: &Tensor, dim: isize, log: bool) -> Result<Tensor>;
     /// A fresh tensor of `shape` with every element `value`, reported as `op`.
     fn full(
         &self,

@@ -649,6 +649,8 @@ fn adamw_t<G: TF>(e: &impl Exec, dg: &mut Digest) {
         beta2: 0.99,
         eps: 1e-8,
         weight_decay: 0.1,
+        decoupled: true,
+        maximize: false,
         step: 1,
         grad_scale: 0.5,
     };
