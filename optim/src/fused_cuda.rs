@@ -133,3 +133,7 @@ fn launch(
         }
     }
 }
+
+#[cfg(test)]
+#[path = "fused_cuda_tests.rs"]
+mod tests;

@@ -26,20 +26,22 @@ pub struct AdamTensor<G> {
     pub exp_avg_sq: DevPtr<f32>,
 }
 
-/// Adam hyper-parameters for one step.
+/// Adam hyper-parameters for one step, in f64 as the CPU optimizers take
+/// them: the kernel gets each coefficient they derive (1 − β1, lr/(1 − β1ᵗ),
+/// ...) computed in f64 and rounded once to f32, as they do.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AdamConfig {
     /// Learning rate.
-    pub lr: f32,
+    pub lr: f64,
     /// First-moment decay.
-    pub beta1: f32,
+    pub beta1: f64,
     /// Second-moment decay.
-    pub beta2: f32,
+    pub beta2: f64,
     /// Denominator epsilon.
-    pub eps: f32,
+    pub eps: f64,
     /// Weight decay: decoupled (AdamW, `p *= 1 - lr·wd`) or coupled (Adam,
     /// `g += wd·p`) as `decoupled` says.
-    pub weight_decay: f32,
+    pub weight_decay: f64,
     /// AdamW's decoupled decay (true) or Adam's L2 term (false).
     pub decoupled: bool,
     /// Ascend instead of descend.
@@ -87,17 +89,18 @@ pub struct SgdTensor<G> {
     pub momentum_buffer: Option<DevPtr<f32>>,
 }
 
-/// SGD hyper-parameters for one step (`torch.optim.SGD`).
+/// SGD hyper-parameters for one step (`torch.optim.SGD`), in f64 as
+/// [`AdamConfig`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SgdConfig {
     /// Learning rate.
-    pub lr: f32,
+    pub lr: f64,
     /// Momentum (0: none, and no buffers).
-    pub momentum: f32,
+    pub momentum: f64,
     /// Dampening of the gradient in the momentum update.
-    pub dampening: f32,
+    pub dampening: f64,
     /// Coupled weight decay (`g += wd·p`).
-    pub weight_decay: f32,
+    pub weight_decay: f64,
     /// Nesterov momentum.
     pub nesterov: bool,
     /// Ascend instead of descend.
@@ -168,9 +171,9 @@ pub fn adamw<G: Float>(tensors: DevPtr<u64>, chunks: DevPtr<u64>, n_chunks: usiz
     }
     // The scalars as the CPU optimizer forms them: in f64, then rounded.
     let t = c.step.min(i32::MAX as u64) as i32;
-    let (lr, wd) = (c.lr as f64, c.weight_decay as f64);
-    let bc1 = 1.0 - (c.beta1 as f64).powi(t);
-    let bc2_sqrt = (1.0 - (c.beta2 as f64).powi(t)).sqrt();
+    let (lr, wd) = (c.lr, c.weight_decay);
+    let bc1 = 1.0 - c.beta1.powi(t);
+    let bc2_sqrt = (1.0 - c.beta2.powi(t)).sqrt();
     let flags = if c.weight_decay != 0.0 {
         if c.decoupled {
             1
@@ -183,12 +186,12 @@ pub fn adamw<G: Float>(tensors: DevPtr<u64>, chunks: DevPtr<u64>, n_chunks: usiz
     let hyper = Arg::fields(&[
         Arg::f32((lr / bc1) as f32),
         Arg::f32(bc2_sqrt as f32),
-        Arg::f32((1.0 - c.beta1 as f64) as f32),
-        Arg::f32(c.beta2),
-        Arg::f32((1.0 - c.beta2 as f64) as f32),
-        Arg::f32(c.eps),
+        Arg::f32((1.0 - c.beta1) as f32),
+        Arg::f32(c.beta2 as f32),
+        Arg::f32((1.0 - c.beta2) as f32),
+        Arg::f32(c.eps as f32),
         Arg::f32((1.0 - lr * wd) as f32),
-        Arg::f32(c.weight_decay),
+        Arg::f32(wd as f32),
         Arg::f32(c.grad_scale),
         Arg::i32(flags),
     ]);
@@ -212,10 +215,10 @@ pub fn sgd<G: Float>(tensors: DevPtr<u64>, chunks: DevPtr<u64>, n_chunks: usize,
         | flag(c.momentum != 0.0, 8)
         | flag(c.fresh, 16);
     let hyper = Arg::fields(&[
-        Arg::f32(c.lr),
-        Arg::f32(c.weight_decay),
-        Arg::f32(c.momentum),
-        Arg::f32((1.0 - c.dampening as f64) as f32),
+        Arg::f32(c.lr as f32),
+        Arg::f32(c.weight_decay as f32),
+        Arg::f32(c.momentum as f32),
+        Arg::f32((1.0 - c.dampening) as f32),
         Arg::f32(c.grad_scale),
         Arg::i32(flags),
     ]);

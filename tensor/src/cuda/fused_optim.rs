@@ -75,11 +75,11 @@ pub fn adam_step_(
     own(OP, &state, exp_avg)?;
     own(OP, &state, exp_avg_sq)?;
     let cfg = AdamConfig {
-        lr: c.lr as f32,
-        beta1: c.beta1 as f32,
-        beta2: c.beta2 as f32,
-        eps: c.eps as f32,
-        weight_decay: c.weight_decay as f32,
+        lr: c.lr,
+        beta1: c.beta1,
+        beta2: c.beta2,
+        eps: c.eps,
+        weight_decay: c.weight_decay,
         decoupled: c.decoupled,
         maximize: c.maximize,
         step: c.step,
@@ -132,10 +132,10 @@ pub fn sgd_step_(
     own(OP, &state, params)?;
     own(OP, &state, momentum_buffers)?;
     let cfg = SgdConfig {
-        lr: c.lr as f32,
-        momentum: c.momentum as f32,
-        dampening: c.dampening as f32,
-        weight_decay: c.weight_decay as f32,
+        lr: c.lr,
+        momentum: c.momentum,
+        dampening: c.dampening,
+        weight_decay: c.weight_decay,
         nesterov: c.nesterov,
         maximize: c.maximize,
         fresh: c.fresh,
