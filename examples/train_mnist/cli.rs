@@ -2,11 +2,13 @@
 
 use std::path::PathBuf;
 
+use tessera::tensor::Device;
+
 /// The usage text printed on a bad flag or `--help`.
 pub const USAGE: &str = "usage: train_mnist [--epochs N] [--batch-size N] [--lr F] [--seed N] \
 [--threads N] [--data DIR] [--out DIR] [--resume] [--target PERCENT]
 [--pipeline-stages P --micro-batches M --schedule gpipe|1f1b|deepspeed|interleaved [--chunks V]]
-[--ddp | --zero 1|2] [--backend local|tcp] [--world N]
+[--ddp | --zero 1|2] [--backend local|tcp] [--world N] [--device cpu|cuda[:N]]
 
   --epochs      epochs to train (10)
   --batch-size  samples per step (128)
@@ -41,7 +43,10 @@ pub const USAGE: &str = "usage: train_mnist [--epochs N] [--batch-size N] [--lr 
                 2: also gradients partitioned over the ranks)
   --backend B   local: --world ranks as threads of this process (default);
                 tcp: one rank per process, from tessera-run's environment
-  --world N     ranks of the local backend (2)";
+  --world N     ranks of the local backend (2)
+  --device D    where the model trains: cpu (default) or cuda[:N] (a GPU,
+                or the CPU emulator of one in a `cuda-emu` build); the
+                single-process mode only";
 
 /// The parsed flags.
 #[derive(Debug, Clone)]
@@ -66,6 +71,7 @@ pub struct Args {
     pub zero: Option<u8>,
     pub backend: String,
     pub world: usize,
+    pub device: Device,
 }
 
 impl Args {
@@ -98,6 +104,7 @@ impl Args {
             zero: None,
             backend: "local".into(),
             world: 2,
+            device: Device::Cpu,
         };
         let mut it = args.flat_map(|s| match s.split_once('=') {
             Some((k, v)) if s.starts_with("--") => vec![k.to_string(), v.to_string()],
@@ -115,7 +122,8 @@ impl Args {
             if flag == "--help" || flag == "-h" {
                 return Err("help".into());
             }
-            const VALUED: [&str; 18] = [
+            const VALUED: [&str; 19] = [
+                "--device",
                 "--zero",
                 "--backend",
                 "--world",
@@ -159,6 +167,7 @@ impl Args {
                 "--zero" => a.zero = Some(value.parse().map_err(|e| bad(format!("{e}")))?),
                 "--backend" => a.backend = value,
                 "--world" => a.world = value.parse().map_err(|e| bad(format!("{e}")))?,
+                "--device" => a.device = parse_device(&value).map_err(bad)?,
                 _ => unreachable!("every flag of VALUED has an arm"),
             }
         }
@@ -193,9 +202,25 @@ impl Args {
                 return Err("--ddp and --zero exclude --pipeline-stages, --resume and --stop-after".into());
             }
         }
+        if !a.device.is_cpu() && (a.pipeline_stages > 1 || a.data_parallel()) {
+            return Err("--device cuda trains in the single-process mode only (no --pipeline-stages, --ddp, --zero)".into());
+        }
         if !(a.lr.is_finite() && a.lr > 0.0) {
             return Err(format!("--lr must be a positive number, got {}", a.lr));
         }
         Ok(a)
+    }
+}
+
+/// `cpu`, `cuda` (GPU 0) or `cuda:N`.
+fn parse_device(s: &str) -> Result<Device, String> {
+    match s {
+        "cpu" => Ok(Device::Cpu),
+        "cuda" => Ok(Device::Cuda(0)),
+        _ => s
+            .strip_prefix("cuda:")
+            .and_then(|n| n.parse().ok())
+            .map(Device::Cuda)
+            .ok_or_else(|| "expected cpu, cuda or cuda:N".to_string()),
     }
 }
