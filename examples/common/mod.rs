@@ -49,7 +49,10 @@ pub(crate) fn count_correct(logits: &Tensor, labels: &Tensor) -> tessera::tensor
 /// `batch` moved to the model's device.
 pub(crate) fn evaluate(model: &dyn Module, split: &Split, batch: usize) -> BoxResult<f64> {
     let n = split.labels.shape()[0];
-    let device = model.parameters().first().map_or(Device::Cpu, |p| p.tensor().device());
+    let device = model
+        .parameters()
+        .first()
+        .map_or(Device::Cpu, |p| p.tensor().device());
     let mut correct = 0;
     for start in (0..n).step_by(batch) {
         let len = batch.min(n - start);

@@ -203,7 +203,10 @@ impl Args {
             }
         }
         if !a.device.is_cpu() && (a.pipeline_stages > 1 || a.data_parallel()) {
-            return Err("--device cuda trains in the single-process mode only (no --pipeline-stages, --ddp, --zero)".into());
+            return Err(
+                "--device cuda trains in the single-process mode only (no --pipeline-stages, --ddp, --zero)"
+                    .into(),
+            );
         }
         if !(a.lr.is_finite() && a.lr > 0.0) {
             return Err(format!("--lr must be a positive number, got {}", a.lr));

@@ -9,11 +9,11 @@ use tessera_tensor::{with_float_dtype, Error, FloatElement, Result, Tensor};
 use crate::kernel::Bufs;
 use crate::{Hyper, Optimizer, ParamGroup, StateDict};
 
+#[path = "device_step.rs"]
+mod device_step;
 #[cfg(feature = "cuda")]
 #[path = "fused_cuda.rs"]
 pub(crate) mod fused_cuda;
-#[path = "device_step.rs"]
-mod device_step;
 pub use device_step::DeviceStep;
 
 /// How one optimizer updates a parameter: its hyperparameters, its state

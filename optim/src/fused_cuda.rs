@@ -96,7 +96,10 @@ fn launch(
             maximize,
         } => {
             let [m, v] = &mut bufs[..] else {
-                return Err(Error::arg("step", "Adam steps on a GPU need exactly its two moment buffers"));
+                return Err(Error::arg(
+                    "step",
+                    "Adam steps on a GPU need exactly its two moment buffers",
+                ));
             };
             let c = AdamStep {
                 lr,

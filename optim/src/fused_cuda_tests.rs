@@ -33,7 +33,9 @@ fn values(t: &Tensor) -> Vec<f32> {
 fn grads(params: &[Parameter], step: u64) -> Gradients {
     let mut loss: Option<Var> = None;
     for (i, p) in params.iter().enumerate() {
-        let w = randn(&p.shape(), 100 * step + i as u64).to_device(p.tensor().device()).unwrap();
+        let w = randn(&p.shape(), 100 * step + i as u64)
+            .to_device(p.tensor().device())
+            .unwrap();
         let term = p.var().mul(&Var::constant(w)).unwrap().sum(&[], false).unwrap();
         loss = Some(match loss {
             Some(l) => l.add(&term).unwrap(),
@@ -70,9 +72,14 @@ fn check(name: &str, make: impl Fn(Vec<Parameter>) -> Box<dyn Optimizer>) {
     }
     let (sc, sd) = (oc.state_dict(), od.state_dict());
     for (key, t) in sc.iter() {
-        let g = sd.tensor(key).unwrap_or_else(|| panic!("{name}: no state {key} on the device"));
+        let g = sd
+            .tensor(key)
+            .unwrap_or_else(|| panic!("{name}: no state {key} on the device"));
         for (a, b) in values(t).iter().zip(values(g)) {
-            assert!(a == &b || (a - b).abs() <= 1e-6 * a.abs().max(1e-3), "{name} state {key}: {a} vs {b}");
+            assert!(
+                a == &b || (a - b).abs() <= 1e-6 * a.abs().max(1e-3),
+                "{name} state {key}: {a} vs {b}"
+            );
         }
     }
 }
@@ -83,14 +90,32 @@ fn fused_sgd_steps_equal_the_cpu_optimizer() {
         return;
     }
     let configs = [
-        ("sgd", SgdOptions { lr: 0.1, ..Default::default() }),
+        (
+            "sgd",
+            SgdOptions {
+                lr: 0.1,
+                ..Default::default()
+            },
+        ),
         (
             "sgd nesterov wd",
-            SgdOptions { lr: 0.05, momentum: 0.9, nesterov: true, weight_decay: 5e-4, ..Default::default() },
+            SgdOptions {
+                lr: 0.05,
+                momentum: 0.9,
+                nesterov: true,
+                weight_decay: 5e-4,
+                ..Default::default()
+            },
         ),
         (
             "sgd dampening maximize",
-            SgdOptions { lr: 0.03, momentum: 0.8, dampening: 0.1, maximize: true, ..Default::default() },
+            SgdOptions {
+                lr: 0.03,
+                momentum: 0.8,
+                dampening: 0.1,
+                maximize: true,
+                ..Default::default()
+            },
         ),
     ];
     for (name, o) in configs {
@@ -103,14 +128,55 @@ fn fused_adam_steps_equal_the_cpu_optimizer() {
     if !gpu() {
         return;
     }
-    check("adamw", |p| Box::new(AdamW::new(p, AdamWOptions { lr: 1e-2, ..Default::default() }).unwrap()));
-    check("adamw maximize", |p| {
-        Box::new(AdamW::new(p, AdamWOptions { lr: 3e-3, beta1: 0.6, maximize: true, ..Default::default() }).unwrap())
+    check("adamw", |p| {
+        Box::new(
+            AdamW::new(
+                p,
+                AdamWOptions {
+                    lr: 1e-2,
+                    ..Default::default()
+                },
+            )
+            .unwrap(),
+        )
     });
-    check("adam wd", |p| Box::new(Adam::new(p, AdamOptions { lr: 1e-2, weight_decay: 0.1, ..Default::default() }).unwrap()));
+    check("adamw maximize", |p| {
+        Box::new(
+            AdamW::new(
+                p,
+                AdamWOptions {
+                    lr: 3e-3,
+                    beta1: 0.6,
+                    maximize: true,
+                    ..Default::default()
+                },
+            )
+            .unwrap(),
+        )
+    });
+    check("adam wd", |p| {
+        Box::new(
+            Adam::new(
+                p,
+                AdamOptions {
+                    lr: 1e-2,
+                    weight_decay: 0.1,
+                    ..Default::default()
+                },
+            )
+            .unwrap(),
+        )
+    });
     // AMSGrad has no fused kernel: a named error, nothing stepped silently.
     let dev = params(DEV);
-    let mut o = Adam::new(dev.clone(), AdamOptions { amsgrad: true, ..Default::default() }).unwrap();
+    let mut o = Adam::new(
+        dev.clone(),
+        AdamOptions {
+            amsgrad: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let e = o.step(&grads(&dev, 1)).unwrap_err();
     assert!(e.to_string().contains("Adam has no fused GPU kernel"), "{e}");
 }

@@ -45,11 +45,18 @@ fn train(
     rng::manual_seed(7);
     let mut model = build()?;
     model.to(device)?;
-    let mut opt = AdamW::new(model.parameters(), AdamWOptions { lr: LR, ..Default::default() })?;
+    let mut opt = AdamW::new(
+        model.parameters(),
+        AdamWOptions {
+            lr: LR,
+            ..Default::default()
+        },
+    )?;
     let (x, y) = (Var::constant(x.to_device(device)?), y.to_device(device)?);
     let mut losses = Vec::new();
     for _ in 0..STEPS {
-        let loss = logits(&*model, &x)?.cross_entropy(Target::Indices(&y), &CrossEntropyOptions::default())?;
+        let loss =
+            logits(&*model, &x)?.cross_entropy(Target::Indices(&y), &CrossEntropyOptions::default())?;
         let grads = loss.backward()?;
         opt.step(&grads)?;
         losses.push(loss.tensor().cpu()?.to_scalar::<f32>()?);
@@ -70,17 +77,27 @@ fn train(
 /// apart, see the module doc) and the largest difference reported.
 fn assert_same(what: &str, cpu: &Run, dev: &Run, loss_rtol: f32, param_atol: f32) {
     for (i, (a, b)) in cpu.losses.iter().zip(&dev.losses).enumerate() {
-        assert!((a - b).abs() <= loss_rtol * a.abs(), "{what}: loss {i}: cpu {a} vs device {b}");
+        assert!(
+            (a - b).abs() <= loss_rtol * a.abs(),
+            "{what}: loss {i}: cpu {a} vs device {b}"
+        );
     }
     assert_eq!(cpu.params.len(), dev.params.len());
     for ((name, a), (_, b)) in cpu.params.iter().zip(&dev.params) {
         let worst = a.iter().zip(b).map(|(p, q)| (p - q).abs()).fold(0.0f32, f32::max);
-        assert!(worst <= param_atol, "{what}: {name} differs by up to {worst} (allowed {param_atol})");
+        assert!(
+            worst <= param_atol,
+            "{what}: {name} differs by up to {worst} (allowed {param_atol})"
+        );
     }
 }
 
 fn orders() -> [ThreadOrder; 3] {
-    [ThreadOrder::Forward, ThreadOrder::Reverse, ThreadOrder::Random(11)]
+    [
+        ThreadOrder::Forward,
+        ThreadOrder::Reverse,
+        ThreadOrder::Random(11),
+    ]
 }
 
 #[test]
@@ -94,7 +111,11 @@ fn mnist_cnn_adamw_steps_on_the_device_equal_the_cpu() {
     let build = || -> Result<Box<dyn Module>> { Ok(Box::new(mnist_cnn()?)) };
     let logits = |m: &dyn Module, x: &Var| m.forward(x);
     let cpu = train(&build, Device::Cpu, &x, &y, &logits).unwrap();
-    assert!(cpu.losses[STEPS - 1] < cpu.losses[0], "the CPU run learns: {:?}", cpu.losses);
+    assert!(
+        cpu.losses[STEPS - 1] < cpu.losses[0],
+        "the CPU run learns: {:?}",
+        cpu.losses
+    );
     for order in orders() {
         let dev = with_thread_order(order, || train(&build, DEV, &x, &y, &logits)).unwrap();
         assert_same(&format!("mnist cnn {order:?}"), &cpu, &dev, 1e-5, 2.0 * LR as f32);
@@ -109,7 +130,13 @@ fn transformer_encoder_adamw_steps_on_the_device_equal_the_cpu() {
     let (b, l, d, classes) = (2, 5, 16, 4);
     let mut g = Generator::new(5);
     let x = Tensor::randn_with(&[b, l, d], DType::F32, &mut g).unwrap();
-    let y = Tensor::from_vec((0..(b * l) as i64).map(|i| (i * 7 + 1) % classes as i64).collect(), &[b * l]).unwrap();
+    let y = Tensor::from_vec(
+        (0..(b * l) as i64)
+            .map(|i| (i * 7 + 1) % classes as i64)
+            .collect(),
+        &[b * l],
+    )
+    .unwrap();
     let build = || -> Result<Box<dyn Module>> {
         let o = TransformerOptions {
             dim_feedforward: 32,
@@ -119,16 +146,33 @@ fn transformer_encoder_adamw_steps_on_the_device_equal_the_cpu() {
         Ok(Box::new(
             Sequential::new()
                 .with(TransformerEncoderLayer::new(d, 2, o)?)
-                .with(TransformerEncoderLayer::new(d, 2, TransformerOptions { norm_first: true, ..o })?)
+                .with(TransformerEncoderLayer::new(
+                    d,
+                    2,
+                    TransformerOptions {
+                        norm_first: true,
+                        ..o
+                    },
+                )?)
                 .with(Linear::new(d, classes, true)?),
         ))
     };
     let logits = |m: &dyn Module, x: &Var| m.forward(x)?.reshape([b * l, classes]);
     let cpu = train(&build, Device::Cpu, &x, &y, &logits).unwrap();
-    assert!(cpu.losses[STEPS - 1] < cpu.losses[0], "the CPU run learns: {:?}", cpu.losses);
+    assert!(
+        cpu.losses[STEPS - 1] < cpu.losses[0],
+        "the CPU run learns: {:?}",
+        cpu.losses
+    );
     for order in orders() {
         let dev = with_thread_order(order, || train(&build, DEV, &x, &y, &logits)).unwrap();
-        assert_same(&format!("transformer {order:?}"), &cpu, &dev, 1e-5, 2.0 * LR as f32);
+        assert_same(
+            &format!("transformer {order:?}"),
+            &cpu,
+            &dev,
+            1e-5,
+            2.0 * LR as f32,
+        );
     }
 }
 
@@ -151,8 +195,20 @@ fn train_mnist_runs_on_the_device() {
     };
     let args = |out: &std::path::Path, extra: &[&str]| {
         let base = [
-            "--epochs", "2", "--batch-size", "16", "--lr", "0.05", "--seed", "3", "--train-limit", "96",
-            "--test-limit", "64", "--data", data,
+            "--epochs",
+            "2",
+            "--batch-size",
+            "16",
+            "--lr",
+            "0.05",
+            "--seed",
+            "3",
+            "--train-limit",
+            "96",
+            "--test-limit",
+            "64",
+            "--data",
+            data,
         ];
         let out = ["--out".to_string(), out.display().to_string()];
         cli::Args::parse(base.iter().chain(extra).map(|s| s.to_string()).chain(out)).unwrap()
@@ -162,8 +218,14 @@ fn train_mnist_runs_on_the_device() {
     let dev = run::train(&args(&d, &["--device", "cuda"])).unwrap();
     assert_eq!(dev.len(), 2);
     for (a, b) in cpu.iter().zip(&dev) {
-        assert!((a.train_loss - b.train_loss).abs() <= 1e-4 * a.train_loss, "{cpu:?} vs {dev:?}");
-        assert!((a.test_acc - b.test_acc).abs() <= 100.0 / 64.0 + 1e-9, "{cpu:?} vs {dev:?}");
+        assert!(
+            (a.train_loss - b.train_loss).abs() <= 1e-4 * a.train_loss,
+            "{cpu:?} vs {dev:?}"
+        );
+        assert!(
+            (a.test_acc - b.test_acc).abs() <= 100.0 / 64.0 + 1e-9,
+            "{cpu:?} vs {dev:?}"
+        );
     }
     assert!(d.join("model.safetensors").exists());
     let mut resumed = run::train(&args(&r, &["--device", "cuda", "--stop-after", "1"])).unwrap();

@@ -295,7 +295,10 @@ pub fn copy_strided<T: KernelType>(x: Operand<'_, T>, y: Operand<'_, T>, shape: 
     if shape.iter().zip(y.strides).any(|(&d, &s)| d > 1 && s == 0) {
         return Err(Error::arg(
             OP,
-            format!("destination strides {:?} over {shape:?} write one element twice", y.strides),
+            format!(
+                "destination strides {:?} over {shape:?} write one element twice",
+                y.strides
+            ),
         ));
     }
     let (sh, st) = coalesce(shape, &[x.strides, y.strides]);

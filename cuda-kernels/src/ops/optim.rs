@@ -71,7 +71,12 @@ pub fn adamw_tables<G: Float>(group: &[AdamTensor<G>]) -> Result<AdamTables> {
         group.iter().map(|p| {
             (
                 [p.param.len(), p.grad.len(), p.exp_avg.len(), p.exp_avg_sq.len()],
-                [p.param.addr(), p.grad.addr(), p.exp_avg.addr(), p.exp_avg_sq.addr()],
+                [
+                    p.param.addr(),
+                    p.grad.addr(),
+                    p.exp_avg.addr(),
+                    p.exp_avg_sq.addr(),
+                ],
             )
         }),
     )
@@ -116,8 +121,12 @@ pub struct SgdConfig {
 /// Errors: a tensor whose buffers differ in length, or a momentum buffer
 /// missing on some tensors only.
 pub fn sgd_tables<G: Float>(group: &[SgdTensor<G>]) -> Result<AdamTables> {
-    if group.iter().any(|t| t.momentum_buffer.is_some()) && group.iter().any(|t| t.momentum_buffer.is_none()) {
-        return Err(Error::arg("sgd", "momentum buffers on some tensors of the group only"));
+    if group.iter().any(|t| t.momentum_buffer.is_some()) && group.iter().any(|t| t.momentum_buffer.is_none())
+    {
+        return Err(Error::arg(
+            "sgd",
+            "momentum buffers on some tensors of the group only",
+        ));
     }
     tables(
         "sgd",
@@ -157,7 +166,12 @@ fn tables(op: &'static str, rows: impl Iterator<Item = ([usize; 4], [u64; 4])>) 
 /// math is `torch.optim.Adam(W)`'s single-tensor form in f32.
 ///
 /// Errors: table buffers too short, step 0, betas outside [0, 1).
-pub fn adamw<G: Float>(tensors: DevPtr<u64>, chunks: DevPtr<u64>, n_chunks: usize, c: &AdamConfig) -> Result<Launch> {
+pub fn adamw<G: Float>(
+    tensors: DevPtr<u64>,
+    chunks: DevPtr<u64>,
+    n_chunks: usize,
+    c: &AdamConfig,
+) -> Result<Launch> {
     const OP: &str = "adamw";
     check_tables(OP, &tensors, &chunks, n_chunks)?;
     if c.step == 0 || !(0.0..1.0).contains(&c.beta1) || !(0.0..1.0).contains(&c.beta2) {
@@ -202,7 +216,12 @@ pub fn adamw<G: Float>(tensors: DevPtr<u64>, chunks: DevPtr<u64>, n_chunks: usiz
 /// device, in `torch.optim.SGD`'s single-tensor form in f32.
 ///
 /// Errors: table buffers too short, Nesterov without momentum.
-pub fn sgd<G: Float>(tensors: DevPtr<u64>, chunks: DevPtr<u64>, n_chunks: usize, c: &SgdConfig) -> Result<Launch> {
+pub fn sgd<G: Float>(
+    tensors: DevPtr<u64>,
+    chunks: DevPtr<u64>,
+    n_chunks: usize,
+    c: &SgdConfig,
+) -> Result<Launch> {
     const OP: &str = "sgd";
     check_tables(OP, &tensors, &chunks, n_chunks)?;
     if c.nesterov && c.momentum <= 0.0 {
@@ -225,7 +244,12 @@ pub fn sgd<G: Float>(tensors: DevPtr<u64>, chunks: DevPtr<u64>, n_chunks: usize,
     multi_launch(OP, format!("sgd_{}", G::NAME), tensors, chunks, n_chunks, hyper)
 }
 
-fn check_tables(op: &'static str, tensors: &DevPtr<u64>, chunks: &DevPtr<u64>, n_chunks: usize) -> Result<()> {
+fn check_tables(
+    op: &'static str,
+    tensors: &DevPtr<u64>,
+    chunks: &DevPtr<u64>,
+    n_chunks: usize,
+) -> Result<()> {
     check_len(op, "chunks", chunks, 2 * n_chunks)?;
     if tensors.is_empty() && n_chunks > 0 {
         return Err(Error::arg(op, "empty tensor table"));

@@ -30,8 +30,14 @@ pub struct PoolGeom {
 
 impl PoolGeom {
     fn arg(&self, op: &'static str) -> Result<Arg> {
-        if [self.kernel, self.stride, self.dilation].iter().any(|p| p.contains(&0)) {
-            return Err(Error::arg(op, format!("zero kernel, stride or dilation in {self:?}")));
+        if [self.kernel, self.stride, self.dilation]
+            .iter()
+            .any(|p| p.contains(&0))
+        {
+            return Err(Error::arg(
+                op,
+                format!("zero kernel, stride or dilation in {self:?}"),
+            ));
         }
         let ints = [
             self.input[0],
@@ -72,7 +78,12 @@ impl PoolGeom {
 ///
 /// Errors: a zero kernel, stride or dilation, buffers too short, sizes
 /// past i32.
-pub fn max_pool2d_fwd<T: Float>(g: &PoolGeom, x: DevPtr<T>, y: DevPtr<T>, idx: DevPtr<i64>) -> Result<Launch> {
+pub fn max_pool2d_fwd<T: Float>(
+    g: &PoolGeom,
+    x: DevPtr<T>,
+    y: DevPtr<T>,
+    idx: DevPtr<i64>,
+) -> Result<Launch> {
     const OP: &str = "max_pool2d_fwd";
     let (ni, no) = (g.numel(OP, g.input)?, g.numel(OP, g.output)?);
     check_len(OP, "x", &x, ni)?;

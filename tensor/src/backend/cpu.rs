@@ -131,15 +131,31 @@ impl Backend for Cpu {
         Ok(None)
     }
 
-    fn conv2d(&self, x: &Tensor, weight: &Tensor, bias: Option<&Tensor>, g: &crate::ops::conv::Geom) -> Result<Tensor> {
+    fn conv2d(
+        &self,
+        x: &Tensor,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        g: &crate::ops::conv::Geom,
+    ) -> Result<Tensor> {
         crate::ops::conv::cpu_forward(x, weight, bias, g)
     }
 
-    fn conv2d_backward_input(&self, grad_out: &Tensor, weight: &Tensor, g: &crate::ops::conv::Geom) -> Result<Tensor> {
+    fn conv2d_backward_input(
+        &self,
+        grad_out: &Tensor,
+        weight: &Tensor,
+        g: &crate::ops::conv::Geom,
+    ) -> Result<Tensor> {
         crate::ops::conv::cpu_backward_input(grad_out, weight, g)
     }
 
-    fn conv2d_backward_weight(&self, grad_out: &Tensor, input: &Tensor, g: &crate::ops::conv::Geom) -> Result<Tensor> {
+    fn conv2d_backward_weight(
+        &self,
+        grad_out: &Tensor,
+        input: &Tensor,
+        g: &crate::ops::conv::Geom,
+    ) -> Result<Tensor> {
         crate::ops::conv::cpu_backward_weight(grad_out, input, g)
     }
 
@@ -147,11 +163,23 @@ impl Backend for Cpu {
         crate::ops::pool::cpu_max_pool2d(x, w)
     }
 
-    fn max_pool2d_backward(&self, grad_out: &Tensor, indices: &Tensor, input_shape: &[usize]) -> Result<Tensor> {
+    fn max_pool2d_backward(
+        &self,
+        grad_out: &Tensor,
+        indices: &Tensor,
+        input_shape: &[usize],
+    ) -> Result<Tensor> {
         crate::ops::pool::cpu_max_pool2d_backward(grad_out, indices, input_shape)
     }
 
-    fn softmax_backward(&self, op: &'static str, dy: &Tensor, y: &Tensor, dim: isize, log: bool) -> Result<Tensor> {
+    fn softmax_backward(
+        &self,
+        op: &'static str,
+        dy: &Tensor,
+        y: &Tensor,
+        dim: isize,
+        log: bool,
+    ) -> Result<Tensor> {
         crate::ops::softmax_backward::cpu(op, dy, y, dim, log)
     }
 

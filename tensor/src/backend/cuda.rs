@@ -145,15 +145,31 @@ impl Backend for Cuda {
         ops::matmul::cuda::linear(x, weight, bias, act).map(Some)
     }
 
-    fn conv2d(&self, x: &Tensor, weight: &Tensor, bias: Option<&Tensor>, g: &crate::ops::conv::Geom) -> Result<Tensor> {
+    fn conv2d(
+        &self,
+        x: &Tensor,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        g: &crate::ops::conv::Geom,
+    ) -> Result<Tensor> {
         ops::conv::cuda::forward(&self.state, x, weight, bias, g)
     }
 
-    fn conv2d_backward_input(&self, grad_out: &Tensor, weight: &Tensor, g: &crate::ops::conv::Geom) -> Result<Tensor> {
+    fn conv2d_backward_input(
+        &self,
+        grad_out: &Tensor,
+        weight: &Tensor,
+        g: &crate::ops::conv::Geom,
+    ) -> Result<Tensor> {
         ops::conv::cuda::backward_input(&self.state, grad_out, weight, g)
     }
 
-    fn conv2d_backward_weight(&self, grad_out: &Tensor, input: &Tensor, g: &crate::ops::conv::Geom) -> Result<Tensor> {
+    fn conv2d_backward_weight(
+        &self,
+        grad_out: &Tensor,
+        input: &Tensor,
+        g: &crate::ops::conv::Geom,
+    ) -> Result<Tensor> {
         ops::conv::cuda::backward_weight(&self.state, grad_out, input, g)
     }
 
@@ -161,11 +177,23 @@ impl Backend for Cuda {
         ops::pool::cuda::max_pool2d(&self.state, x, w)
     }
 
-    fn max_pool2d_backward(&self, grad_out: &Tensor, indices: &Tensor, input_shape: &[usize]) -> Result<Tensor> {
+    fn max_pool2d_backward(
+        &self,
+        grad_out: &Tensor,
+        indices: &Tensor,
+        input_shape: &[usize],
+    ) -> Result<Tensor> {
         ops::pool::cuda::max_pool2d_backward(&self.state, grad_out, indices, input_shape)
     }
 
-    fn softmax_backward(&self, _op: &'static str, dy: &Tensor, y: &Tensor, dim: isize, log: bool) -> Result<Tensor> {
+    fn softmax_backward(
+        &self,
+        _op: &'static str,
+        dy: &Tensor,
+        y: &Tensor,
+        dim: isize,
+        log: bool,
+    ) -> Result<Tensor> {
         // Composed of device ops: dx = y·(dy − Σ dy·y), or dy − exp(y)·Σ dy.
         if log {
             dy.sub(&y.exp()?.mul(&dy.sum(&[dim], true)?)?)

@@ -12,7 +12,12 @@
 //! backend refuses them.
 //!
 //! Dispatch happens once per op call, never per element: the CPU kernels
-//! behind [`cpu::Cpu`] are the same monomorphised loops as before.
+//! behind [`cpu::Cpu`] are the same monomorphised loops as before. An op
+//! validates its arguments before dispatching, so both backends receive
+//! checked operands (conv2d gets its `Geom`, max pooling its `Window`).
+//! Some CUDA methods are compositions of other device ops (linear: GEMM
+//! and a broadcast add; softmax gradients; conv2d: im2col/col2im around the
+//! device GEMM), which is still a GPU path the compiler checks.
 //!
 //! # Adding an elementwise op
 //!
@@ -119,18 +124,46 @@ pub(crate) trait Backend {
         act: crate::ops::matmul::Activation,
     ) -> Result<Option<Tensor>>;
     /// 2-D convolution of checked operands with geometry `g`.
-    fn conv2d(&self, x: &Tensor, weight: &Tensor, bias: Option<&Tensor>, g: &crate::ops::conv::Geom) -> Result<Tensor>;
+    fn conv2d(
+        &self,
+        x: &Tensor,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        g: &crate::ops::conv::Geom,
+    ) -> Result<Tensor>;
     /// The input gradient of a convolution with geometry `g`.
-    fn conv2d_backward_input(&self, grad_out: &Tensor, weight: &Tensor, g: &crate::ops::conv::Geom) -> Result<Tensor>;
+    fn conv2d_backward_input(
+        &self,
+        grad_out: &Tensor,
+        weight: &Tensor,
+        g: &crate::ops::conv::Geom,
+    ) -> Result<Tensor>;
     /// The weight gradient of a convolution with geometry `g`.
-    fn conv2d_backward_weight(&self, grad_out: &Tensor, input: &Tensor, g: &crate::ops::conv::Geom) -> Result<Tensor>;
+    fn conv2d_backward_weight(
+        &self,
+        grad_out: &Tensor,
+        input: &Tensor,
+        g: &crate::ops::conv::Geom,
+    ) -> Result<Tensor>;
     /// Max pooling of a checked input: (values, i64 plane indices).
     fn max_pool2d(&self, x: &Tensor, w: &crate::ops::pool::Window) -> Result<(Tensor, Tensor)>;
     /// The input gradient of max pooling from the forward's indices.
-    fn max_pool2d_backward(&self, grad_out: &Tensor, indices: &Tensor, input_shape: &[usize]) -> Result<Tensor>;
+    fn max_pool2d_backward(
+        &self,
+        grad_out: &Tensor,
+        indices: &Tensor,
+        input_shape: &[usize],
+    ) -> Result<Tensor>;
     /// The gradient of softmax (log-softmax when `log`) along `dim` from
     /// its output `y`, reported as `op`.
-    fn softmax_backward(&self, op: &'static str, dy: &Tensor, y: &Tensor, dim: isize, log: bool) -> Result<Tensor>;
+    fn softmax_backward(
+        &self,
+        op: &'static str,
+        dy: &Tensor,
+        y: &Tensor,
+        dim: isize,
+        log: bool,
+    ) -> Result<Tensor>;
     /// A fresh tensor of `shape` with every element `value`, reported as `op`.
     fn full(
         &self,

@@ -4,10 +4,15 @@
 //! `tessera-optim` call these for parameters on a GPU; the element math is
 //! theirs (PyTorch's single-tensor rounding form in f32).
 
-use tessera_cuda_kernels::ops::optim::{adamw, adamw_tables, sgd, sgd_tables, AdamConfig, AdamTensor, SgdConfig, SgdTensor};
+use tessera_cuda_kernels::ops::optim::{
+    adamw, adamw_tables, sgd, sgd_tables, AdamConfig, AdamTensor, SgdConfig, SgdTensor,
+};
 use tessera_cuda_kernels::DevPtr;
 
-use super::{common_device, contiguous, contiguous_ptr, copy_into, kernel_err, launch, no_kernel, with_kernel_float, DeviceBuffer, DeviceState, Output};
+use super::{
+    common_device, contiguous, contiguous_ptr, copy_into, kernel_err, launch, no_kernel, with_kernel_float,
+    DeviceBuffer, DeviceState, Output,
+};
 use crate::{DType, Error, Layout, Result, Tensor};
 
 /// One Adam/AdamW step's hyperparameters (`torch.optim.Adam(W)`).
@@ -190,7 +195,9 @@ fn check(
         let bad = p.dtype() != DType::F32
             || grads[i].shape() != p.shape()
             || grads[i].dtype() != gdtype
-            || states.iter().any(|s| s[i].shape() != p.shape() || s[i].dtype() != DType::F32);
+            || states
+                .iter()
+                .any(|s| s[i].shape() != p.shape() || s[i].dtype() != DType::F32);
         if bad {
             return Err(Error::shape(
                 op,
@@ -230,7 +237,11 @@ fn run(
     state: &std::sync::Arc<DeviceState>,
     tensors: &[u64],
     chunks: &[u64],
-    make: impl FnOnce(DevPtr<u64>, DevPtr<u64>, usize) -> tessera_cuda_kernels::Result<tessera_cuda_kernels::Launch>,
+    make: impl FnOnce(
+        DevPtr<u64>,
+        DevPtr<u64>,
+        usize,
+    ) -> tessera_cuda_kernels::Result<tessera_cuda_kernels::Launch>,
 ) -> Result<()> {
     let tt = DeviceBuffer::upload(op, state, bytemuck::cast_slice(tensors))?;
     let tc = DeviceBuffer::upload(op, state, bytemuck::cast_slice(chunks))?;

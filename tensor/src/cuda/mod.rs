@@ -8,6 +8,9 @@
 //! in tests without a GPU. Its memory comes from a caching allocator
 //! ([`crate::Device::memory_stats`], [`crate::Device::empty_cache`]).
 //!
+//! [`fused_optim`] holds the fused multi-tensor optimizer steps (Adam/AdamW,
+//! SGD) that `tessera-optim` runs for parameters on a GPU.
+//!
 //! Every GPU op runs on its device's one stream, so launches, copies and
 //! frees are ordered without explicit synchronisation; only a copy to the
 //! host waits. Ops reach these kernels through the backend layer

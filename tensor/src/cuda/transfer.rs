@@ -93,7 +93,8 @@ pub(crate) fn copy_into(op: &'static str, src: &Tensor, dst: &Output, at: &Layou
             }
         };
     }
-    let l = by_size!(1 => u8, 2 => crate::f16, 4 => f32, 8 => u64).map_err(super::kernel_err(op, state.device()))?;
+    let l = by_size!(1 => u8, 2 => crate::f16, 4 => f32, 8 => u64)
+        .map_err(super::kernel_err(op, state.device()))?;
     launch(op, &state, &[l])
 }
 

@@ -6,7 +6,9 @@
 //! copies: the same bits), softmax gradients and `linear`.
 #![cfg(feature = "cuda")]
 
-use tessera_tensor::ops::conv::{conv2d_backward_bias, conv2d_backward_input, conv2d_backward_weight, Conv2dParams};
+use tessera_tensor::ops::conv::{
+    conv2d_backward_bias, conv2d_backward_input, conv2d_backward_weight, Conv2dParams,
+};
 use tessera_tensor::ops::matmul::Activation;
 use tessera_tensor::ops::pool::{max_pool2d_backward, Pool2dParams};
 use tessera_tensor::{DType, Error, Layout, Tensor};
@@ -24,8 +26,16 @@ fn conv2d_and_its_gradients_match_the_cpu() {
     }
     let cases = [
         ([2, 3, 7, 6], [4, 3, 3, 2], Conv2dParams::default()),
-        ([1, 2, 9, 8], [3, 2, 3, 3], Conv2dParams::default().padding(1).stride(2)),
-        ([3, 1, 8, 8], [2, 1, 2, 3], Conv2dParams::default().dilation(2).padding(1)),
+        (
+            [1, 2, 9, 8],
+            [3, 2, 3, 3],
+            Conv2dParams::default().padding(1).stride(2),
+        ),
+        (
+            [3, 1, 8, 8],
+            [2, 1, 2, 3],
+            Conv2dParams::default().dilation(2).padding(1),
+        ),
     ];
     for (i, (xs, ws, p)) in cases.into_iter().enumerate() {
         let (x, w, b) = (
@@ -61,7 +71,10 @@ fn conv2d_and_its_gradients_match_the_cpu() {
         );
     }
     // Grouped convolutions have no GPU path: a named error, not a wrong result.
-    let (x, w) = (randn(&[1, 4, 5, 5], DType::F32, 1), randn(&[4, 2, 3, 3], DType::F32, 2));
+    let (x, w) = (
+        randn(&[1, 4, 5, 5], DType::F32, 1),
+        randn(&[4, 2, 3, 3], DType::F32, 2),
+    );
     let e = dev(&x)
         .conv2d(&dev(&w), None, &Conv2dParams::default().groups(2))
         .unwrap_err();
@@ -84,7 +97,11 @@ fn max_pooling_and_its_gradient_equal_the_cpu_bit_for_bit() {
         for (i, p) in params.iter().enumerate() {
             let what = format!("max_pool2d {dtype} case {i}");
             // Ties and a NaN: the index picked must be the CPU's.
-            let mut x = randn(&[2, 3, 9, 8], dtype, i as u64).mul_scalar(2.0).unwrap().round().unwrap();
+            let mut x = randn(&[2, 3, 9, 8], dtype, i as u64)
+                .mul_scalar(2.0)
+                .unwrap()
+                .round()
+                .unwrap();
             if i == 1 {
                 let nan = Tensor::full(&[1, 1, 1, 1], f64::NAN, dtype).unwrap();
                 x = x.narrow(2, 0, 4).unwrap().contiguous().unwrap();
@@ -93,7 +110,11 @@ fn max_pooling_and_its_gradient_equal_the_cpu_bit_for_bit() {
             let (y, idx) = x.max_pool2d_with_indices(p).unwrap();
             let (yd, idxd) = dev(&x).max_pool2d_with_indices(p).unwrap();
             assert_close(&what, &y, &yd, 0.0, 0.0);
-            assert_eq!(idx.to_vec::<i64>().unwrap(), idxd.cpu().unwrap().to_vec::<i64>().unwrap(), "{what}: indices");
+            assert_eq!(
+                idx.to_vec::<i64>().unwrap(),
+                idxd.cpu().unwrap().to_vec::<i64>().unwrap(),
+                "{what}: indices"
+            );
             let g = randn(y.shape(), dtype, 40 + i as u64);
             assert_close(
                 &format!("{what} backward"),
@@ -112,10 +133,22 @@ fn cat_and_view_gradients_copy_exactly() {
         return;
     }
     for dtype in [DType::F32, DType::BF16, DType::I64, DType::Bool, DType::U8] {
-        let a = randn(&[2, 3, 4], DType::F32, 1).mul_scalar(9.0).unwrap().to_dtype(dtype).unwrap();
-        let b = randn(&[4, 3, 2], DType::F32, 2).mul_scalar(9.0).unwrap().to_dtype(dtype).unwrap();
+        let a = randn(&[2, 3, 4], DType::F32, 1)
+            .mul_scalar(9.0)
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap();
+        let b = randn(&[4, 3, 2], DType::F32, 2)
+            .mul_scalar(9.0)
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap();
         let bt = b.transpose(0, 2).unwrap();
-        let c = randn(&[2, 5, 4], DType::F32, 3).mul_scalar(9.0).unwrap().to_dtype(dtype).unwrap();
+        let c = randn(&[2, 5, 4], DType::F32, 3)
+            .mul_scalar(9.0)
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap();
         let cn = c.narrow(1, 1, 2).unwrap().flip(&[2]).unwrap();
         let cpu = Tensor::cat(&[&a, &bt, &cn], 1).unwrap();
         let gpu = Tensor::cat(&[&dev(&a), &dev(&bt), &dev(&cn)], 1).unwrap();
@@ -123,7 +156,12 @@ fn cat_and_view_gradients_copy_exactly() {
         assert_eq!(gpu.device(), DEV);
         assert_eq!(
             cpu.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap(),
-            gpu.cpu().unwrap().to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap(),
+            gpu.cpu()
+                .unwrap()
+                .to_dtype(DType::F64)
+                .unwrap()
+                .to_vec::<f64>()
+                .unwrap(),
             "cat {dtype}"
         );
         let stacked = Tensor::stack(&[dev(&a), dev(&a)], 0).unwrap();

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use tessera_cuda_kernels::ops::conv::{col2im, im2col, ConvGeom};
 
 use super::Geom;
-use crate::cuda::{contiguous, contiguous_ptr, kernel_err, launch, no_kernel, with_kernel_float, DeviceState, Output};
+use crate::cuda::{
+    contiguous, contiguous_ptr, kernel_err, launch, no_kernel, with_kernel_float, DeviceState, Output,
+};
 use crate::{Result, Tensor};
 
 /// `conv2d(x, w) + bias` for checked GPU operands.
@@ -36,7 +38,12 @@ pub(crate) fn forward(
 /// The input gradient: `col2im(Wᵀ · grad_out)` per sample.
 ///
 /// Errors as [`forward`].
-pub(crate) fn backward_input(state: &Arc<DeviceState>, grad_out: &Tensor, weight: &Tensor, g: &Geom) -> Result<Tensor> {
+pub(crate) fn backward_input(
+    state: &Arc<DeviceState>,
+    grad_out: &Tensor,
+    weight: &Tensor,
+    g: &Geom,
+) -> Result<Tensor> {
     const OP: &str = "conv2d_backward_input";
     one_group(OP, state, g)?;
     let go = grad_out.reshape([g.n, g.o, g.l()])?;
@@ -53,7 +60,12 @@ pub(crate) fn backward_input(state: &Arc<DeviceState>, grad_out: &Tensor, weight
 /// The weight gradient: `Σₙ grad_out[n] · cols[n]ᵀ`.
 ///
 /// Errors as [`forward`].
-pub(crate) fn backward_weight(state: &Arc<DeviceState>, grad_out: &Tensor, input: &Tensor, g: &Geom) -> Result<Tensor> {
+pub(crate) fn backward_weight(
+    state: &Arc<DeviceState>,
+    grad_out: &Tensor,
+    input: &Tensor,
+    g: &Geom,
+) -> Result<Tensor> {
     const OP: &str = "conv2d_backward_weight";
     one_group(OP, state, g)?;
     let cols = unfold(OP, state, input, g)?;
@@ -67,7 +79,11 @@ fn one_group(op: &'static str, state: &DeviceState, g: &Geom) -> Result<()> {
     if g.groups == 1 {
         Ok(())
     } else {
-        Err(no_kernel(op, state.device(), format_args!("groups = {}", g.groups)))
+        Err(no_kernel(
+            op,
+            state.device(),
+            format_args!("groups = {}", g.groups),
+        ))
     }
 }
 

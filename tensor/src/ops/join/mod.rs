@@ -150,7 +150,10 @@ impl Tensor {
 /// The CPU kernel of [`Tensor::cat`]: `parts` (one dtype) joined along
 /// `d` into `shape`.
 pub(crate) fn cpu_cat(parts: &[Tensor], d: usize, shape: &[usize]) -> Result<Tensor> {
-    let parts = parts.iter().map(Tensor::contiguous).collect::<Result<Vec<Tensor>>>()?;
+    let parts = parts
+        .iter()
+        .map(Tensor::contiguous)
+        .collect::<Result<Vec<Tensor>>>()?;
     let dtype = parts.first().map_or(crate::DType::F32, Tensor::dtype);
     crate::with_dtype!(dtype, E => cat_kernel::<E>(&parts, d, shape))
 }

@@ -147,7 +147,9 @@ impl Tensor {
         if bias.is_some_and(|b| b.shape() != [out_f]) {
             return Err(shape_err());
         }
-        if let Some(y) = crate::backend::dispatch(OP, &[self, weight, &bias])?.linear(self, weight, bias, act)? {
+        if let Some(y) =
+            crate::backend::dispatch(OP, &[self, weight, &bias])?.linear(self, weight, bias, act)?
+        {
             return Ok(y);
         }
         let lead: usize = self.shape()[..self.ndim() - 1].iter().product();

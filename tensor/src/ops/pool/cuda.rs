@@ -7,7 +7,9 @@ use std::sync::Arc;
 use tessera_cuda_kernels::ops::pool::{max_pool2d_bwd, max_pool2d_fwd, PoolGeom};
 
 use super::{plane_dims, Window};
-use crate::cuda::{contiguous, contiguous_ptr, kernel_err, launch, no_kernel, with_kernel_float, DeviceState, Output};
+use crate::cuda::{
+    contiguous, contiguous_ptr, kernel_err, launch, no_kernel, with_kernel_float, DeviceState, Output,
+};
 use crate::{DType, Result, Tensor};
 
 /// Max pooling of the checked GPU input `x` with window `w`: values and i64

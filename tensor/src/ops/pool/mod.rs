@@ -166,7 +166,11 @@ pub(crate) fn cpu_max_pool2d(x: &Tensor, g: &Window) -> Result<(Tensor, Tensor)>
 }
 
 /// The CPU kernel of [`max_pool2d_backward`] (operands checked).
-pub(crate) fn cpu_max_pool2d_backward(grad_out: &Tensor, indices: &Tensor, input_shape: &[usize]) -> Result<Tensor> {
+pub(crate) fn cpu_max_pool2d_backward(
+    grad_out: &Tensor,
+    indices: &Tensor,
+    input_shape: &[usize],
+) -> Result<Tensor> {
     const OP: &str = "max_pool2d_backward";
     let (_, h, w) = plane_dims(OP, input_shape)?;
     let (_, oh, ow) = plane_dims(OP, grad_out.shape())?;
