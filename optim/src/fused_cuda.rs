@@ -5,7 +5,7 @@
 //! fresh-buffer) pair; the CPU parameters of the group take the CPU path.
 
 use tessera_autograd::{Gradients, Parameter, ValueMut};
-use tessera_tensor::fused_optim::{adam_step_, sgd_step_, AdamStep, SgdStep};
+use tessera_tensor::fused_optim::{adam_step_, sgd_step_, AdamConfig, SgdConfig};
 use tessera_tensor::{Error, Result, Tensor};
 
 use super::{DeviceStep, ParamState, Rule};
@@ -101,7 +101,7 @@ fn launch(
                     "Adam steps on a GPU need exactly its two moment buffers",
                 ));
             };
-            let c = AdamStep {
+            let c = AdamConfig {
                 lr,
                 beta1,
                 beta2,
@@ -110,6 +110,7 @@ fn launch(
                 decoupled,
                 maximize,
                 step,
+                grad_scale: 1.0,
             };
             adam_step_(&mut ps, &gs, m, v, &c)
         }
@@ -123,7 +124,7 @@ fn launch(
         } => {
             let mut none = Vec::new();
             let buf = bufs.first_mut().unwrap_or(&mut none);
-            let c = SgdStep {
+            let c = SgdConfig {
                 lr,
                 momentum,
                 dampening,
@@ -131,6 +132,7 @@ fn launch(
                 nesterov,
                 maximize,
                 fresh,
+                grad_scale: 1.0,
             };
             sgd_step_(&mut ps, &gs, buf, &c)
         }

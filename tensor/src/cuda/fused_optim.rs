@@ -15,47 +15,6 @@ use super::{
 };
 use crate::{DType, Error, Layout, Result, Tensor};
 
-/// One Adam/AdamW step's hyperparameters (`torch.optim.Adam(W)`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AdamStep {
-    /// Learning rate γ.
-    pub lr: f64,
-    /// β1.
-    pub beta1: f64,
-    /// β2.
-    pub beta2: f64,
-    /// ε.
-    pub eps: f64,
-    /// Weight decay λ: decoupled (AdamW) or coupled (Adam) as `decoupled` says.
-    pub weight_decay: f64,
-    /// AdamW's decoupled decay (true) or Adam's L2 term (false).
-    pub decoupled: bool,
-    /// Ascend instead of descend.
-    pub maximize: bool,
-    /// The step being taken, from 1, shared by every tensor of the call.
-    pub step: u64,
-}
-
-/// One SGD step's hyperparameters (`torch.optim.SGD`).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SgdStep {
-    /// Learning rate.
-    pub lr: f64,
-    /// Momentum (0: no momentum buffers).
-    pub momentum: f64,
-    /// Dampening.
-    pub dampening: f64,
-    /// Coupled weight decay.
-    pub weight_decay: f64,
-    /// Nesterov momentum.
-    pub nesterov: bool,
-    /// Ascend instead of descend.
-    pub maximize: bool,
-    /// The momentum buffers were created for this step (they start as the
-    /// gradient, as PyTorch's do).
-    pub fresh: bool,
-}
-
 /// One Adam/AdamW step of every `params[i]` from `grads[i]` with its moments
 /// `exp_avg[i]`, `exp_avg_sq[i]`, in place, in one launch. Parameters and
 /// moments are f32 on one GPU (a tensor sharing its storage with another is
@@ -70,7 +29,7 @@ pub fn adam_step_(
     grads: &[&Tensor],
     exp_avg: &mut [&mut Tensor],
     exp_avg_sq: &mut [&mut Tensor],
-    c: &AdamStep,
+    c: &AdamConfig,
 ) -> Result<()> {
     const OP: &str = "adam_step_";
     let Some(state) = check(OP, &views(params), grads, &[&views(exp_avg), &views(exp_avg_sq)])? else {
@@ -79,17 +38,6 @@ pub fn adam_step_(
     own(OP, &state, params)?;
     own(OP, &state, exp_avg)?;
     own(OP, &state, exp_avg_sq)?;
-    let cfg = AdamConfig {
-        lr: c.lr,
-        beta1: c.beta1,
-        beta2: c.beta2,
-        eps: c.eps,
-        weight_decay: c.weight_decay,
-        decoupled: c.decoupled,
-        maximize: c.maximize,
-        step: c.step,
-        grad_scale: 1.0,
-    };
     let grads = grads.iter().map(|g| contiguous(g)).collect::<Result<Vec<_>>>()?;
     with_kernel_float!(grads[0].dtype(), G => {
         let group: Vec<AdamTensor<G>> = (0..params.len())
@@ -101,7 +49,7 @@ pub fn adam_step_(
             })
             .collect();
         let t = adamw_tables(&group).map_err(kernel_err(OP, state.device()))?;
-        run(OP, &state, &t.tensors, &t.chunks, |tt, tc, n| adamw::<G>(tt, tc, n, &cfg))
+        run(OP, &state, &t.tensors, &t.chunks, |tt, tc, n| adamw::<G>(tt, tc, n, c))
     }, else Err(no_kernel(OP, state.device(), format_args!("{} gradients", grads[0].dtype()))))
 }
 
@@ -115,7 +63,7 @@ pub fn sgd_step_(
     params: &mut [&mut Tensor],
     grads: &[&Tensor],
     momentum_buffers: &mut [&mut Tensor],
-    c: &SgdStep,
+    c: &SgdConfig,
 ) -> Result<()> {
     const OP: &str = "sgd_step_";
     let with_buffers = c.momentum != 0.0;
@@ -136,16 +84,6 @@ pub fn sgd_step_(
     };
     own(OP, &state, params)?;
     own(OP, &state, momentum_buffers)?;
-    let cfg = SgdConfig {
-        lr: c.lr,
-        momentum: c.momentum,
-        dampening: c.dampening,
-        weight_decay: c.weight_decay,
-        nesterov: c.nesterov,
-        maximize: c.maximize,
-        fresh: c.fresh,
-        grad_scale: 1.0,
-    };
     let grads = grads.iter().map(|g| contiguous(g)).collect::<Result<Vec<_>>>()?;
     with_kernel_float!(grads[0].dtype(), G => {
         let group: Vec<SgdTensor<G>> = (0..params.len())
@@ -156,7 +94,7 @@ pub fn sgd_step_(
             })
             .collect();
         let t = sgd_tables(&group).map_err(kernel_err(OP, state.device()))?;
-        run(OP, &state, &t.tensors, &t.chunks, |tt, tc, n| sgd::<G>(tt, tc, n, &cfg))
+        run(OP, &state, &t.tensors, &t.chunks, |tt, tc, n| sgd::<G>(tt, tc, n, c))
     }, else Err(no_kernel(OP, state.device(), format_args!("{} gradients", grads[0].dtype()))))
 }
 
