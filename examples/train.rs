@@ -1,8 +1,10 @@
 //! A timm-style training run of any model of `tessera::nn::models` on
-//! MNIST-layout IDX data (MNIST, Fashion-MNIST): AdamW with timm's weight
-//! decay groups, cosine schedule with linear warm-up (per step), label
-//! smoothing, global-norm gradient clipping, a weight EMA (timm's
-//! `ModelEmaV2`), checkpoint/resume and JSONL metrics.
+//! MNIST-layout IDX data (MNIST, Fashion-MNIST), CIFAR-10 binaries or
+//! tessera shards: AdamW, LAMB or LARS with timm's weight decay groups,
+//! cosine schedule with linear warm-up (per step) or OneCycle, label
+//! smoothing, MixUp/CutMix, RandAugment, progressive resizing, gradient
+//! accumulation, global-norm gradient clipping, a weight EMA (timm's
+//! `ModelEmaV2`), checkpoint/resume, JSONL metrics and an HTML report.
 //!
 //! ```text
 //! cargo run --release --example train -- --model vit_tiny_patch16_224 \
@@ -21,13 +23,15 @@
 //! schedule, random state; the EMA weights beside it in
 //! `OUT/ema.safetensors`) and appends an `"epoch"` line to
 //! `OUT/metrics.jsonl`, which also gets a `"step"` line every `--log-every`
-//! steps; `--resume` continues from the checkpoint. The final weights go to
+//! optimizer steps, and rewrites `OUT/report.html` from it; `--resume` continues from the checkpoint. The final weights go to
 //! `OUT/model.safetensors` (a timm/PyTorch-loadable state dict).
 
 #[path = "train/cli.rs"]
 mod cli;
 #[path = "common/mod.rs"]
 mod common;
+#[path = "train/data.rs"]
+mod data;
 #[path = "train_mnist/progress.rs"]
 mod progress;
 #[path = "train/run.rs"]

@@ -69,3 +69,24 @@ pub(crate) fn append_line(path: &Path, line: &str) -> BoxResult<()> {
     writeln!(log, "{line}")?;
     Ok(())
 }
+
+/// The CPU's model name as `/proc/cpuinfo` gives it, else the architecture.
+pub(crate) fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            let line = info.lines().find(|l| l.starts_with("model name"))?;
+            Some(line.split_once(':')?.1.trim().to_owned())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_owned())
+}
+
+/// Writes the HTML report of the metrics log at `log` to `out`, so a run
+/// has its plots after every epoch, interrupted or not.
+pub(crate) fn write_report(log: &Path, out: &Path) -> BoxResult<()> {
+    let text = std::fs::read_to_string(log).map_err(|e| format!("cannot read {}: {e}", log.display()))?;
+    let run = tessera_report::Run::parse(&text)?;
+    let html = tessera_report::render(&run, &log.display().to_string())?;
+    std::fs::write(out, html).map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+    Ok(())
+}

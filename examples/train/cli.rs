@@ -6,22 +6,39 @@ use std::path::PathBuf;
 pub const USAGE: &str = "usage: train --model NAME [--data DIR] [--out DIR] [--epochs N] \
 [--batch-size N] [--lr F] [--weight-decay F] [--warmup-epochs N] [--min-lr F] [--smoothing F] \
 [--clip-grad F] [--ema-decay F] [--img-size N] [--patch-size N] [--depth N] [--embed-dim N] \
-[--num-heads N] [--drop-path F] [--seed N] [--threads N] [--log-every N] [--resume]
-[--train-limit N] [--test-limit N] [--stop-after N]
+[--num-heads N] [--drop-path F] [--opt adamw|lamb|lars] [--momentum F] [--sched cosine|onecycle]
+[--accum-steps N] [--mixup F] [--cutmix F] [--mixup-prob F] [--mixup-switch-prob F]
+[--randaugment N,M] [--progressive MIN,START,END] [--seed N] [--threads N] [--log-every N]
+[--resume] [--train-limit N] [--test-limit N] [--stop-after N]
 
   --model         resnet18|resnet34|resnet50|resnet101|vit_tiny_patch16_224|
                   vit_small_patch16_224|vit_base_patch16_224|coatnet_0_224 .. coatnet_3_224
-  --data          MNIST-layout IDX directory (/usr/share/datasets/fashion-mnist;
-                  also datasets/mnist)
-  --out           directory for metrics.jsonl, checkpoint.safetensors,
+  --data          an MNIST-layout IDX directory (/usr/share/datasets/fashion-mnist;
+                  also datasets/mnist), a CIFAR-10 binary directory, or a directory
+                  of tessera shards train-*.tshard / test-*.tshard (fields image, label)
+  --out           directory for metrics.jsonl, report.html, checkpoint.safetensors,
                   ema.safetensors and model.safetensors (runs/train)
   --epochs        epochs (10)
   --batch-size    samples per step (128)
-  --lr            peak AdamW learning rate (1e-3)
-  --weight-decay  AdamW decoupled decay, not applied to biases, norms and
+  --opt           optimizer: adamw, lamb (timm's), lars (timm's) (adamw)
+  --momentum      LARS momentum (0.9)
+  --lr            peak learning rate (1e-3)
+  --weight-decay  weight decay, not applied to biases, norms and
                   embeddings (0.05)
-  --warmup-epochs linear warm-up from 1e-6, in epochs (1)
+  --sched         cosine (linear warm-up from 1e-6, then cosine to --min-lr) or
+                  onecycle (PyTorch's OneCycleLR, peak --lr) (cosine)
+  --warmup-epochs cosine warm-up in epochs (1)
   --min-lr        lr at the end of the cosine (1e-5)
+  --accum-steps   micro-batches per optimizer step; gradients are averaged (1)
+  --mixup / --cutmix
+                  MixUp / CutMix alpha, timm's batch mode (0: off)
+  --mixup-prob / --mixup-switch-prob
+                  probability of mixing a batch (1) / of CutMix when both are on (0.5)
+  --randaugment N,M
+                  timm's RandAugment rand-mM-n N (mstd 0.5, p 0.5 per op) (off)
+  --progressive MIN,START,END
+                  progressive resizing (ResNets): side MIN up to epoch START,
+                  ramping (FFCV's rule, multiples of 32) to the model's side at END
   --smoothing     label smoothing (0.1)
   --clip-grad     global 2-norm gradient clipping (off)
   --ema-decay     weight EMA decay, e.g. 0.999 (off)
@@ -60,6 +77,16 @@ pub struct Args {
     pub embed_dim: Option<usize>,
     pub num_heads: Option<usize>,
     pub drop_path: f64,
+    pub opt: String,
+    pub momentum: f64,
+    pub sched: String,
+    pub accum_steps: usize,
+    pub mixup: f64,
+    pub cutmix: f64,
+    pub mixup_prob: f64,
+    pub mixup_switch_prob: f64,
+    pub randaugment: Option<(usize, f64)>,
+    pub progressive: Option<(usize, u64, u64)>,
     pub seed: u64,
     pub threads: Option<usize>,
     pub log_every: usize,
@@ -92,6 +119,16 @@ impl Args {
             embed_dim: None,
             num_heads: None,
             drop_path: 0.1,
+            opt: "adamw".into(),
+            momentum: 0.9,
+            sched: "cosine".into(),
+            accum_steps: 1,
+            mixup: 0.0,
+            cutmix: 0.0,
+            mixup_prob: 1.0,
+            mixup_switch_prob: 0.5,
+            randaugment: None,
+            progressive: None,
             seed: 0,
             threads: None,
             log_every: 50,
@@ -139,6 +176,29 @@ impl Args {
                 "--embed-dim" => a.embed_dim = Some(parse!()),
                 "--num-heads" => a.num_heads = Some(parse!()),
                 "--drop-path" => a.drop_path = parse!(),
+                "--opt" => a.opt = value,
+                "--momentum" => a.momentum = parse!(),
+                "--sched" => a.sched = value,
+                "--accum-steps" => a.accum_steps = parse!(),
+                "--mixup" => a.mixup = parse!(),
+                "--cutmix" => a.cutmix = parse!(),
+                "--mixup-prob" => a.mixup_prob = parse!(),
+                "--mixup-switch-prob" => a.mixup_switch_prob = parse!(),
+                "--randaugment" => {
+                    let (n, m) = value.split_once(',').ok_or_else(|| bad(&"expected N,M"))?;
+                    a.randaugment = Some((n.parse().map_err(|e| bad(&e))?, m.parse().map_err(|e| bad(&e))?));
+                }
+                "--progressive" => {
+                    let parts: Vec<&str> = value.split(',').collect();
+                    let [min, start, end] = parts[..] else {
+                        return Err(bad(&"expected MIN,START,END"));
+                    };
+                    a.progressive = Some((
+                        min.parse().map_err(|e| bad(&e))?,
+                        start.parse().map_err(|e| bad(&e))?,
+                        end.parse().map_err(|e| bad(&e))?,
+                    ));
+                }
                 "--seed" => a.seed = parse!(),
                 "--threads" => a.threads = Some(parse!()),
                 "--log-every" => a.log_every = parse!(),
@@ -161,6 +221,24 @@ impl Args {
         }
         if a.ema_decay.is_some_and(|d| !(0.0..1.0).contains(&d)) {
             return Err("--ema-decay must be in [0, 1)".into());
+        }
+        if !["adamw", "lamb", "lars"].contains(&a.opt.as_str()) {
+            return Err(format!("--opt {:?}: expected adamw, lamb or lars", a.opt));
+        }
+        if !["cosine", "onecycle"].contains(&a.sched.as_str()) {
+            return Err(format!("--sched {:?}: expected cosine or onecycle", a.sched));
+        }
+        let unit = |x: f64| (0.0..=1.0).contains(&x);
+        if a.accum_steps == 0 || !nonneg(a.mixup) || !nonneg(a.cutmix) || !nonneg(a.momentum) {
+            return Err(
+                "--accum-steps must be positive, --mixup, --cutmix and --momentum non-negative".into(),
+            );
+        }
+        if !unit(a.mixup_prob) || !unit(a.mixup_switch_prob) {
+            return Err("--mixup-prob and --mixup-switch-prob must be in [0, 1]".into());
+        }
+        if a.randaugment.is_some_and(|(_, m)| !(0.0..=10.0).contains(&m)) {
+            return Err("--randaugment N,M needs M in [0, 10]".into());
         }
         Ok(a)
     }

@@ -1,22 +1,23 @@
-//! The training loop: data, model, AdamW, cosine schedule, EMA, evaluation,
-//! metrics log and checkpoints.
+//! The training loop: data, model, optimizer and schedule, EMA,
+//! gradient accumulation, evaluation, metrics log, report and checkpoints.
 
 use std::time::Instant;
 
 use serde_json::json;
 
 use tessera::autograd::{CrossEntropyOptions, Target, Var};
-use tessera::data::formats::Mnist;
+use tessera::data::transforms::{Mixup, ProgressiveResize, RandAugment};
 use tessera::data::{DataLoader, VecDataset};
 use tessera::nn::{state_dict, Module};
 use tessera::optim::{
-    clip_grad_norm, param_groups_weight_decay, AdamW, AdamWOptions, CosineLR, CosineOptions, LrScheduler,
-    Optimizer,
+    clip_grad_norm, param_groups_weight_decay, AdamW, AdamWOptions, CosineLR, CosineOptions, GradAccumulator,
+    Lamb, LambOptions, Lars, LarsOptions, LrScheduler, OneCycleLR, OneCycleOptions, Optimizer,
 };
-use tessera::tensor::{rng, Checkpoint, DType, PadMode, StateDict, Tensor};
+use tessera::tensor::{rng, Checkpoint, StateDict};
 
 use super::cli::Args;
-use super::common::{append_line, count_correct, evaluate, pixel_stats, BoxResult, Split};
+use super::common::{append_line, count_correct, cpu_model, evaluate, write_report, BoxResult};
+use super::data::{channel_stats, Batcher, Images};
 use super::progress::Bar;
 use super::zoo::{self, Ema};
 
@@ -26,52 +27,54 @@ pub fn train(args: &Args) -> BoxResult<()> {
     if let Some(n) = args.threads {
         rayon::ThreadPoolBuilder::new().num_threads(n).build_global()?;
     }
+    let train = Images::load(&args.data, true, args.train_limit)?;
+    let test_raw = Images::load(&args.data, false, args.test_limit)?;
+    let (classes, in_chans) = (train.classes().max(test_raw.classes()), train.channels());
+    if classes < 2 || train.len() == 0 {
+        return Err(format!(
+            "--data {}: no training images or fewer than 2 classes",
+            args.data.display()
+        )
+        .into());
+    }
+    let side = train.images[0].height();
     let img_size = args
         .img_size
-        .unwrap_or_else(|| zoo::default_img_size(&args.model));
-    let (train, test) = load_data(args, img_size)?;
-    let n_train = train.labels.shape()[0];
+        .unwrap_or_else(|| zoo::default_img_size(&args.model).max(side));
+    let batcher = batcher(args, &train, img_size, classes)?;
+    let test = batcher.eval_split(&test_raw)?;
+    eprintln!(
+        "data {}: {} train / {} test images of {side}×{side}×{in_chans}, {classes} classes, \
+         model input {img_size}×{img_size}, {} threads on {}",
+        args.data.display(),
+        train.len(),
+        test_raw.len(),
+        rayon::current_num_threads(),
+        cpu_model()
+    );
+    let n_train = train.len();
     let loader = DataLoader::builder(VecDataset::new((0..n_train as i64).collect::<Vec<_>>()))
         .batch_size(args.batch_size)
         .shuffle(true)
         .seed(args.seed)
         .build()?;
-    let steps_per_epoch = loader.len();
-    let classes = 10;
+    let batches_per_epoch = loader.len();
+    let steps_per_epoch = batches_per_epoch.div_ceil(args.accum_steps);
 
     rng::manual_seed(args.seed);
-    let mut model = zoo::build(args, img_size, 1, classes)?;
+    let mut model = zoo::build(args, img_size, in_chans, classes)?;
     let ema = match args.ema_decay {
         Some(d) => Some(Ema::new(
-            zoo::build(args, img_size, 1, classes)?,
+            zoo::build(args, img_size, in_chans, classes)?,
             model.as_ref(),
             d,
         )?),
         None => None,
     };
-    let hyper = AdamWOptions {
-        lr: args.lr,
-        weight_decay: args.weight_decay,
-        ..Default::default()
-    };
-    let groups = param_groups_weight_decay(&model.named_parameters(), &hyper, &["pos_embed", "cls_token"]);
-    let mut opt = AdamW::with_groups(groups)?;
+    let mut opt = optimizer(args, model.as_ref())?;
     let total_steps = (args.epochs * steps_per_epoch) as u64;
     let warmup = (args.warmup_epochs * steps_per_epoch) as u64;
-    let sched_opts = CosineOptions {
-        lr_min: args.min_lr,
-        warmup_t: warmup,
-        warmup_lr_init: 1e-6,
-        ..CosineOptions::new(total_steps.saturating_sub(warmup).max(1))
-    };
-    let mut sched = CosineLR::new(
-        &mut opt,
-        CosineOptions {
-            warmup_prefix: true,
-            ..sched_opts
-        },
-    )?;
-
+    let mut sched = scheduler(args, opt.as_mut(), total_steps, warmup)?;
     std::fs::create_dir_all(&args.out)
         .map_err(|e| format!("cannot create the output directory {}: {e}", args.out.display()))?;
     let ckpt_path = args.out.join("checkpoint.safetensors");
@@ -97,76 +100,104 @@ pub fn train(args: &Args) -> BoxResult<()> {
         "model": args.model,
         "params": model.num_parameters(),
         "img_size": img_size,
+        "in_chans": in_chans,
+        "classes": classes,
         "data": args.data.display().to_string(),
         "train_samples": n_train,
-        "test_samples": test.labels.shape()[0],
+        "test_samples": test_raw.len(),
         "epochs": args.epochs,
         "batch_size": args.batch_size,
-        "optimizer": "AdamW",
+        "optimizer": args.opt,
+        "momentum": args.momentum,
+        "accum_steps": args.accum_steps,
         "lr": args.lr,
         "weight_decay": args.weight_decay,
-        "schedule": "cosine",
+        "schedule": args.sched,
         "warmup_steps": warmup,
         "min_lr": args.min_lr,
         "label_smoothing": args.smoothing,
         "clip_grad": args.clip_grad,
         "ema_decay": args.ema_decay,
         "drop_path": args.drop_path,
+        "mixup": args.mixup,
+        "cutmix": args.cutmix,
+        "mixup_prob": args.mixup_prob,
+        "mixup_switch_prob": args.mixup_switch_prob,
+        "randaugment": args.randaugment.map(|(n, m)| json!({"n": n, "m": m})),
+        "progressive": args.progressive.map(|(min, a, b)| json!({"min": min, "start": a, "end": b})),
         "seed": args.seed,
         "threads": rayon::current_num_threads(),
+        "cpu": cpu_model(),
     });
     eprintln!("{config}");
     if start_epoch == 0 {
         append_line(&log_path, &config.to_string())?;
     }
 
+    // MixUp/CutMix targets carry the smoothing themselves (timm's
+    // SoftTargetCrossEntropy).
     let ce = CrossEntropyOptions {
-        label_smoothing: args.smoothing,
+        label_smoothing: if batcher.mixup.is_some() {
+            0.0
+        } else {
+            args.smoothing
+        },
         ..Default::default()
     };
+    let mut accumulator = GradAccumulator::new(args.accum_steps, true)?;
     let end_epoch = args.stop_after.map_or(args.epochs, |s| s.min(args.epochs));
     for epoch in start_epoch..end_epoch {
         model.train(true);
         let batches = loader.batch_indices(epoch as u64);
         let mut bar = Bar::new(format!("epoch {}/{}", epoch + 1, args.epochs), batches.len());
         let (mut loss_sum, mut correct, mut seen) = (0.0, 0usize, 0usize);
+        let (mut group_loss, mut group_len) = (0.0, 0usize);
         let epoch_start = Instant::now();
         for (i, idx) in batches.iter().enumerate() {
-            let step = epoch * steps_per_epoch + i;
-            let idx = Tensor::from_vec(idx.iter().map(|&j| j as i64).collect(), &[idx.len()])?;
-            let x = Var::constant(train.images.index_select(0, &idx)?);
-            let y = train.labels.index_select(0, &idx)?;
-            let logits = model.forward(&x)?;
-            let loss = logits.cross_entropy(Target::Indices(&y), &ce)?;
-            let mut grads = loss.backward()?;
+            let batch = batcher.train_batch(&train, idx, epoch, epoch * batches_per_epoch + i)?;
+            let logits = model.forward(&Var::constant(batch.images))?;
+            let target = match &batch.soft_targets {
+                Some(probs) => Target::Probs(probs),
+                None => Target::Indices(&batch.labels),
+            };
+            let loss = logits.cross_entropy(target, &ce)?;
+            let micro_loss = loss.tensor().to_scalar::<f32>()? as f64;
+            let grads = match accumulator.add(loss.backward()?)? {
+                None if i + 1 == batches.len() => accumulator.flush()?,
+                ready => ready,
+            };
+            let n = idx.len();
+            loss_sum += micro_loss * n as f64;
+            correct += count_correct(logits.tensor(), &batch.labels)?;
+            seen += n;
+            group_loss += micro_loss;
+            group_len += 1;
+            bar.update(i + 1, seen, loss_sum / seen as f64, correct as f64 / seen as f64);
+            let Some(mut grads) = grads else { continue };
             let grad_norm = match args.clip_grad {
                 Some(max) => Some(clip_grad_norm(&mut grads, max, 2.0)?),
                 None => None,
             };
             let lr = sched.get_lr()[0];
             opt.step(&grads)?;
-            sched.step(&mut opt)?;
+            sched.step(opt.as_mut())?;
             if let Some(e) = &ema {
                 e.update(model.as_ref())?;
             }
-            let n = idx.numel();
-            let step_loss = loss.tensor().to_scalar::<f32>()? as f64;
-            loss_sum += step_loss * n as f64;
-            correct += count_correct(logits.tensor(), &y)?;
-            seen += n;
-            bar.update(i + 1, seen, loss_sum / seen as f64, correct as f64 / seen as f64);
-            if (step + 1) % args.log_every == 0 {
+            let step = epoch * steps_per_epoch + i / args.accum_steps;
+            if (step + 1).is_multiple_of(args.log_every) {
                 let line = json!({
                     "kind": "step",
                     "step": step + 1,
-                    "epoch": epoch as f64 + (i + 1) as f64 / steps_per_epoch as f64,
-                    "loss": step_loss,
+                    "epoch": epoch as f64 + (i + 1) as f64 / batches_per_epoch as f64,
+                    "loss": group_loss / group_len as f64,
                     "lr": lr,
                     "grad_norm": grad_norm,
                     "samples_per_s": seen as f64 / epoch_start.elapsed().as_secs_f64().max(1e-9),
                 });
                 append_line(&log_path, &line.to_string())?;
             }
+            (group_loss, group_len) = (0.0, 0);
         }
         bar.finish();
         let train_secs = epoch_start.elapsed().as_secs_f64();
@@ -208,6 +239,7 @@ pub fn train(args: &Args) -> BoxResult<()> {
             .with_meta("elapsed", elapsed)
             .save(&ckpt_path)?;
         append_line(&log_path, &metrics.to_string())?;
+        write_report(&log_path, &args.out.join("report.html"))?;
     }
     if end_epoch < args.epochs {
         eprintln!("stopped after epoch {end_epoch} (--stop-after); continue with --resume");
@@ -217,39 +249,109 @@ pub fn train(args: &Args) -> BoxResult<()> {
     Ok(())
 }
 
-/// Loads the splits of `args.data`, normalized with the training set's
-/// mean and std and padded with background to `img_size`.
-fn load_data(args: &Args, img_size: usize) -> BoxResult<(Split, Split)> {
-    let train_raw = Mnist::open(&args.data, true)?;
-    let test_raw = Mnist::open(&args.data, false)?;
-    let side = train_raw.images_tensor()?.shape()[2];
-    if img_size < side {
-        return Err(format!("--img-size {img_size} is smaller than the images' {side}").into());
+/// The optimizer of `--opt` over `model`'s parameters, without weight
+/// decay on biases, norms, `pos_embed` and `cls_token` (timm's groups).
+fn optimizer(args: &Args, model: &dyn Module) -> BoxResult<Box<dyn Optimizer>> {
+    let named = model.named_parameters();
+    let no_decay = ["pos_embed", "cls_token"];
+    Ok(match args.opt.as_str() {
+        "lamb" => {
+            let hyper = LambOptions {
+                lr: args.lr,
+                weight_decay: args.weight_decay,
+                ..Default::default()
+            };
+            Box::new(Lamb::with_groups(param_groups_weight_decay(
+                &named, &hyper, &no_decay,
+            ))?)
+        }
+        "lars" => {
+            let hyper = LarsOptions {
+                lr: args.lr,
+                momentum: args.momentum,
+                weight_decay: args.weight_decay,
+                ..Default::default()
+            };
+            Box::new(Lars::with_groups(param_groups_weight_decay(
+                &named, &hyper, &no_decay,
+            ))?)
+        }
+        _ => {
+            let hyper = AdamWOptions {
+                lr: args.lr,
+                weight_decay: args.weight_decay,
+                ..Default::default()
+            };
+            Box::new(AdamW::with_groups(param_groups_weight_decay(
+                &named, &hyper, &no_decay,
+            ))?)
+        }
+    })
+}
+
+/// The schedule of `--sched` over `total` optimizer steps: timm's cosine
+/// with `warmup` linear warm-up steps, or PyTorch's OneCycleLR peaking at
+/// `--lr`.
+fn scheduler(
+    args: &Args,
+    opt: &mut dyn Optimizer,
+    total: u64,
+    warmup: u64,
+) -> BoxResult<Box<dyn LrScheduler>> {
+    if args.sched == "onecycle" {
+        return Ok(Box::new(OneCycleLR::new(
+            opt,
+            OneCycleOptions::new(args.lr, total.max(1)),
+        )?));
     }
-    let (mean, std) = pixel_stats(train_raw.pixels());
-    let load = |raw: &Mnist, limit: Option<usize>| -> BoxResult<Split> {
-        let n = limit.map_or(raw.labels().len(), |l| l.min(raw.labels().len()));
-        let images = raw
-            .images_tensor()?
-            .narrow(0, 0, n)?
-            .to_dtype(DType::F32)?
-            .mul_scalar(1.0 / (255.0 * std))?
-            .add_scalar(-mean / std)?;
-        let (lo, hi) = ((img_size - side) / 2, (img_size - side).div_ceil(2));
-        let images = images.pad(&[lo, hi, lo, hi], PadMode::Constant(-mean / std))?;
-        Ok(Split {
-            images,
-            labels: raw.labels_tensor()?.narrow(0, 0, n)?,
-        })
+    let opts = CosineOptions {
+        lr_min: args.min_lr,
+        warmup_t: warmup,
+        warmup_lr_init: 1e-6,
+        warmup_prefix: true,
+        ..CosineOptions::new(total.saturating_sub(warmup).max(1))
     };
-    let train = load(&train_raw, args.train_limit)?;
-    let test = load(&test_raw, args.test_limit)?;
-    eprintln!(
-        "data {}: {} train / {} test images at {img_size}×{img_size}, {} threads",
-        args.data.display(),
-        train.labels.shape()[0],
-        test.labels.shape()[0],
-        rayon::current_num_threads()
-    );
-    Ok((train, test))
+    Ok(Box::new(CosineLR::new(opt, opts)?))
+}
+
+/// How training batches are made from `train`: statistics, RandAugment,
+/// progressive resizing and MixUp/CutMix as `args` says.
+fn batcher(args: &Args, train: &Images, img_size: usize, classes: usize) -> BoxResult<Batcher> {
+    let randaugment = match args.randaugment {
+        Some((n, m)) => Some(RandAugment::timm(n, m)?),
+        None => None,
+    };
+    let progressive = match args.progressive {
+        Some((min, start, end)) => {
+            if !args.model.starts_with("resnet") {
+                return Err(format!(
+                    "--progressive needs a model without fixed-size position tables (a resnet), not {}",
+                    args.model
+                )
+                .into());
+            }
+            if min == 0 || min > img_size {
+                return Err(format!("--progressive: MIN {min} must be in 1..={img_size}").into());
+            }
+            Some(ProgressiveResize::new(min, img_size, start, end)?)
+        }
+        None => None,
+    };
+    let mixup = (args.mixup > 0.0 || args.cutmix > 0.0).then_some(Mixup {
+        mixup_alpha: args.mixup,
+        cutmix_alpha: args.cutmix,
+        prob: args.mixup_prob,
+        switch_prob: args.mixup_switch_prob,
+        label_smoothing: args.smoothing,
+        num_classes: classes,
+        correct_lam: true,
+    });
+    Ok(Batcher {
+        img_size,
+        stats: channel_stats(train),
+        randaugment,
+        progressive,
+        mixup,
+        seed: args.seed,
+    })
 }

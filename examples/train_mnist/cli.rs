@@ -8,7 +8,8 @@ use tessera::tensor::Device;
 pub const USAGE: &str = "usage: train_mnist [--epochs N] [--batch-size N] [--lr F] [--seed N] \
 [--threads N] [--data DIR] [--out DIR] [--resume] [--target PERCENT]
 [--pipeline-stages P --micro-batches M --schedule gpipe|1f1b|deepspeed|interleaved [--chunks V]]
-[--ddp | --zero 1|2] [--backend local|tcp] [--world N] [--device cpu|cuda[:N]]
+[--ddp | --zero 1|2] [--backend local|tcp] [--world N]
+[--optim sgd|adam|onebit-adam|onebit-lamb] [--freeze-step N] [--device cpu|cuda[:N]]
 
   --epochs      epochs to train (10)
   --batch-size  samples per step (128)
@@ -44,6 +45,12 @@ pub const USAGE: &str = "usage: train_mnist [--epochs N] [--batch-size N] [--lr 
   --backend B   local: --world ranks as threads of this process (default);
                 tcp: one rank per process, from tessera-run's environment
   --world N     ranks of the local backend (2)
+  --optim O     the optimizer under --ddp: sgd (Nesterov, the default),
+                adam (torch's), onebit-adam, onebit-lamb (DeepSpeed's 1-bit optimizers: exact for --freeze-step
+                steps, then the momentum is exchanged as signs and scales
+                instead of DDP's gradient all-reduce)
+  --freeze-step N
+                warm-up steps of onebit-adam / onebit-lamb (100)
   --device D    where the model trains: cpu (default) or cuda[:N] (a GPU,
                 or the CPU emulator of one in a `cuda-emu` build); the
                 single-process mode only";
@@ -72,6 +79,8 @@ pub struct Args {
     pub backend: String,
     pub world: usize,
     pub device: Device,
+    pub optim: String,
+    pub freeze_step: u64,
 }
 
 impl Args {
@@ -105,6 +114,8 @@ impl Args {
             backend: "local".into(),
             world: 2,
             device: Device::Cpu,
+            optim: "sgd".into(),
+            freeze_step: 100,
         };
         let mut it = args.flat_map(|s| match s.split_once('=') {
             Some((k, v)) if s.starts_with("--") => vec![k.to_string(), v.to_string()],
@@ -122,8 +133,10 @@ impl Args {
             if flag == "--help" || flag == "-h" {
                 return Err("help".into());
             }
-            const VALUED: [&str; 19] = [
+            const VALUED: [&str; 21] = [
                 "--device",
+                "--optim",
+                "--freeze-step",
                 "--zero",
                 "--backend",
                 "--world",
@@ -168,6 +181,8 @@ impl Args {
                 "--backend" => a.backend = value,
                 "--world" => a.world = value.parse().map_err(|e| bad(format!("{e}")))?,
                 "--device" => a.device = parse_device(&value).map_err(bad)?,
+                "--optim" => a.optim = value,
+                "--freeze-step" => a.freeze_step = value.parse().map_err(|e| bad(format!("{e}")))?,
                 _ => unreachable!("every flag of VALUED has an arm"),
             }
         }
@@ -207,6 +222,14 @@ impl Args {
                 "--device cuda trains in the single-process mode only (no --pipeline-stages, --ddp, --zero)"
                     .into(),
             );
+        if !matches!(a.optim.as_str(), "sgd" | "adam" | "onebit-adam" | "onebit-lamb") {
+            return Err(format!(
+                "--optim takes sgd, adam, onebit-adam or onebit-lamb, got {}",
+                a.optim
+            ));
+        }
+        if a.optim != "sgd" && !a.ddp {
+            return Err(format!("--optim {} needs --ddp", a.optim));
         }
         if !(a.lr.is_finite() && a.lr > 0.0) {
             return Err(format!("--lr must be a positive number, got {}", a.lr));

@@ -14,17 +14,22 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::time::Instant;
 
+use tessera::autograd::Parameter;
 use tessera::autograd::{CrossEntropyOptions, Target, Var};
 use tessera::nn::{models::mnist_cnn, state_dict, Module, Sequential};
-use tessera::optim::{LrScheduler, OneCycleLR, OneCycleOptions, Optimizer};
+use tessera::optim::{
+    Adam, AdamOptions, LrScheduler, OneCycleLR, OneCycleOptions, OnebitAdam, OnebitLamb, OnebitLambConfig,
+    OnebitOptions, Optimizer,
+};
 use tessera::parallel::{
-    tcp, Communicator, DdpConfig, DistributedDataParallel, LocalGroup, ZeroConfig, ZeroOptimizer, ZeroStage,
+    tcp, Communicator, CompressedAllReduce, DdpConfig, DistributedDataParallel, LocalGroup, ZeroConfig,
+    ZeroOptimizer, ZeroStage,
 };
 use tessera::tensor::{rng, Tensor};
 
 use super::cli::Args;
 use super::common::{count_correct, evaluate, BoxResult, Split};
-use super::run::{load_data, optimizer, rank_0_records, EpochRecord};
+use super::run::{load_data, optimizer, rank_0_records, EpochRecord, WEIGHT_DECAY};
 
 /// Trains as `args` says with data parallelism; returns rank 0's epoch
 /// records.
@@ -51,7 +56,7 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
 
 /// DDP or ZeRO around the model and the optimizer.
 enum Engine<'c> {
-    Ddp(DistributedDataParallel<'c, Sequential>, Box<dyn Optimizer>),
+    Ddp(DistributedDataParallel<'c, Sequential>, Box<dyn Optimizer + 'c>),
     Zero(Sequential, ZeroOptimizer<'c>),
 }
 
@@ -76,7 +81,8 @@ impl Engine<'_> {
         match self {
             Engine::Ddp(ddp, opt) => {
                 let logits = ddp.forward(x)?;
-                let grads = ddp.backward(&logits.cross_entropy(Target::Indices(y), ce)?)?;
+                // After a 1-bit optimizer's warm-up DDP skips its all-reduce.
+                let grads = ddp.backward_for(&logits.cross_entropy(Target::Indices(y), ce)?, opt.as_ref())?;
                 opt.step(&grads)?;
                 Ok(logits)
             }
@@ -88,6 +94,41 @@ impl Engine<'_> {
             }
         }
     }
+}
+
+/// The optimizer `--optim` names, over `params`; the 1-bit ones exchange
+/// their momentum over `comm` after `--freeze-step` steps.
+fn ddp_optimizer<'c>(
+    args: &Args,
+    params: Vec<Parameter>,
+    comm: &'c dyn Communicator,
+) -> BoxResult<Box<dyn Optimizer + 'c>> {
+    let hyper = OnebitOptions {
+        lr: args.lr,
+        weight_decay: WEIGHT_DECAY,
+        ..Default::default()
+    };
+    Ok(match args.optim.as_str() {
+        "adam" => {
+            let o = AdamOptions {
+                lr: args.lr,
+                weight_decay: WEIGHT_DECAY,
+                ..Default::default()
+            };
+            Box::new(Adam::new(params, o)?)
+        }
+        "onebit-adam" => Box::new(
+            OnebitAdam::new(params, hyper, args.freeze_step)?.with_reducer(CompressedAllReduce::new(comm)),
+        ),
+        "onebit-lamb" => {
+            let cfg = OnebitLambConfig {
+                freeze_step: args.freeze_step,
+                ..Default::default()
+            };
+            Box::new(OnebitLamb::new(params, hyper, cfg)?.with_reducer(CompressedAllReduce::new(comm)))
+        }
+        _ => Box::new(optimizer(params, args.lr)?),
+    })
 }
 
 /// One rank's training loop; rank 0 also evaluates, prints and logs.
@@ -102,16 +143,14 @@ fn run_rank(
     let (rank, n) = (comm.rank(), comm.world_size());
     rng::manual_seed(args.seed);
     let model = mnist_cnn()?;
-    let opt = optimizer(model.parameters(), args.lr)?;
     let (mut engine, mode) = match args.zero {
-        None => (
-            Engine::Ddp(
-                DistributedDataParallel::new(model, comm, DdpConfig::default())?,
-                Box::new(opt),
-            ),
-            "ddp".to_string(),
-        ),
+        None => {
+            let ddp = DistributedDataParallel::new(model, comm, DdpConfig::default())?;
+            let opt = ddp_optimizer(args, ddp.parameters(), comm)?;
+            (Engine::Ddp(ddp, opt), format!("ddp_{}", args.optim))
+        }
         Some(s) => {
+            let opt = optimizer(model.parameters(), args.lr)?;
             let stage = if s == 1 { ZeroStage::One } else { ZeroStage::Two };
             let zero = ZeroOptimizer::new(&opt, comm, ZeroConfig::stage(stage))?;
             (Engine::Zero(model, zero), format!("zero{s}"))

@@ -14,10 +14,12 @@ use tessera::optim::{LrScheduler, OneCycleLR, OneCycleOptions, Optimizer, Sgd, S
 use tessera::tensor::{rng, Checkpoint, DType, Device, Tensor};
 
 use super::cli::Args;
-use super::common::{append_line, count_correct, evaluate, pixel_stats, BoxResult, Split};
+use super::common::{
+    append_line, count_correct, cpu_model, evaluate, pixel_stats, write_report, BoxResult, Split,
+};
 use super::progress::Bar;
 
-const WEIGHT_DECAY: f64 = 5e-4;
+pub(crate) const WEIGHT_DECAY: f64 = 5e-4;
 
 /// The figures of one epoch that do not depend on timing.
 #[derive(Debug, Clone, PartialEq)]
@@ -141,6 +143,7 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
             .with_meta("metrics", metrics.clone())
             .save(&ckpt_path)?;
         append_line(&log_path, &metrics)?;
+        write_report(&log_path, &args.out.join("report.html"))?;
         records.push(EpochRecord {
             epoch: epoch + 1,
             train_loss: loss_sum / seen as f64,
@@ -209,11 +212,12 @@ pub(crate) fn load_data(args: &Args) -> BoxResult<Data> {
         .drop_last(ragged)
         .build()?;
     eprintln!(
-        "data {}: {} train / {} test images, {} threads",
+        "data {}: {} train / {} test images, {} threads on {}",
         args.data.display(),
         train.labels.shape()[0],
         test.labels.shape()[0],
-        rayon::current_num_threads()
+        rayon::current_num_threads(),
+        cpu_model()
     );
     Ok(Data { train, test, loader })
 }

@@ -13,6 +13,9 @@
 //!   [`Lars`]: each step is one fused pass per parameter over its flat
 //!   buffer, gradient and state together, in place (no allocation after the
 //!   first step, which creates the state).
+//! - [`OnebitAdam`], [`OnebitLamb`]: DeepSpeed's communication-compressed
+//!   data-parallel optimizers over a [`CompressedReducer`] (implemented
+//!   in `tessera-parallel` for every communicator).
 //! - [`param_groups_weight_decay`] excludes biases and norm weights from
 //!   weight decay, like timm.
 //! - Schedules ([`LrScheduler`]): [`StepLR`], [`MultiStepLR`], [`CosineLR`]
@@ -48,6 +51,7 @@ mod kernel;
 mod lamb;
 mod lars;
 mod lr_find;
+mod onebit;
 mod optimizer;
 mod rmsprop;
 mod scaler;
@@ -68,6 +72,10 @@ pub use kernel::Bufs;
 pub use lamb::{Lamb, LambOptions, LambRule};
 pub use lars::{Lars, LarsOptions, LarsRule};
 pub use lr_find::{lr_find, lr_find_with, LrFindOptions, LrFindResult, LrFindTarget};
+pub use onebit::{
+    padded_len, CompressedReducer, ErrorFeedback, OnebitAdam, OnebitLamb, OnebitLambConfig, OnebitOptions,
+    WireStats,
+};
 pub use optimizer::{param_groups_weight_decay, Optimizer, ParamGroup};
 pub use rmsprop::{RmsProp, RmsPropOptions, RmsPropRule};
 pub use scaler::{GradScaler, GradScalerOptions};

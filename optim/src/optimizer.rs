@@ -55,6 +55,17 @@ pub trait Optimizer: Send {
     /// included, as PyTorch does). Errors, changing nothing, on a mismatch.
     fn load_state_dict(&mut self, sd: &StateDict) -> Result<()>;
 
+    /// Whether the next [`Optimizer::step`] expects gradients averaged over
+    /// the data-parallel ranks: true for every optimizer but the
+    /// communication-compressed ones ([`crate::OnebitAdam`], ...) once
+    /// their warm-up is over, which exchange compressed momentum inside
+    /// `step` and take each rank's local gradients. DDP's `backward_for`
+    /// asks this before each backward pass and skips its all-reduce when
+    /// false.
+    fn wants_averaged_grads(&self) -> bool {
+        true
+    }
+
     /// The learning rate of every group.
     fn lrs(&self) -> Vec<f64> {
         (0..self.num_groups())

@@ -9,6 +9,10 @@
 //!   from the torchrun or SLURM environment ([`env`]);
 //! * `nccl` (feature `cuda`): NCCL through cudarc, one thread per GPU.
 //!
+//! [`CompressedAllReduce`] is DeepSpeed's error-compensated 1-bit
+//! all-reduce over any communicator, for `tessera-optim`'s `OnebitAdam`
+//! and `OnebitLamb` (with [`DistributedDataParallel::backward_for`]).
+//!
 //! On `local` and `tcp` the collectives are tessera's own: ring all-reduce
 //! (ring reduce-scatter + ring all-gather, segmented and pipelined) with a
 //! fixed fold order, so every rank gets bitwise the same result and reruns
@@ -31,6 +35,7 @@
 
 mod collectives;
 mod comm;
+pub mod compressed;
 pub mod ddp;
 mod element;
 pub mod env;
@@ -49,6 +54,7 @@ pub mod tcp;
 pub mod zero;
 
 pub use comm::{CommExt, Communicator};
+pub use compressed::CompressedAllReduce;
 pub use ddp::{DdpConfig, DdpStepStats, DistributedDataParallel};
 pub use element::{accumulate, is_comm_dtype, reduce_into, Buf, BufMut, CommElement, ReduceOp};
 pub use error::{CommError, Result};

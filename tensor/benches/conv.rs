@@ -58,7 +58,7 @@ fn main() {
         });
         peak::line(&format!("{name}_bwd"), "tessera", "bandwidth", bwd.median, "GB/s");
     }
-    peak::torch_reference("conv", peak);
+    peak::torch_reference("conv", &|_| peak);
 }
 
 /// A tensor of `shape` with deterministic values in [-1, 1).

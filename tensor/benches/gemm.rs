@@ -1,51 +1,87 @@
 //! GEMM throughput on all cores, as bench lines
-//! `bench\tgemm_f32_<shape>\t<impl>\tthroughput\t<GFLOP/s>` with the fraction
-//! of the f32 FMA peak measured in the same run (`fma_peak_f32`), beside
-//! PyTorch's numbers when `TESSERA_TORCH_PYTHON` names a python with torch.
+//! `bench\tgemm_<dtype>_<shape>\t<impl>\tthroughput\t<GFLOP/s>` with the
+//! fraction of the machine's peak measured in the same run (`fma_peak_f32`
+//! for f32, `bf16_peak` — `vdpbf16ps` chains — for bf16), beside PyTorch's
+//! numbers when `TESSERA_TORCH_PYTHON` names a python with torch, then
+//! `bench\t<workload>\ttessera/torch\tratio\t<x>\tx` (medians) for every
+//! workload both ran.
 //!
 //! Shapes `m x k x n` (A is m×k, B is k×n); `_tn` multiplies Aᵀ·B and `_nt`
 //! A·Bᵀ with the transposed operand stored the other way round. An argument
-//! runs the workloads whose name contains it, or the one product `MxKxN`.
+//! runs the workloads whose name contains it, or the one f32 product `MxKxN`.
 
 mod peak;
 
-use tessera_tensor::Tensor;
+use std::collections::BTreeMap;
 
-/// `(workload, m, k, n, transpose A, transpose B)`.
-const SHAPES: &[(&str, usize, usize, usize, bool, bool)] = &[
-    ("gemm_f32_128", 128, 128, 128, false, false),
-    ("gemm_f32_256", 256, 256, 256, false, false),
-    ("gemm_f32_512", 512, 512, 512, false, false),
-    ("gemm_f32_1024", 1024, 1024, 1024, false, false),
-    ("gemm_f32_2048", 2048, 2048, 2048, false, false),
-    ("gemm_f32_128x784x512", 128, 784, 512, false, false),
-    ("gemm_f32_4096x768x3072", 4096, 768, 3072, false, false),
-    ("gemm_f32_1024_tn", 1024, 1024, 1024, true, false),
-    ("gemm_f32_1024_nt", 1024, 1024, 1024, false, true),
+use tessera_tensor::{DType, Tensor};
+
+/// `(workload, dtype, m, k, n, transpose A, transpose B)`.
+type Shape = (&'static str, DType, usize, usize, usize, bool, bool);
+
+const SHAPES: &[Shape] = &[
+    ("gemm_f32_64", DType::F32, 64, 64, 64, false, false),
+    ("gemm_f32_128", DType::F32, 128, 128, 128, false, false),
+    ("gemm_f32_256", DType::F32, 256, 256, 256, false, false),
+    ("gemm_f32_512", DType::F32, 512, 512, 512, false, false),
+    ("gemm_f32_1024", DType::F32, 1024, 1024, 1024, false, false),
+    ("gemm_f32_2048", DType::F32, 2048, 2048, 2048, false, false),
+    ("gemm_f32_128x784x512", DType::F32, 128, 784, 512, false, false),
+    (
+        "gemm_f32_4096x768x3072",
+        DType::F32,
+        4096,
+        768,
+        3072,
+        false,
+        false,
+    ),
+    ("gemm_f32_1024_tn", DType::F32, 1024, 1024, 1024, true, false),
+    ("gemm_f32_1024_nt", DType::F32, 1024, 1024, 1024, false, true),
+    ("gemm_bf16_256", DType::BF16, 256, 256, 256, false, false),
+    ("gemm_bf16_512", DType::BF16, 512, 512, 512, false, false),
+    ("gemm_bf16_1024", DType::BF16, 1024, 1024, 1024, false, false),
+    ("gemm_bf16_2048", DType::BF16, 2048, 2048, 2048, false, false),
+    ("gemm_bf16_4096", DType::BF16, 4096, 4096, 4096, false, false),
 ];
 
 fn main() {
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     let peak = peak::fma_peak();
+    let bf16_peak = peak::bf16_peak();
     let custom = filter.as_deref().and_then(parse_shape);
-    let shapes: Vec<(&str, usize, usize, usize, bool, bool)> = match custom {
-        Some((m, k, n)) => vec![("gemm_f32_custom", m, k, n, false, false)],
+    let shapes: Vec<Shape> = match custom {
+        Some((m, k, n)) => vec![("gemm_f32_custom", DType::F32, m, k, n, false, false)],
         None => SHAPES.to_vec(),
     };
-    for (name, m, k, n, ta, tb) in shapes {
+    let peak_of = |name: &str| {
+        if name.starts_with("gemm_bf16") {
+            bf16_peak.unwrap_or(peak)
+        } else {
+            peak
+        }
+    };
+    let mut ours = BTreeMap::new();
+    for (name, dtype, m, k, n, ta, tb) in shapes {
         if custom.is_none() && filter.as_ref().is_some_and(|f| !name.contains(f.as_str())) {
             continue;
         }
-        let a = operand(m, k, ta, 1);
-        let b = operand(k, n, tb, 2);
+        let a = operand(m, k, ta, 1, dtype);
+        let b = operand(k, n, tb, 2, dtype);
         let flop = 2.0 * (m * n * k) as f64;
         let r = peak::rates(flop, peak::reps_for(flop), || {
             std::hint::black_box(a.matmul(&b).expect("matmul"));
         });
-        peak::report(name, "tessera", r, peak);
+        peak::report(name, "tessera", r, peak_of(name));
+        ours.insert(name.to_string(), r);
     }
-    if filter.is_none() {
-        peak::torch_reference("gemm", peak);
+    if filter.is_none() || filter.as_deref().is_some_and(|f| f.contains("gemm")) {
+        let torch = peak::torch_reference("gemm", &peak_of);
+        for (name, r) in &ours {
+            if let Some(t) = torch.get(name) {
+                peak::line(name, "tessera/torch", "ratio", r.median / t.median, "x");
+            }
+        }
     }
 }
 
@@ -58,14 +94,17 @@ fn parse_shape(s: &str) -> Option<(usize, usize, usize)> {
     }
 }
 
-/// A `rows × cols` f32 matrix, stored transposed (a `t()` view of a
-/// `cols × rows` tensor) when `t`.
-fn operand(rows: usize, cols: usize, t: bool, seed: u32) -> Tensor {
+/// A `rows × cols` matrix of `dtype`, stored transposed (a `t()` view of
+/// a `cols × rows` tensor) when `t`.
+fn operand(rows: usize, cols: usize, t: bool, seed: u32, dtype: DType) -> Tensor {
+    let (r, c) = if t { (cols, rows) } else { (rows, cols) };
+    let s = Tensor::from_vec(values(rows * cols, seed), &[r, c])
+        .and_then(|s| s.to_dtype(dtype))
+        .expect("shape");
     if t {
-        let s = Tensor::from_vec(values(rows * cols, seed), &[cols, rows]).expect("shape");
         s.t().expect("2-D")
     } else {
-        Tensor::from_vec(values(rows * cols, seed), &[rows, cols]).expect("shape")
+        s
     }
 }
 

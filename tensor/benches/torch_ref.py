@@ -14,6 +14,7 @@ import time
 import torch
 
 GEMM = [
+    ("gemm_f32_64", 64, 64, 64, False, False),
     ("gemm_f32_128", 128, 128, 128, False, False),
     ("gemm_f32_256", 256, 256, 256, False, False),
     ("gemm_f32_512", 512, 512, 512, False, False),
@@ -23,6 +24,11 @@ GEMM = [
     ("gemm_f32_4096x768x3072", 4096, 768, 3072, False, False),
     ("gemm_f32_1024_tn", 1024, 1024, 1024, True, False),
     ("gemm_f32_1024_nt", 1024, 1024, 1024, False, True),
+    ("gemm_bf16_256", 256, 256, 256, False, False),
+    ("gemm_bf16_512", 512, 512, 512, False, False),
+    ("gemm_bf16_1024", 1024, 1024, 1024, False, False),
+    ("gemm_bf16_2048", 2048, 2048, 2048, False, False),
+    ("gemm_bf16_4096", 4096, 4096, 4096, False, False),
 ]
 
 # (name, batch, in channels, out channels, size): 3x3, padding 1, stride 1.
@@ -63,6 +69,8 @@ def gemm():
     g = torch.Generator().manual_seed(0)
     for name, m, k, n, ta, tb in GEMM:
         a, b = operand(m, k, ta, g), operand(k, n, tb, g)
+        if name.startswith("gemm_bf16"):
+            a, b = a.to(torch.bfloat16), b.to(torch.bfloat16)
         flop = 2.0 * m * n * k
         emit(name, rates(flop, reps_for(flop), lambda: torch.matmul(a, b)))
 

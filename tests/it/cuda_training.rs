@@ -106,8 +106,8 @@ fn mnist_cnn_adamw_steps_on_the_device_equal_the_cpu() {
         return;
     }
     let mut g = Generator::new(3);
-    let x = Tensor::randn_with(&[4, 1, 28, 28], DType::F32, &mut g).unwrap();
-    let y = Tensor::from_vec(vec![3i64, 0, 9, 4], &[4]).unwrap();
+    let x = Tensor::randn_with(&[2, 1, 28, 28], DType::F32, &mut g).unwrap();
+    let y = Tensor::from_vec(vec![3i64, 9], &[2]).unwrap();
     let build = || -> Result<Box<dyn Module>> { Ok(Box::new(mnist_cnn()?)) };
     let logits = |m: &dyn Module, x: &Var| m.forward(x);
     let cpu = train(&build, Device::Cpu, &x, &y, &logits).unwrap();
@@ -223,7 +223,7 @@ fn train_mnist_runs_on_the_device() {
             "{cpu:?} vs {dev:?}"
         );
         assert!(
-            (a.test_acc - b.test_acc).abs() <= 100.0 / 64.0 + 1e-9,
+            (a.test_acc - b.test_acc).abs() <= 100.0 / 32.0 + 1e-9,
             "{cpu:?} vs {dev:?}"
         );
     }

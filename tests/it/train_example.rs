@@ -8,6 +8,8 @@
 #[allow(dead_code)]
 #[path = "../../examples/train/cli.rs"]
 mod cli;
+#[path = "../../examples/train/data.rs"]
+mod data;
 #[path = "../../examples/train/run.rs"]
 mod run;
 #[path = "../../examples/train/zoo.rs"]
@@ -97,6 +99,13 @@ fn resume_gives_identical_weights_ema_and_metrics() {
         .filter(|l| l.contains("\"kind\":\"step\""))
         .count();
     assert_eq!(steps, 4, "a step line every 2 of 8 steps");
+    for dir in [&a, &b] {
+        let report = std::fs::read_to_string(dir.join("report.html")).unwrap();
+        assert!(
+            report.contains(r#"data-plot="Loss" data-series-points="4,2""#),
+            "the report plots the 4 logged steps and 2 epochs of the run"
+        );
+    }
     // Values, not file bytes: the safetensors header's metadata map has no
     // fixed order.
     for file in ["model.safetensors", "ema.safetensors"] {
@@ -125,5 +134,157 @@ fn unknown_models_and_bad_flags_are_errors() {
     assert!(err.contains("resnet7"), "{err}");
     assert!(cli::Args::parse(["--smoothing", "1.5"].iter().map(|s| s.to_string())).is_err());
     assert!(cli::Args::parse(["--bogus", "1"].iter().map(|s| s.to_string())).is_err());
+    for bad in [
+        &["--opt", "sgdx"][..],
+        &["--sched", "step"],
+        &["--accum-steps", "0"],
+        &["--mixup-prob", "1.5"],
+        &["--randaugment", "2"],
+        &["--randaugment", "2,11"],
+        &["--progressive", "16,0"],
+    ] {
+        let err = cli::Args::parse(bad.iter().map(|s| s.to_string())).unwrap_err();
+        assert!(err.contains(bad[0]), "{bad:?}: {err}");
+    }
+    let mut a = args(&out, &[]);
+    a.data = out.join("nowhere");
+    let err = run::train(&a).map(|_| ()).unwrap_err().to_string();
+    assert!(err.contains("nowhere"), "{err}");
     let _ = std::fs::remove_dir_all(out);
+}
+
+/// The `"config"` record and the `"step"` records of a run's log.
+fn log_records(dir: &Path) -> (serde_json::Value, Vec<serde_json::Value>) {
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(dir.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let config = records.iter().find(|r| r["kind"] == "config").unwrap().clone();
+    let steps = records.into_iter().filter(|r| r["kind"] == "step").collect();
+    (config, steps)
+}
+
+#[test]
+fn the_recipe_flags_train_and_are_logged() {
+    let out = tmp("recipe");
+    let flags = [
+        "--opt",
+        "lamb",
+        "--sched",
+        "onecycle",
+        "--mixup",
+        "0.8",
+        "--cutmix",
+        "1.0",
+        "--randaugment",
+        "2,9",
+        "--accum-steps",
+        "3",
+        "--log-every",
+        "1",
+        "--stop-after",
+        "1",
+    ];
+    run::train(&args(&out, &flags)).unwrap();
+    let (config, steps) = log_records(&out);
+    assert_eq!(config["optimizer"], "lamb");
+    assert_eq!(config["schedule"], "onecycle");
+    assert_eq!(config["accum_steps"], 3);
+    assert_eq!(config["randaugment"], serde_json::json!({"n": 2, "m": 9.0}));
+    // 256 images in batches of 64 are 4 micro-batches: a step after 3 and
+    // one for the last micro-batch of the epoch.
+    let epochs: Vec<f64> = steps.iter().map(|s| s["epoch"].as_f64().unwrap()).collect();
+    assert_eq!(epochs, [0.75, 1.0]);
+    assert!(steps.iter().all(|s| s["loss"].as_f64().unwrap().is_finite()));
+    std::fs::remove_dir_all(out).unwrap();
+}
+
+#[test]
+fn accumulating_two_half_batches_equals_one_full_batch() {
+    let weights = |name: &str, flags: &[&str]| {
+        let out = tmp(name);
+        let mut a = args(&out, flags);
+        (a.drop_path, a.ema_decay, a.clip_grad, a.epochs) = (0.0, None, None, 1);
+        run::train(&a).unwrap();
+        let sd = StateDict::load(out.join("model.safetensors")).unwrap();
+        std::fs::remove_dir_all(out).unwrap();
+        sd
+    };
+    let full = weights("full", &["--batch-size", "64"]);
+    let halves = weights("halves", &["--batch-size", "32", "--accum-steps", "2"]);
+    for ((name, x), (_, y)) in full.iter().zip(halves.iter()) {
+        let (x, y) = (x.to_vec::<f32>().unwrap(), y.to_vec::<f32>().unwrap());
+        let worst = x.iter().zip(&y).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(worst < 1e-5, "{name}: max |full - accumulated| = {worst}");
+    }
+}
+
+#[test]
+fn cifar_binaries_and_shards_train_a_resnet_with_progressive_resizing() {
+    use tessera::data::formats::{Field, FieldKind, ShardWriter, Value};
+    use tessera::data::Image;
+
+    // Two 32×32×3 images per CIFAR file, six per shard, pixels from a hash.
+    let pixel = |i: usize, k: usize| ((i * 7919 + k * 104_729) % 251) as u8;
+    let cifar = tmp("cifar");
+    std::fs::create_dir_all(&cifar).unwrap();
+    for (f, file) in [
+        "data_batch_1",
+        "data_batch_2",
+        "data_batch_3",
+        "data_batch_4",
+        "data_batch_5",
+        "test_batch",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let mut bytes = Vec::new();
+        for i in 0..2 {
+            bytes.push(((f + i) % 3) as u8);
+            bytes.extend((0..3072).map(|k| pixel(f * 2 + i, k)));
+        }
+        std::fs::write(cifar.join(format!("{file}.bin")), bytes).unwrap();
+    }
+    let shards = tmp("shards");
+    std::fs::create_dir_all(&shards).unwrap();
+    let fields = [
+        Field::new("image", FieldKind::ImageU8),
+        Field::new("label", FieldKind::I64),
+    ];
+    for split in ["train", "test"] {
+        let mut w = ShardWriter::create(shards.join(format!("{split}-00000.tshard")), &fields).unwrap();
+        for i in 0..6 {
+            let img = Image::new(32, 32, 3, (0..3072).map(|k| pixel(i, k)).collect()).unwrap();
+            w.append(&[Value::Image(img), Value::I64((i % 3) as i64)])
+                .unwrap();
+        }
+        w.finish().unwrap();
+    }
+    for (data, name) in [(&cifar, "cifar-run"), (&shards, "shard-run")] {
+        let out = tmp(name);
+        let mut a = args(
+            &out,
+            &["--progressive", "16,0,2", "--batch-size", "8", "--log-every", "1"],
+        );
+        (a.model, a.data, a.epochs, a.ema_decay) = ("resnet18".into(), data.clone(), 2, None);
+        (a.train_limit, a.test_limit) = (None, None);
+        run::train(&a).unwrap();
+        let (config, steps) = log_records(&out);
+        assert_eq!(
+            (config["in_chans"].clone(), config["classes"].clone()),
+            (3.into(), 3.into())
+        );
+        assert_eq!(config["train_samples"], if name == "cifar-run" { 10 } else { 6 });
+        assert!(steps.iter().all(|s| s["loss"].as_f64().unwrap().is_finite()));
+        std::fs::remove_dir_all(out).unwrap();
+    }
+    let err = run::train(&args(&tmp("vit-prog"), &["--progressive", "16,0,2"]))
+        .map(|_| ())
+        .unwrap_err();
+    assert!(err.to_string().contains("--progressive needs"), "{err}");
+    for d in [cifar, shards] {
+        std::fs::remove_dir_all(d).unwrap();
+    }
 }

@@ -58,6 +58,7 @@ use std::time::Duration;
 
 use tessera_autograd::{Gradients, Parameter, Var};
 use tessera_nn::{Buffer, Module, Visit, Visitor};
+use tessera_optim::Optimizer;
 
 pub use bucket::{assign_buckets, BucketSpec, DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES};
 pub use sync::{broadcast_coalesced, verify_same_shapes};
@@ -295,6 +296,24 @@ impl<'c, M: Module> DistributedDataParallel<'c, M> {
         }
         *self.stats.lock().unwrap_or_else(|e| e.into_inner()) = stats;
         Ok(grads)
+    }
+
+    /// Runs `loss.backward()` for the step `opt` takes next: when
+    /// `opt.wants_averaged_grads()` (every optimizer but the compressed ones
+    /// after their warm-up), as [`DistributedDataParallel::backward`];
+    /// otherwise with DDP's all-reduce skipped, returning this rank's local
+    /// gradients, which the optimizer exchanges itself (DeepSpeed's
+    /// `enable_backward_allreduce = false` under 1-bit Adam). A local pass
+    /// leaves what `no_sync` accumulated for the next synchronising pass.
+    /// Errors as `backward`.
+    pub fn backward_for(&self, loss: &Var, opt: &dyn Optimizer) -> Result<Gradients> {
+        if opt.wants_averaged_grads() {
+            self.backward(loss)
+        } else {
+            // The hooks are disarmed outside a DDP backward: the buckets
+            // are left alone.
+            Ok(loss.backward()?)
+        }
     }
 
     /// The trainable parameters DDP reduces, in definition order.

@@ -10,4 +10,5 @@ mod local_api;
 mod local_collectives;
 mod local_shm;
 mod nccl;
+mod onebit;
 mod pipeline;

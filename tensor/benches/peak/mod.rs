@@ -2,6 +2,7 @@
 //! measured by a register-only loop, timing by medians, the bench-line
 //! printer and the PyTorch reference runner.
 
+use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Instant;
 
@@ -107,6 +108,28 @@ pub fn fma_peak() -> Rate {
     r
 }
 
+/// The bf16 dot-product peak of all cores in GFLOP/s (each `vdpbf16ps`
+/// lane does two multiply-adds), measured like [`fma_peak`]; prints it, or
+/// says why not and returns `None` where the CPU lacks AVX512-BF16.
+#[allow(dead_code)] // only the GEMM bench probes it; the module is shared
+pub fn bf16_peak() -> Option<Rate> {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx512bf16") {
+        let threads = rayon::current_num_threads();
+        let iters: u64 = 1_000_000;
+        let flop = threads as f64 * iters as f64 * (CHAINS * 16 * 4) as f64;
+        let r = rates(flop, 101, || {
+            // SAFETY: the feature was just detected.
+            rayon::broadcast(|_| unsafe { x86::dpbf16(std::hint::black_box(iters)) });
+        });
+        line("bf16_peak", "tessera", "throughput", r.median, "GFLOP/s");
+        line("bf16_peak", "tessera", "throughput_best", r.best, "GFLOP/s");
+        return Some(r);
+    }
+    println!("# bf16_peak skipped: the CPU lacks AVX512-BF16");
+    None
+}
+
 /// The widest FMA loop this CPU runs: flop per iteration and the loop.
 fn fma_loop() -> (f64, fn(u64) -> f32) {
     #[cfg(target_arch = "x86_64")]
@@ -172,6 +195,37 @@ mod x86 {
         0.0
     }
 
+    /// `n` iterations of 12 independent 16-lane bf16 pair dot products.
+    #[allow(dead_code)] // see `bf16_peak`
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub unsafe fn dpbf16(n: u64) {
+        // SAFETY: touches only the named registers; avx512bf16 is enabled.
+        unsafe {
+            asm!(
+                "vpxord zmm0, zmm0, zmm0", "vmovaps zmm1, zmm0", "vmovaps zmm2, zmm0",
+                "vmovaps zmm3, zmm0", "vmovaps zmm4, zmm0", "vmovaps zmm5, zmm0",
+                "vmovaps zmm6, zmm0", "vmovaps zmm7, zmm0", "vmovaps zmm8, zmm0",
+                "vmovaps zmm9, zmm0", "vmovaps zmm10, zmm0", "vmovaps zmm11, zmm0",
+                "vmovaps zmm12, zmm0", "vmovaps zmm13, zmm0",
+                "2:",
+                "vdpbf16ps zmm0, zmm12, zmm13", "vdpbf16ps zmm1, zmm12, zmm13",
+                "vdpbf16ps zmm2, zmm12, zmm13", "vdpbf16ps zmm3, zmm12, zmm13",
+                "vdpbf16ps zmm4, zmm12, zmm13", "vdpbf16ps zmm5, zmm12, zmm13",
+                "vdpbf16ps zmm6, zmm12, zmm13", "vdpbf16ps zmm7, zmm12, zmm13",
+                "vdpbf16ps zmm8, zmm12, zmm13", "vdpbf16ps zmm9, zmm12, zmm13",
+                "vdpbf16ps zmm10, zmm12, zmm13", "vdpbf16ps zmm11, zmm12, zmm13",
+                "dec {n}",
+                "jnz 2b",
+                n = inout(reg) n => _,
+                out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
+                out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
+                out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
+                out("zmm12") _, out("zmm13") _,
+                options(nomem, nostack),
+            );
+        }
+    }
+
     /// `n` iterations of 12 independent 8-lane FMAs.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn fma256(n: u64) -> f32 {
@@ -206,12 +260,13 @@ mod x86 {
 
 /// Runs `tensor/benches/torch_ref.py <what> <threads>` with the python
 /// named by `TESSERA_TORCH_PYTHON` and reports its rates (lines
-/// `<workload>\t<median GFLOP/s>\t<best GFLOP/s>`) against `peak` under
-/// impl `torch`; says why when it cannot.
-pub fn torch_reference(what: &str, peak: Rate) {
+/// `<workload>\t<median GFLOP/s>\t<best GFLOP/s>`) against `peak(workload)`
+/// under impl `torch`; says why when it cannot. Returns the rates by workload.
+pub fn torch_reference(what: &str, peak: &dyn Fn(&str) -> Rate) -> BTreeMap<String, Rate> {
+    let mut rates = BTreeMap::new();
     let Ok(py) = std::env::var("TESSERA_TORCH_PYTHON") else {
         println!("# torch reference skipped: set TESSERA_TORCH_PYTHON to a python with torch");
-        return;
+        return rates;
     };
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/torch_ref.py");
     let threads = rayon::current_num_threads().to_string();
@@ -224,7 +279,11 @@ pub fn torch_reference(what: &str, peak: Rate) {
                     f.get(1).and_then(|v| v.parse().ok()),
                     f.get(2).and_then(|v| v.parse().ok()),
                 ) {
-                    (Some(w), Some(median), Some(best)) => report(w, "torch", Rate { median, best }, peak),
+                    (Some(w), Some(median), Some(best)) => {
+                        let r = Rate { median, best };
+                        report(w, "torch", r, peak(w));
+                        rates.insert(w.to_string(), r);
+                    }
                     _ => println!("# torch: {l}"),
                 }
             }
@@ -235,4 +294,5 @@ pub fn torch_reference(what: &str, peak: Rate) {
         ),
         Err(e) => println!("# torch reference skipped: cannot run {py}: {e}"),
     }
+    rates
 }

@@ -4,10 +4,10 @@
 //! `tessera-optim` call these for parameters on a GPU; the element math is
 //! theirs (PyTorch's single-tensor rounding form in f32).
 
+use tessera_cuda_kernels::ops::optim::{adamw, adamw_tables, sgd, sgd_tables, AdamTensor, SgdTensor};
 /// The hyperparameters of one step (in f64, as the CPU optimizers take
 /// them; `grad_scale` multiplies the gradients first).
 pub use tessera_cuda_kernels::ops::optim::{AdamConfig, SgdConfig};
-use tessera_cuda_kernels::ops::optim::{adamw, adamw_tables, sgd, sgd_tables, AdamTensor, SgdTensor};
 use tessera_cuda_kernels::DevPtr;
 
 use super::{

@@ -231,7 +231,7 @@ where
         for (i, n) in samples.enumerate() {
             for grp in 0..g.groups {
                 let xg = &xs[(n * g.c + grp * g.cg) * g.h * g.w..][..g.cg * g.h * g.w];
-                im2col(xg, g, &mut cols);
+                im2col(xg, g, &mut cols, S::to_math);
                 let beta = if i == 0 {
                     <S::Math as FloatMath>::ZERO
                 } else {

@@ -49,7 +49,7 @@ where
         for n in t * SAMPLES_PER_TASK..((t + 1) * SAMPLES_PER_TASK).min(g.n) {
             for grp in 0..g.groups {
                 let xg = &xs[(n * g.c + grp * g.cg) * g.h * g.w..][..g.cg * g.h * g.w];
-                im2col_strided(xg, g, &mut cols, lp);
+                im2col_strided(xg, g, &mut cols, lp, S::to_math);
                 for oc in grp * g.og..(grp + 1) * g.og {
                     let row = &go[(n * g.o + oc) * l..][..l];
                     for t0 in (0..kk).step_by(TAP_BLOCK) {

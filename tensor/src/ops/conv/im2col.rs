@@ -7,17 +7,24 @@
 use std::ops::Range;
 
 use super::Geom;
-use crate::{FloatElement, FloatMath};
+use crate::FloatMath;
 
 /// Unfolds `x` (one sample's `cg` channels, `[cg, h, w]` row-major) into
-/// `cols` (`[cg·kh·kw, oh·ow]`), converting to the math type.
-pub fn im2col<S: FloatElement>(x: &[S], g: &Geom, cols: &mut [S::Math]) {
-    im2col_strided(x, g, cols, g.oh * g.ow);
+/// `cols` (`[cg·kh·kw, oh·ow]`), each element through `cast` (to the math
+/// type, or the identity where the GEMM packs the storage type itself).
+pub fn im2col<S: Copy, D: Copy + Default>(x: &[S], g: &Geom, cols: &mut [D], cast: impl Fn(S) -> D) {
+    im2col_strided(x, g, cols, g.oh * g.ow, cast);
 }
 
 /// [`im2col`] into rows `ld ≥ oh·ow` elements apart (the elements between
 /// rows are left as they are).
-pub fn im2col_strided<S: FloatElement>(x: &[S], g: &Geom, cols: &mut [S::Math], ld: usize) {
+pub fn im2col_strided<S: Copy, D: Copy + Default>(
+    x: &[S],
+    g: &Geom,
+    cols: &mut [D],
+    ld: usize,
+    cast: impl Fn(S) -> D,
+) {
     let l = g.oh * g.ow;
     let mut row = 0;
     for c in 0..g.cg {
@@ -27,7 +34,7 @@ pub fn im2col_strided<S: FloatElement>(x: &[S], g: &Geom, cols: &mut [S::Math], 
             for kj in 0..g.kw {
                 let xs = valid(g.ow, g.stride[1], kj * g.dilation[1], g.padding[1], g.w);
                 let dst = &mut cols[row * ld..row * ld + l];
-                let zero = <S::Math as FloatMath>::ZERO;
+                let zero = D::default();
                 if g.stride == [1, 1] && g.ow == g.w && !ys.is_empty() && !xs.is_empty() {
                     // "Same" width at stride 1: output row oy is input row
                     // oy + shift, so the whole tap row is one shifted copy
@@ -37,7 +44,7 @@ pub fn im2col_strided<S: FloatElement>(x: &[S], g: &Geom, cols: &mut [S::Math], 
                     let iy0 = ys.start + ki * g.dilation[0] - g.padding[0];
                     let s0 = iy0 * g.w + xs.start + kj * g.dilation[1] - g.padding[1];
                     for (o, &v) in dst[e0..e1].iter_mut().zip(&plane[s0..s0 + (e1 - e0)]) {
-                        *o = v.to_math();
+                        *o = cast(v);
                     }
                     dst[..ys.start * g.ow].fill(zero);
                     dst[ys.end * g.ow..].fill(zero);
@@ -60,11 +67,11 @@ pub fn im2col_strided<S: FloatElement>(x: &[S], g: &Geom, cols: &mut [S::Math], 
                         // A run of consecutive inputs: a copy the compiler vectorises.
                         let x0 = xs.start + kj * g.dilation[1] - g.padding[1];
                         for (o, &v) in out[xs.clone()].iter_mut().zip(&src[x0..x0 + xs.len()]) {
-                            *o = v.to_math();
+                            *o = cast(v);
                         }
                     } else {
                         for ox in xs.clone() {
-                            out[ox] = src[ox * g.stride[1] + kj * g.dilation[1] - g.padding[1]].to_math();
+                            out[ox] = cast(src[ox * g.stride[1] + kj * g.dilation[1] - g.padding[1]]);
                         }
                     }
                 }

@@ -245,17 +245,19 @@ where
 {
     let x = x.contiguous()?;
     let xs = x.as_slice::<S>().expect("contiguous and dtype-checked");
-    let wm = math_vec::<S>(w);
+    // Weights and unfolded inputs stay in the storage type: the GEMM packs
+    // them (bf16 natively on the bf16 kernels, f16 widened while packing).
+    let wm = w.contiguous()?.to_vec::<S>()?;
     let bm = bias.map(math_vec::<S>);
     let (kk, l) = (g.kk(), g.l());
     let plane = g.c * g.h * g.w;
     let par_inner = g.n == 1;
     // One unfolding buffer per rayon job, reused across its samples.
-    let new_cols = || vec![<S::Math as FloatMath>::ZERO; kk * l];
-    let sample = |cols: &mut Vec<S::Math>, (n, out): (usize, &mut [S::Math])| {
+    let new_cols = || vec![S::ZERO; kk * l];
+    let sample = |cols: &mut Vec<S>, (n, out): (usize, &mut [S::Math])| {
         for grp in 0..g.groups {
             let xg = &xs[n * plane + grp * g.cg * g.h * g.w..][..g.cg * g.h * g.w];
-            im2col::im2col(xg, g, cols);
+            im2col::im2col(xg, g, cols, |v| v);
             let epi = Epilogue {
                 bias: bm
                     .as_deref()
@@ -281,7 +283,7 @@ where
                 rs: l as isize,
                 cs: 1,
             };
-            gemm::<S::Math>(
+            gemm::<S>(
                 shape,
                 weight_ref(&wm, g, grp, false),
                 cols_ref,

@@ -326,7 +326,9 @@ fn depthwise_half_and_thread_determinism() {
     assert_eq!(bits(&many.0), bits(&one.0));
     assert_eq!(bits(&many.1), bits(&one.1));
     assert_eq!(bits(&many.2), bits(&one.2));
-    // bf16 computes in f32 and rounds once.
+    // bf16 runs on the bf16 GEMM (f32 accumulation, its own sum order) and
+    // rounds once: within one bf16 rounding of the f32 convolution of the
+    // same values.
     let yb = x
         .to_dtype(DType::BF16)
         .unwrap()
@@ -344,7 +346,9 @@ fn depthwise_half_and_thread_determinism() {
             &p,
         )
         .unwrap();
-    assert_eq!(values_f64(&yb), values_f64(&y32.to_dtype(DType::BF16).unwrap()));
+    for (b, w) in values_f64(&yb).iter().zip(values_f64(&y32)) {
+        assert!((b - w).abs() <= w.abs() / 200.0 + 1e-5, "bf16 {b} vs f32 {w}");
+    }
 }
 
 /// The long-dot-product weight gradient (few taps) at sizes the proptest

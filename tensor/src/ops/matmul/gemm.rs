@@ -9,6 +9,7 @@
 //! order — whatever the grid, the thread count or which task packed a block,
 //! so results are bitwise identical on any number of threads.
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use rayon::prelude::*;
@@ -81,7 +82,9 @@ pub struct GemmShape<T> {
 
 /// Runs one GEMM with the micro-kernel of `isa` (which the CPU must
 /// support: pass [`Isa::best`] or one of [`Isa::available`]); `par` lets it
-/// use the rayon pool.
+/// use the rayon pool. bf16 operands run on the bf16 kernels of
+/// [`super::bf16`] (the path [`super::bf16::Bf16Path::best`] picks), others
+/// are converted to their math type while packing.
 pub fn gemm<S: FloatElement>(
     s: GemmShape<S::Math>,
     a: MatRef<S>,
@@ -93,6 +96,112 @@ pub fn gemm<S: FloatElement>(
 ) where
     S::Math: GemmScalar,
 {
+    let Some((c, epi)) = super::bf16::route(s, a, b, c, epi, par) else {
+        return;
+    };
+    assert!(isa.supported(), "gemm: this CPU cannot run {isa:?} kernels");
+    drive(&Native(isa), s, a, b, c, epi, par)
+}
+
+/// How a GEMM lays its operands out for one micro-kernel: the kernel and the
+/// packers that write the panels it reads. [`Native`] packs in the math
+/// type; `bf16::PairPacking` packs bf16 pairs.
+pub trait Packing<S>: Sync {
+    /// One unit of a packed panel.
+    type Unit: bytemuck::Pod + Send + Sync;
+    /// The accumulator and output type.
+    type Acc: GemmScalar;
+    /// The micro-kernel.
+    fn kernel(&self) -> Kernel<Self::Acc, Self::Unit>;
+    /// Depth blocks other than the last hold a multiple of this many elements.
+    fn depth_align(&self) -> usize;
+    /// Units one row of a packed A panel (one column of B) holds for a depth
+    /// block of `kc` elements: the `kc` the kernel is called with.
+    fn units(&self, kc: usize) -> usize;
+    /// Packs rows `rows` (starting at a multiple of `mr`), depth `p0 .. p0 +
+    /// kc` of `a` into `dst` as `ceil(rows.len()/mr)` micro-panels of `mr ×
+    /// units(kc)`, zero-padding what lies outside the matrix.
+    fn pack_a(
+        &self,
+        dst: &mut [Self::Unit],
+        a: &MatRef<S>,
+        rows: Range<usize>,
+        p0: usize,
+        kc: usize,
+        mr: usize,
+    );
+    /// Packs depth `p0 .. p0 + kc`, columns `cols` of `b` into `dst` as
+    /// `ceil(cols.len()/nr)` micro-panels of `units(kc) × nr`, zero-padded.
+    fn pack_b(
+        &self,
+        dst: &mut [Self::Unit],
+        b: &MatRef<S>,
+        p0: usize,
+        kc: usize,
+        cols: Range<usize>,
+        nr: usize,
+    );
+}
+
+/// Packing in the math type for the micro-kernels of one [`Isa`].
+pub struct Native(pub Isa);
+
+impl<S: FloatElement> Packing<S> for Native
+where
+    S::Math: GemmScalar,
+{
+    type Unit = S::Math;
+    type Acc = S::Math;
+
+    fn kernel(&self) -> Kernel<S::Math> {
+        <S::Math as GemmScalar>::kernel(self.0)
+    }
+
+    fn depth_align(&self) -> usize {
+        1
+    }
+
+    fn units(&self, kc: usize) -> usize {
+        kc
+    }
+
+    fn pack_a(
+        &self,
+        dst: &mut [S::Math],
+        a: &MatRef<S>,
+        rows: Range<usize>,
+        p0: usize,
+        kc: usize,
+        mr: usize,
+    ) {
+        pack_a(dst, a, rows, p0, kc, mr)
+    }
+
+    fn pack_b(
+        &self,
+        dst: &mut [S::Math],
+        b: &MatRef<S>,
+        p0: usize,
+        kc: usize,
+        cols: Range<usize>,
+        nr: usize,
+    ) {
+        pack_b(dst, b, p0, kc, cols, nr)
+    }
+}
+
+/// The driver: one GEMM through packing `pk`, whose kernel the caller has
+/// checked this CPU runs; `par` lets it use the rayon pool.
+pub(crate) fn drive<S: Sync, P: Packing<S>>(
+    pk: &P,
+    s: GemmShape<P::Acc>,
+    a: MatRef<S>,
+    b: MatRef<S>,
+    c: MatMut<P::Acc>,
+    epi: Epilogue<P::Acc>,
+    par: bool,
+) {
+    type T<P, S> = <P as Packing<S>>::Acc;
     let GemmShape { m, n, k, alpha, beta } = s;
     if m == 0 || n == 0 {
         return;
@@ -101,8 +210,7 @@ pub fn gemm<S: FloatElement>(
         reach(c.off, c.rs, c.cs, m, n).is_some_and(|hi| hi < c.data.len()),
         "gemm: output view outside its buffer"
     );
-    assert!(isa.supported(), "gemm: this CPU cannot run {isa:?} kernels");
-    let kern = <S::Math as GemmScalar>::kernel(isa);
+    let kern = pk.kernel();
     let par = par && m.saturating_mul(n).saturating_mul(k) >= PAR_FLOPS && rayon::current_num_threads() > 1;
     let out = OutPtr {
         ptr: c.data.as_mut_ptr(),
@@ -111,15 +219,15 @@ pub fn gemm<S: FloatElement>(
         rs: c.rs,
         cs: c.cs,
     };
-    let first = if beta == <S::Math as FloatMath>::ZERO {
+    let first = if beta == <T<P, S> as FloatMath>::ZERO {
         Accum::Overwrite
-    } else if beta == <S::Math as FloatMath>::ONE {
+    } else if beta == <T<P, S> as FloatMath>::ONE {
         Accum::Add
     } else {
         Accum::Scale(beta)
     };
     if k == 0 {
-        let zeros = [<S::Math as FloatMath>::ZERO; MAX_TILE];
+        let zeros = [<T<P, S> as FloatMath>::ZERO; MAX_TILE];
         let grid = Grid::new(&kern, m, n);
         for t in 0..grid.tasks() {
             let (r, cc) = grid.task(t);
@@ -145,18 +253,20 @@ pub fn gemm<S: FloatElement>(
     }
     // Equal depth blocks (288 = 144 + 144, not 256 + 32): fewer short,
     // overhead-bound blocks. A function of k alone, so the sum order is too.
-    let kc = k.div_ceil(k.div_ceil(kern.kc));
+    let kc = k.div_ceil(k.div_ceil(kern.kc)).next_multiple_of(pk.depth_align());
+    let units = pk.units(kc);
     let nc_max = kern.nc.min(n);
-    let mut pa = AlignedBuf::<S::Math>::new(m.div_ceil(kern.mr) * kern.mr * kc);
-    let mut pb = AlignedBuf::<S::Math>::new(nc_max.div_ceil(kern.nr) * kern.nr * kc);
+    let mut pa = AlignedBuf::<P::Unit>::new(m.div_ceil(kern.mr) * kern.mr * units);
+    let mut pb = AlignedBuf::<P::Unit>::new(nc_max.div_ceil(kern.nr) * kern.nr * units);
     for jc in (0..n).step_by(kern.nc) {
         let ncb = kern.nc.min(n - jc);
         let grid = Grid::new(&kern, m, ncb);
         for pc in (0..k).step_by(kc) {
             let kcb = kc.min(k - pc);
+            let u = pk.units(kcb);
             let accum = if pc == 0 { first } else { Accum::Add };
             let epi = (pc + kcb == k).then_some(&epi);
-            let direct = alpha == <S::Math as FloatMath>::ONE
+            let direct = alpha == <T<P, S> as FloatMath>::ONE
                 && !matches!(accum, Accum::Scale(_))
                 && out.cs == 1
                 && out.rs >= kern.nr as isize;
@@ -167,21 +277,23 @@ pub fn gemm<S: FloatElement>(
             let shared_a = Shared::new(pa.as_mut_slice(), grid.row_blocks());
             let shared_b = Shared::new(pb.as_mut_slice(), grid.col_blocks());
             let task = |t: usize| {
-                let mut acc = [<S::Math as FloatMath>::ZERO; MAX_TILE];
                 let (r, cc) = grid.task(t);
                 let (ti, tj) = grid.block(t);
-                let a_len = r.len().div_ceil(kern.mr) * kern.mr * kcb;
-                let pa = shared_a.get(ti, r.start * kcb..r.start * kcb + a_len, |dst| {
-                    pack_a(dst, &a, r.clone(), pc, kcb, kern.mr)
+                let a_len = r.len().div_ceil(kern.mr) * kern.mr * u;
+                let pa = shared_a.get(ti, r.start * u..r.start * u + a_len, |dst| {
+                    pk.pack_a(dst, &a, r.clone(), pc, kcb, kern.mr)
                 });
-                let b_len = cc.len().div_ceil(kern.nr) * kern.nr * kcb;
-                let pb = shared_b.get(tj, cc.start * kcb..cc.start * kcb + b_len, |dst| {
-                    pack_b(dst, &b, pc, kcb, jc + cc.start..jc + cc.end, kern.nr)
+                let b_len = cc.len().div_ceil(kern.nr) * kern.nr * u;
+                let pb = shared_b.get(tj, cc.start * u..cc.start * u + b_len, |dst| {
+                    pk.pack_b(dst, &b, pc, kcb, jc + cc.start..jc + cc.end, kern.nr)
                 });
+                // The tile buffer of partial tiles: the kernel writes all of
+                // its `mr × nr` elements before `store` reads any.
+                let mut acc = std::mem::MaybeUninit::<[T<P, S>; MAX_TILE]>::uninit();
                 for_each_tile(&kern, r.clone(), cc.clone(), |i0, j0, rows, cols| {
-                    let (ia, jb) = ((i0 - r.start) * kcb, (j0 - cc.start) * kcb);
-                    let ap = &pa[ia..ia + kern.mr * kcb];
-                    let bp = &pb[jb..jb + kern.nr * kcb];
+                    let (ia, jb) = ((i0 - r.start) * u, (j0 - cc.start) * u);
+                    let ap = &pa[ia..ia + kern.mr * u];
+                    let bp = &pb[jb..jb + kern.nr * u];
                     if direct && rows == kern.mr && cols == kern.nr {
                         // A whole tile of a row-contiguous output: the
                         // kernel combines it with C in place; the epilogue
@@ -192,7 +304,7 @@ pub fn gemm<S: FloatElement>(
                         unsafe {
                             let c = out.ptr.offset(out.at(i0, jc + j0));
                             (kern.run)(
-                                kcb,
+                                u,
                                 ap.as_ptr(),
                                 bp.as_ptr(),
                                 c,
@@ -205,11 +317,17 @@ pub fn gemm<S: FloatElement>(
                         }
                         return;
                     }
-                    // SAFETY: the panels hold kcb*mr and kcb*nr elements, the
-                    // tile buffer mr*nr ≤ MAX_TILE, and `isa` is supported.
-                    unsafe { (kern.run)(kcb, ap.as_ptr(), bp.as_ptr(), acc.as_mut_ptr(), kern.nr, false) };
-                    // SAFETY: tasks cover disjoint tiles of the output.
-                    unsafe { store(&acc, kern.nr, i0, jc + j0, rows, cols, &out, alpha, accum, epi) };
+                    let tile = acc.as_mut_ptr().cast::<T<P, S>>();
+                    // SAFETY: the panels hold u*mr and u*nr units, the tile
+                    // buffer mr*nr ≤ MAX_TILE elements (all written by the
+                    // kernel, so initialised when read), and the caller
+                    // checked the kernel runs here; tasks cover disjoint
+                    // tiles of the output.
+                    unsafe {
+                        (kern.run)(u, ap.as_ptr(), bp.as_ptr(), tile, kern.nr, false);
+                        let acc = std::slice::from_raw_parts(tile, kern.mr * kern.nr);
+                        store(acc, kern.nr, i0, jc + j0, rows, cols, &out, alpha, accum, epi)
+                    };
                 });
             };
             if par {
@@ -338,7 +456,7 @@ struct Grid {
 }
 
 impl Grid {
-    fn new<T>(kern: &Kernel<T>, m: usize, n: usize) -> Grid {
+    fn new<T, P>(kern: &Kernel<T, P>, m: usize, n: usize) -> Grid {
         const MIN_TASKS: usize = 8;
         let mut rows = kern.mc.min(m.div_ceil(kern.mr) * kern.mr);
         let mut cols = (kern.nr * 16).min(n.div_ceil(kern.nr) * kern.nr);
@@ -387,8 +505,8 @@ impl Grid {
 
 /// Calls `f(i0, j0, rows, cols)` for the micro-tiles of a macro-tile, column
 /// panels outer so one `kc×nr` panel of B stays in L1 across the row panels.
-fn for_each_tile<T>(
-    kern: &Kernel<T>,
+fn for_each_tile<T, P>(
+    kern: &Kernel<T, P>,
     r: std::ops::Range<usize>,
     c: std::ops::Range<usize>,
     mut f: impl FnMut(usize, usize, usize, usize),

@@ -69,20 +69,24 @@ impl Isa {
 
 /// Computes the tile `acc[i][j] = Σ_{p<kc} a[p*mr + i] · b[p*nr + j]` (in
 /// `p` order, from zero) and writes `c[i*ldc + j] = acc[i][j]`, or
-/// `c[i*ldc + j] + acc[i][j]` when `add`.
+/// `c[i*ldc + j] + acc[i][j]` when `add`. `T` is the accumulator and output
+/// type, `P` one unit of a packed panel (`T` itself, or a pair of bf16 for
+/// the low-precision kernels of `bf16_kernel`, whose `kc` counts units and
+/// whose panel order each kernel states).
 ///
 /// # Safety
-/// `a` holds `kc*mr` and `b` holds `kc*nr` elements, `c[i*ldc + j]` is
+/// `a` holds `kc*mr` and `b` holds `kc*nr` units, `c[i*ldc + j]` is
 /// writable (and readable when `add`) for every `i < mr`, `j < nr`, and the
-/// CPU supports the kernel's [`Isa`].
-pub type KernelFn<T> = unsafe fn(kc: usize, a: *const T, b: *const T, c: *mut T, ldc: usize, add: bool);
+/// CPU supports the kernel's instructions.
+pub type KernelFn<T, P = T> =
+    unsafe fn(kc: usize, a: *const P, b: *const P, c: *mut T, ldc: usize, add: bool);
 
 /// A micro-kernel with its register tile (`mr × nr`) and the cache blocks the
 /// driver uses with it: `kc` (depth of a packed panel, so a `kc×nr` panel of B
 /// stays in L1), `mc` (rows of A per task, so an `mc×kc` block stays in L2)
 /// and `nc` (columns of B packed at once, sized for L3).
 #[derive(Clone, Copy)]
-pub struct Kernel<T> {
+pub struct Kernel<T, P = T> {
     /// Rows of the register tile.
     pub mr: usize,
     /// Columns of the register tile.
@@ -95,11 +99,12 @@ pub struct Kernel<T> {
     /// Columns of B packed at once.
     pub nc: usize,
     /// The tile routine.
-    pub run: KernelFn<T>,
+    pub run: KernelFn<T, P>,
 }
 
-/// The largest `mr * nr` of any kernel: the size of the driver's tile buffer.
-pub const MAX_TILE: usize = 8 * 32;
+/// The largest `mr * nr` of any kernel (the AMX tile pair of `bf16_kernel`):
+/// the size of the driver's tile buffer.
+pub const MAX_TILE: usize = 32 * 32;
 
 /// A float type the GEMM computes in natively (f32 and f64).
 pub trait GemmScalar: FloatMath + Element + bytemuck::Pod {

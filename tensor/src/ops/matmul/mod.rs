@@ -9,12 +9,16 @@
 //! different dtypes are an error asking for an explicit cast (as in
 //! PyTorch's matmul); integer and bool operands are an error.
 
+pub(crate) mod bf16;
+pub(crate) mod bf16_kernel;
 #[cfg(feature = "cuda")]
 pub(crate) mod cuda;
 pub(crate) mod gemm;
 pub(crate) mod kernel;
 pub(crate) mod pack;
 
+#[cfg(test)]
+mod bf16_tests;
 #[cfg(test)]
 mod tests;
 

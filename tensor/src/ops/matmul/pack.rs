@@ -25,8 +25,9 @@ pub struct MatRef<'a, S> {
 }
 
 impl<S> MatRef<'_, S> {
+    /// The index of element `(i, j)` in `data`.
     #[inline(always)]
-    fn at(&self, i: usize, j: usize) -> usize {
+    pub(crate) fn at(&self, i: usize, j: usize) -> usize {
         (self.off as isize + i as isize * self.rs + j as isize * self.cs) as usize
     }
 }
@@ -53,7 +54,7 @@ thread_local! {
     static POOL: std::cell::RefCell<Vec<Vec<Align64>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-impl<T: GemmScalar> AlignedBuf<T> {
+impl<T: bytemuck::Pod> AlignedBuf<T> {
     /// A buffer of `len` elements holding unspecified (initialised) values:
     /// the smallest pooled buffer that fits, else a new zeroed one.
     pub fn new(len: usize) -> Self {

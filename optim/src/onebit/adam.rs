@@ -1,0 +1,215 @@
+//! 1-bit Adam (Tang et al. 2021; DeepSpeed `onebit/adam.py`, spec §4.2).
+
+use tessera_autograd::{Gradients, Parameter};
+use tessera_tensor::{DType, Error, Result, StateDict, Tensor};
+
+use super::slots::{group_accessors, Factors, OnebitOptions, Slots};
+use super::{CompressedReducer, ErrorFeedback, WireStats};
+use crate::{Optimizer, ParamGroup};
+
+/// 1-bit Adam: exact Adam during a warm-up of `freeze_step` steps, then the
+/// variance is frozen and only the momentum is exchanged, compressed to one
+/// bit per element with error feedback.
+///
+/// DeepSpeed's form, without bias correction and with ε outside the root:
+///
+/// ```text
+/// warm-up (g averaged over the ranks):  m ← β1m + (1−β1)g ;  v ← β2v + (1−β2)g²
+/// compression (g local):                m ← compressed_all_reduce(β1m + (1−β1)g) ⊙ mask
+/// u = m / (√v + ε) + λθ ;  θ ← θ − γu
+/// ```
+///
+/// The freeze happens after the step whose count reaches `freeze_step`;
+/// from then [`Optimizer::wants_averaged_grads`] is false and `step` takes
+/// this rank's local gradients. Without a reducer (a single process) the
+/// compressed exchange is skipped, as DeepSpeed skips it for one rank.
+///
+/// Unlike DeepSpeed, the first `step` is a real step: DeepSpeed's first
+/// call is a dry run that only allocates its buffers (spec §4.2's
+/// decision). A checkpoint load zeroes the error buffers and sets the
+/// freeze from the saved step; exp-avg masks are not saved (they come from
+/// the caller, as in DeepSpeed).
+pub struct OnebitAdam<'r> {
+    slots: Slots<'r>,
+    freeze_step: u64,
+    frozen: bool,
+    masks: Vec<(Parameter, Vec<f32>)>,
+}
+
+const BUFFERS: &[&str] = &["exp_avg", "exp_avg_sq"];
+
+impl<'r> OnebitAdam<'r> {
+    /// 1-bit Adam over one group of f32 `params`, freezing the variance
+    /// after `freeze_step` steps (DeepSpeed's default is 100000; `u64::MAX`
+    /// never freezes). Errors when a hyperparameter is out of its domain, a
+    /// parameter is listed twice or is not f32.
+    pub fn new(params: Vec<Parameter>, hyper: OnebitOptions, freeze_step: u64) -> Result<Self> {
+        Self::with_groups(vec![ParamGroup::new(params, hyper)], freeze_step)
+    }
+
+    /// 1-bit Adam over parameter groups. Errors as [`OnebitAdam::new`].
+    pub fn with_groups(groups: Vec<ParamGroup<OnebitOptions>>, freeze_step: u64) -> Result<Self> {
+        Ok(OnebitAdam {
+            slots: Slots::new("OnebitAdam", groups)?,
+            freeze_step,
+            frozen: false,
+            masks: Vec::new(),
+        })
+    }
+
+    /// Exchanges the momentum through `reducer` after the warm-up (every
+    /// data-parallel rank builds its optimizer with a reducer of one group).
+    pub fn with_reducer(mut self, reducer: impl CompressedReducer + 'r) -> Self {
+        self.slots.reducer = Some(Box::new(reducer));
+        self
+    }
+
+    /// Multiplies `param`'s momentum by `mask` after every compressed
+    /// exchange (DeepSpeed's `exp_avg_mask`): 1-bit compression cannot
+    /// encode 0, so rows that must stay zero (unused embedding rows) need
+    /// it. Errors when `param` is not optimized here or `mask`'s shape
+    /// differs from it.
+    pub fn set_exp_avg_mask(&mut self, param: &Parameter, mask: &Tensor) -> Result<()> {
+        if !self
+            .slots
+            .groups
+            .iter()
+            .flat_map(|g| &g.params)
+            .any(|p| p.same(param))
+        {
+            return Err(Error::arg(
+                "set_exp_avg_mask",
+                "the parameter is not optimized by OnebitAdam",
+            ));
+        }
+        if mask.shape() != param.shape().as_slice() {
+            return Err(Error::shape(
+                "set_exp_avg_mask",
+                format!(
+                    "mask of shape {:?} for a parameter of shape {:?}",
+                    mask.shape(),
+                    param.shape()
+                ),
+            ));
+        }
+        let values = mask.to_dtype(DType::F32)?.to_vec::<f32>()?;
+        self.masks.retain(|(p, _)| !p.same(param));
+        self.masks.push((param.clone(), values));
+        Ok(())
+    }
+
+    /// True once the variance is frozen (the compression stage).
+    pub fn frozen(&self) -> bool {
+        self.frozen
+    }
+
+    /// The number of steps taken.
+    pub fn step_count(&self) -> u64 {
+        self.slots.step
+    }
+
+    /// The error feedback of parameter `index` of group `group` (empty
+    /// before its first compressed exchange and after a checkpoint load).
+    pub fn error_feedback(&self, group: usize, index: usize) -> Option<&ErrorFeedback> {
+        Some(&self.slots.state.get(group)?.get(index)?.errors)
+    }
+
+    /// The bytes this rank sent since the last call (zeros on one process).
+    pub fn take_wire_stats(&mut self) -> WireStats {
+        self.slots.take_wire_stats()
+    }
+
+    /// The buffer `name` (`exp_avg`, `exp_avg_sq`) of parameter `index` of
+    /// group `group`, once created.
+    pub fn state_buffer(&self, group: usize, index: usize, name: &str) -> Option<&[f32]> {
+        let slot = self.slots.state.get(group)?.get(index)?;
+        slot.bufs
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, b)| b.as_slice())
+    }
+}
+
+impl Optimizer for OnebitAdam<'_> {
+    group_accessors!();
+
+    fn wants_averaged_grads(&self) -> bool {
+        !self.frozen
+    }
+
+    fn step(&mut self, grads: &Gradients) -> Result<()> {
+        self.slots.check(grads)?;
+        let compress = self.frozen && self.slots.world_size() > 1;
+        let Slots {
+            groups,
+            state,
+            reducer,
+            ..
+        } = &mut self.slots;
+        for (gi, grp) in groups.iter().enumerate() {
+            let h = grp.hyper;
+            let Factors {
+                b1,
+                w1,
+                b2,
+                w2,
+                eps,
+                wd,
+            } = h.factors();
+            let neg_lr = -h.lr as f32;
+            for (p, slot) in grp.params.iter().zip(state[gi].iter_mut()) {
+                let Some(g) = p.grad(grads) else { continue };
+                let g = g.contiguous()?;
+                let g = g.as_slice::<f32>()?;
+                let numel = g.len();
+                let ([m, v], errors) = slot.split(["exp_avg", "exp_avg_sq"], numel);
+                for (mi, &gi) in m.iter_mut().zip(g) {
+                    *mi = *mi * b1 + w1 * gi;
+                }
+                if self.frozen {
+                    if compress {
+                        let r = reducer.as_mut().expect("compress implies a reducer");
+                        r.compressed_all_reduce(m, errors)?;
+                    }
+                    if let Some((_, mask)) = self.masks.iter().find(|(q, _)| q.same(p)) {
+                        m.iter_mut().zip(mask).for_each(|(mi, &k)| *mi *= k);
+                    }
+                } else {
+                    for (vi, &gi) in v.iter_mut().zip(g) {
+                        *vi = *vi * b2 + w2 * gi * gi;
+                    }
+                }
+                let (m, v) = (&*m, &*v);
+                p.update_::<f32, _>(|x| {
+                    for i in 0..x.len() {
+                        let mut u = m[i] / (v[i].sqrt() + eps);
+                        if wd > 0.0 {
+                            u += wd * x[i];
+                        }
+                        x[i] += neg_lr * u;
+                    }
+                })?;
+            }
+        }
+        self.slots.step += 1;
+        if !self.frozen && self.slots.step >= self.freeze_step {
+            self.frozen = true;
+        }
+        Ok(())
+    }
+
+    fn state_dict(&self) -> StateDict {
+        let mut sd = self.slots.state_dict();
+        sd.set("freeze_step", self.freeze_step);
+        sd
+    }
+
+    /// DeepSpeed's reload rules: the error buffers are zeroed, the freeze
+    /// follows the saved step against this optimizer's `freeze_step`, and
+    /// the masks set on this optimizer stay.
+    fn load_state_dict(&mut self, sd: &StateDict) -> Result<()> {
+        let step = self.slots.load_state_dict(sd, BUFFERS, &[])?;
+        self.frozen = step >= self.freeze_step;
+        Ok(())
+    }
+}

@@ -1,0 +1,347 @@
+//! The bf16 GEMM: operands packed as pairs of bf16 along the depth (one
+//! `u32` per pair, the even-depth element in the low half), multiplied by
+//! bf16 dot-product instructions into f32 accumulators — `tdpbf16ps` tiles
+//! (AMX), `vdpbf16ps` vectors (AVX512-BF16) or plain f32 arithmetic — on the
+//! shared driver of [`super::gemm`]. Output is f32 (rounded to bf16 once by
+//! the caller when a bf16 tensor is wanted).
+//!
+//! Which path runs is picked at run time ([`Bf16Path::best`]); every path is
+//! forceable with `TESSERA_GEMM_BF16` or by calling [`gemm_bf16`] with it.
+//! Each output element is summed in one fixed order whatever the thread
+//! count (the driver's guarantee), so results do not depend on it.
+
+use std::any::TypeId;
+use std::ops::Range;
+use std::sync::OnceLock;
+
+use super::bf16_kernel as kern;
+use super::gemm::{drive, Bias, Epilogue, GemmShape, MatMut, Native, Packing};
+use super::kernel::{GemmScalar, Isa, Kernel};
+use super::pack::MatRef;
+use crate::{bf16, FloatElement};
+
+/// A way to run a bf16 GEMM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bf16Path {
+    /// AMX-BF16 tiles (`tdpbf16ps`), 32×32 output tiles (Intel Sapphire Rapids on).
+    Amx,
+    /// AVX512-BF16 (`vdpbf16ps`), 8×32 output tiles (Intel Cooper Lake, AMD Zen 4 on).
+    Avx512Bf16,
+    /// Operands widened to f32 while packing, on the f32 kernels of
+    /// [`Isa::best`]: the fastest path where the CPU has no bf16 instructions.
+    Widen,
+    /// The pair layout with plain f32 arithmetic: any CPU; the reference the
+    /// instruction paths are tested against.
+    Portable,
+}
+
+impl Bf16Path {
+    /// The path every bf16 GEMM takes: the one `TESSERA_GEMM_BF16` (`amx`,
+    /// `avx512bf16`, `widen`, `portable`) names when this CPU runs it, else
+    /// the fastest it runs (read once).
+    pub fn best() -> Bf16Path {
+        static BEST: OnceLock<Bf16Path> = OnceLock::new();
+        *BEST.get_or_init(|| {
+            let forced = std::env::var("TESSERA_GEMM_BF16")
+                .ok()
+                .and_then(|v| Bf16Path::parse(&v));
+            forced
+                .filter(|p| p.supported())
+                .unwrap_or(Bf16Path::available()[0])
+        })
+    }
+
+    /// The path named `amx`, `avx512bf16`, `widen` or `portable` (any case).
+    pub fn parse(name: &str) -> Option<Bf16Path> {
+        match name.to_ascii_lowercase().as_str() {
+            "amx" => Some(Bf16Path::Amx),
+            "avx512bf16" => Some(Bf16Path::Avx512Bf16),
+            "widen" => Some(Bf16Path::Widen),
+            "portable" => Some(Bf16Path::Portable),
+            _ => None,
+        }
+    }
+
+    /// True when this CPU (and, for AMX, the OS) can run this path.
+    pub fn supported(self) -> bool {
+        self.unsupported_reason().is_none()
+    }
+
+    /// Why this CPU cannot run this path, or `None` when it can.
+    pub fn unsupported_reason(self) -> Option<String> {
+        match self {
+            Bf16Path::Amx => kern::amx_unavailable(),
+            Bf16Path::Avx512Bf16 => kern::avx512bf16_unavailable(),
+            Bf16Path::Widen | Bf16Path::Portable => None,
+        }
+    }
+
+    /// Every path this CPU runs, fastest first.
+    pub fn available() -> Vec<Bf16Path> {
+        [
+            Bf16Path::Amx,
+            Bf16Path::Avx512Bf16,
+            Bf16Path::Widen,
+            Bf16Path::Portable,
+        ]
+        .into_iter()
+        .filter(|p| p.supported())
+        .collect()
+    }
+
+    /// The pair packing of this path (`None` for [`Bf16Path::Widen`]).
+    fn packing(self) -> Option<PairPacking> {
+        match self {
+            Bf16Path::Amx => Some(PairPacking {
+                kernel: kern::amx_kernel(),
+                a_layout: ALayout::RowMajor,
+                unit_align: kern::AMX_DEPTH_UNITS,
+            }),
+            Bf16Path::Avx512Bf16 => Some(PairPacking {
+                kernel: kern::avx512bf16_kernel(),
+                a_layout: ALayout::PairMajor,
+                unit_align: 1,
+            }),
+            Bf16Path::Portable => Some(PairPacking {
+                kernel: kern::portable_kernel(),
+                a_layout: ALayout::PairMajor,
+                unit_align: 1,
+            }),
+            Bf16Path::Widen => None,
+        }
+    }
+}
+
+/// One bf16 GEMM `C = alpha·A·B + beta·C` (f32 scalars, f32 output) on
+/// `path`, which this CPU must run (see [`Bf16Path::supported`]); `par`
+/// lets it use the rayon pool.
+pub fn gemm_bf16(
+    s: GemmShape<f32>,
+    a: MatRef<bf16>,
+    b: MatRef<bf16>,
+    c: MatMut<f32>,
+    epi: Epilogue<f32>,
+    path: Bf16Path,
+    par: bool,
+) {
+    if let Some(why) = path.unsupported_reason() {
+        panic!("gemm: the {path:?} bf16 path cannot run here: {why}");
+    }
+    match path.packing() {
+        Some(pk) => drive(&pk, s, a, b, c, epi, par),
+        None => drive(&Native(Isa::best()), s, a, b, c, epi, par),
+    }
+}
+
+/// Runs the generic GEMM of element type `S` on [`gemm_bf16`] with
+/// [`Bf16Path::best`] when `S` is bf16 (returning `None`), else hands the
+/// arguments back.
+#[allow(clippy::type_complexity)]
+pub(crate) fn route<'a, S: FloatElement>(
+    s: GemmShape<S::Math>,
+    a: MatRef<'a, S>,
+    b: MatRef<'a, S>,
+    c: MatMut<'a, S::Math>,
+    epi: Epilogue<'a, S::Math>,
+    par: bool,
+) -> Option<(MatMut<'a, S::Math>, Epilogue<'a, S::Math>)>
+where
+    S::Math: GemmScalar,
+{
+    if TypeId::of::<S>() != TypeId::of::<bf16>() || TypeId::of::<S::Math>() != TypeId::of::<f32>() {
+        return Some((c, epi));
+    }
+    // SAFETY: `S` is bf16 and `S::Math` is f32 (checked above): the casts
+    // below reinterpret values and slices as the types they are.
+    unsafe {
+        let f = |x: S::Math| std::mem::transmute_copy::<S::Math, f32>(&x);
+        let sl = |x: &'a [S::Math]| std::slice::from_raw_parts(x.as_ptr().cast::<f32>(), x.len());
+        let m = |x: MatRef<'a, S>| MatRef {
+            data: std::slice::from_raw_parts(x.data.as_ptr().cast::<bf16>(), x.data.len()),
+            off: x.off,
+            rs: x.rs,
+            cs: x.cs,
+        };
+        let shape = GemmShape {
+            m: s.m,
+            n: s.n,
+            k: s.k,
+            alpha: f(s.alpha),
+            beta: f(s.beta),
+        };
+        let out = MatMut {
+            data: std::slice::from_raw_parts_mut(c.data.as_mut_ptr().cast::<f32>(), c.data.len()),
+            off: c.off,
+            rs: c.rs,
+            cs: c.cs,
+        };
+        let epi = Epilogue {
+            bias: match epi.bias {
+                Bias::None => Bias::None,
+                Bias::Row(v) => Bias::Row(sl(v)),
+                Bias::Col(v) => Bias::Col(sl(v)),
+            },
+            relu: epi.relu,
+        };
+        gemm_bf16(shape, m(a), m(b), out, epi, Bf16Path::best(), par);
+    }
+    None
+}
+
+/// The order of the units of a packed A panel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ALayout {
+    /// Unit `(p, i)` (depth pair `p`, row `i`) at `p*mr + i`: one broadcast
+    /// per row and depth pair for the vector kernels.
+    PairMajor,
+    /// Unit `(i, p)` at `i*units + p`: rows of pairs, as AMX tiles load them.
+    RowMajor,
+}
+
+/// Packing into bf16 pairs for one bf16 kernel. B panels are pair-major
+/// for every kernel: unit `(p, j)` at `p*nr + j` holds `b[2p][j]` (low half)
+/// and `b[2p+1][j]` (high half).
+pub(crate) struct PairPacking {
+    pub(crate) kernel: Kernel<f32, u32>,
+    a_layout: ALayout,
+    /// Units per row are padded to a multiple of this (AMX tiles span 16 pairs).
+    unit_align: usize,
+}
+
+impl PairPacking {
+    /// The AMX packing with another tile routine: tests run the AMX layout
+    /// through a portable emulation of `tdpbf16ps` on CPUs without AMX.
+    #[cfg(test)]
+    pub(crate) fn amx_with(run: super::kernel::KernelFn<f32, u32>) -> PairPacking {
+        PairPacking {
+            kernel: Kernel {
+                run,
+                ..kern::amx_kernel()
+            },
+            a_layout: ALayout::RowMajor,
+            unit_align: kern::AMX_DEPTH_UNITS,
+        }
+    }
+}
+
+impl Packing<bf16> for PairPacking {
+    type Unit = u32;
+    type Acc = f32;
+
+    fn kernel(&self) -> Kernel<f32, u32> {
+        self.kernel
+    }
+
+    fn depth_align(&self) -> usize {
+        2 * self.unit_align
+    }
+
+    fn units(&self, kc: usize) -> usize {
+        kc.div_ceil(2).next_multiple_of(self.unit_align)
+    }
+
+    fn pack_a(&self, dst: &mut [u32], a: &MatRef<bf16>, rows: Range<usize>, p0: usize, kc: usize, mr: usize) {
+        let u = self.units(kc);
+        let m = rows.end;
+        let dst = &mut dst[..rows.len().div_ceil(mr) * mr * u];
+        for (r, out) in dst.chunks_mut(mr * u).enumerate() {
+            let i0 = rows.start + r * mr;
+            let live = mr.min(m - i0);
+            match self.a_layout {
+                ALayout::RowMajor => {
+                    for (i, row) in out.chunks_mut(u).enumerate() {
+                        if i < live {
+                            line_pairs(a.data, a.at(i0 + i, p0), a.cs, kc, |p, v| row[p] = v);
+                            row[kc.div_ceil(2)..].fill(0);
+                        } else {
+                            row.fill(0);
+                        }
+                    }
+                }
+                ALayout::PairMajor => {
+                    for i in 0..live {
+                        line_pairs(a.data, a.at(i0 + i, p0), a.cs, kc, |p, v| out[p * mr + i] = v);
+                    }
+                    for (p, step) in out.chunks_mut(mr).enumerate() {
+                        if p >= kc.div_ceil(2) {
+                            step.fill(0);
+                        } else {
+                            step[live..].fill(0);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn pack_b(&self, dst: &mut [u32], b: &MatRef<bf16>, p0: usize, kc: usize, cols: Range<usize>, nr: usize) {
+        let u = self.units(kc);
+        let n = cols.end;
+        let dst = &mut dst[..cols.len().div_ceil(nr) * nr * u];
+        for (q, out) in dst.chunks_mut(nr * u).enumerate() {
+            let jq = cols.start + q * nr;
+            let live = nr.min(n - jq);
+            if b.cs == 1 {
+                // Rows are contiguous: interleave two rows per depth pair.
+                for (p, step) in out.chunks_mut(nr).enumerate() {
+                    let row = |d: usize| (d < kc).then(|| &b.data[b.at(p0 + d, jq)..][..live]);
+                    match (row(2 * p), row(2 * p + 1)) {
+                        (Some(lo), Some(hi)) => {
+                            for ((s, &l), &h) in step.iter_mut().zip(lo).zip(hi) {
+                                *s = pair(l, h);
+                            }
+                        }
+                        (Some(lo), None) => {
+                            for (s, &l) in step.iter_mut().zip(lo) {
+                                *s = pair(l, bf16::ZERO);
+                            }
+                        }
+                        _ => step[..live].fill(0),
+                    }
+                    step[live..].fill(0);
+                }
+            } else {
+                for j in 0..live {
+                    line_pairs(b.data, b.at(p0, jq + j), b.rs, kc, |p, v| out[p * nr + j] = v);
+                }
+                for (p, step) in out.chunks_mut(nr).enumerate() {
+                    if p >= kc.div_ceil(2) {
+                        step.fill(0);
+                    } else {
+                        step[live..].fill(0);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The unit holding `lo` (even depth) and `hi` (odd depth).
+#[inline(always)]
+fn pair(lo: bf16, hi: bf16) -> u32 {
+    u32::from(lo.to_bits()) | u32::from(hi.to_bits()) << 16
+}
+
+/// Calls `put(p, unit)` for the `ceil(kc/2)` pairs of the `kc` elements
+/// `data[base + d*stride]`, the last one zero-padded when `kc` is odd.
+#[inline(always)]
+fn line_pairs(data: &[bf16], base: usize, stride: isize, kc: usize, mut put: impl FnMut(usize, u32)) {
+    if stride == 1 {
+        let line = &data[base..base + kc];
+        let mut pairs = line.chunks_exact(2);
+        for (p, two) in pairs.by_ref().enumerate() {
+            put(p, pair(two[0], two[1]));
+        }
+        if let [last] = pairs.remainder() {
+            put(kc / 2, pair(*last, bf16::ZERO));
+        }
+    } else {
+        let at = |d: usize| data[(base as isize + d as isize * stride) as usize];
+        for p in 0..kc / 2 {
+            put(p, pair(at(2 * p), at(2 * p + 1)));
+        }
+        if kc % 2 == 1 {
+            put(kc / 2, pair(at(kc - 1), bf16::ZERO));
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! bf16 micro-kernels over pair-packed panels (see [`super::bf16`]): each
+//! unit is a `u32` holding two bf16 of consecutive depth, the even one in
+//! the low half; products accumulate in f32. A panels are pair-major
+//! (unit `(p, i)` at `p*mr + i`) except for AMX, whose A panels are rows of
+//! pairs (unit `(i, p)` at `i*kc + p`, `kc` a multiple of
+//! [`AMX_DEPTH_UNITS`]); B panels are pair-major (unit `(p, j)` at `p*nr + j`).
+
+use std::sync::OnceLock;
+
+use super::kernel::Kernel;
+
+/// Depth units (bf16 pairs) one AMX tile spans: 64-byte tile rows.
+pub const AMX_DEPTH_UNITS: usize = 16;
+
+/// The AMX kernel: a 32×32 output of four 16×16 f32 tiles.
+pub fn amx_kernel() -> Kernel<f32, u32> {
+    Kernel {
+        mr: 32,
+        nr: 32,
+        mc: 128,
+        kc: 512,
+        nc: 2048,
+        #[cfg(target_arch = "x86_64")]
+        run: x86::amx,
+        // Never called: `amx_unavailable` refuses every other target.
+        #[cfg(not(target_arch = "x86_64"))]
+        run: portable,
+    }
+}
+
+/// The AVX512-BF16 kernel: 8 rows × 2 vectors of 16 f32.
+pub fn avx512bf16_kernel() -> Kernel<f32, u32> {
+    Kernel {
+        mr: 8,
+        nr: 32,
+        mc: 128,
+        kc: 512,
+        nc: 2048,
+        #[cfg(target_arch = "x86_64")]
+        run: x86::avx512bf16,
+        // Never called: `avx512bf16_unavailable` refuses every other target.
+        #[cfg(not(target_arch = "x86_64"))]
+        run: portable,
+    }
+}
+
+/// The portable kernel: a 4×8 tile in plain f32 arithmetic.
+pub fn portable_kernel() -> Kernel<f32, u32> {
+    Kernel {
+        mr: 4,
+        nr: 8,
+        mc: 64,
+        kc: 512,
+        nc: 2048,
+        run: portable,
+    }
+}
+
+/// Why this machine cannot run the AMX kernel (`None` when it can). The
+/// first call asks Linux for permission to use the tile data state
+/// (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`), which a process
+/// needs before its first tile instruction.
+pub fn amx_unavailable() -> Option<String> {
+    static WHY: OnceLock<Option<String>> = OnceLock::new();
+    WHY.get_or_init(amx_probe).clone()
+}
+
+/// Why this CPU cannot run the AVX512-BF16 kernel (`None` when it can).
+pub fn avx512bf16_unavailable() -> Option<String> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bf16") {
+            return None;
+        }
+        Some("the CPU lacks AVX512-BF16 (vdpbf16ps)".into())
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    Some("AVX512-BF16 is an x86-64 extension".into())
+}
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn amx_probe() -> Option<String> {
+    use std::arch::x86_64::__cpuid_count;
+    let (max_leaf, leaf7) = (__cpuid_count(0, 0).eax, __cpuid_count(7, 0));
+    let (amx_bf16, amx_tile) = (leaf7.edx >> 22 & 1 == 1, leaf7.edx >> 24 & 1 == 1);
+    if max_leaf < 7 || !amx_bf16 || !amx_tile {
+        return Some("the CPU lacks AMX-BF16 tiles (tdpbf16ps)".into());
+    }
+    const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+    const XFEATURE_XTILEDATA: libc::c_long = 18;
+    // SAFETY: a plain system call with integer arguments.
+    let rc = unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) };
+    if rc != 0 {
+        let err = std::io::Error::last_os_error();
+        return Some(format!("Linux refused the AMX tile state (arch_prctl: {err})"));
+    }
+    None
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+fn amx_probe() -> Option<String> {
+    Some("AMX tiles are used on x86-64 Linux only (arch_prctl tile permission)".into())
+}
+
+/// The portable tile: per depth pair, the odd product then the even one is
+/// added to the f32 accumulator (the order `vdpbf16ps` documents; products
+/// of two bf16 are exact in f32).
+///
+/// # Safety
+/// The contract of [`super::kernel::KernelFn`] with the pair-major panels
+/// of this module.
+unsafe fn portable(kc: usize, a: *const u32, b: *const u32, c: *mut f32, ldc: usize, add: bool) {
+    const MR: usize = 4;
+    const NR: usize = 8;
+    let lo = |u: u32| f32::from_bits(u << 16);
+    let hi = |u: u32| f32::from_bits(u & 0xffff_0000);
+    let mut acc = [[0f32; NR]; MR];
+    for p in 0..kc {
+        // SAFETY: the caller guarantees kc*MR units behind `a` and kc*NR behind `b`.
+        let (av, bv) = unsafe {
+            (
+                a.add(p * MR).cast::<[u32; MR]>().read_unaligned(),
+                b.add(p * NR).cast::<[u32; NR]>().read_unaligned(),
+            )
+        };
+        for i in 0..MR {
+            for j in 0..NR {
+                acc[i][j] += hi(av[i]) * hi(bv[j]);
+                acc[i][j] += lo(av[i]) * lo(bv[j]);
+            }
+        }
+    }
+    for (i, row) in acc.iter().enumerate() {
+        // SAFETY: the caller guarantees row i of the tile behind `c`.
+        let dst = unsafe { std::slice::from_raw_parts_mut(c.add(i * ldc), NR) };
+        for (d, &v) in dst.iter_mut().zip(row) {
+            *d = if add { *d + v } else { v };
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::asm;
+    use std::arch::x86_64::*;
+
+    /// 8 rows × 32 columns: per depth pair, two vectors of B (16 column
+    /// pairs each) and one broadcast pair of A per row.
+    ///
+    /// # Safety
+    /// The contract of [`super::super::kernel::KernelFn`] with pair-major
+    /// panels, on a CPU with AVX512-BF16.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub unsafe fn avx512bf16(kc: usize, a: *const u32, b: *const u32, c: *mut f32, ldc: usize, add: bool) {
+        const MR: usize = 8;
+        const NR: usize = 32;
+        for i in 0..MR {
+            // SAFETY: prefetches never fault; the addresses are in the tile.
+            unsafe {
+                let row = c.add(i * ldc).cast::<i8>();
+                _mm_prefetch::<_MM_HINT_T0>(row);
+                _mm_prefetch::<_MM_HINT_T0>(row.add(NR * 4 - 1));
+            }
+        }
+        let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+        for p in 0..kc {
+            // SAFETY: kc*MR units behind `a`, kc*NR behind `b` (the contract);
+            // __m512i and __m512bh are both 64 plain bytes.
+            unsafe {
+                let bp = b.add(p * NR);
+                let b0: __m512bh = std::mem::transmute(_mm512_loadu_si512(bp.cast()));
+                let b1: __m512bh = std::mem::transmute(_mm512_loadu_si512(bp.add(16).cast()));
+                let ap = a.add(p * MR);
+                for (i, acc) in acc.iter_mut().enumerate() {
+                    let av: __m512bh = std::mem::transmute(_mm512_set1_epi32(*ap.add(i) as i32));
+                    acc[0] = _mm512_dpbf16_ps(acc[0], av, b0);
+                    acc[1] = _mm512_dpbf16_ps(acc[1], av, b1);
+                }
+            }
+        }
+        for (i, acc) in acc.iter().enumerate() {
+            for (v, &x) in acc.iter().enumerate() {
+                // SAFETY: the caller guarantees the tile behind `c`.
+                unsafe {
+                    let dst = c.add(i * ldc + v * 16);
+                    let x = if add {
+                        _mm512_add_ps(_mm512_loadu_ps(dst), x)
+                    } else {
+                        x
+                    };
+                    _mm512_storeu_ps(dst, x);
+                }
+            }
+        }
+    }
+
+    /// The AMX tile configuration: palette 1; tiles 0–3 the 16×16 f32
+    /// outputs, 4–5 two 16-row blocks of A, 6–7 two 16-column blocks of B,
+    /// each 16 rows of 64 bytes.
+    #[repr(C, align(64))]
+    struct TileConfig {
+        palette: u8,
+        start_row: u8,
+        reserved: [u8; 14],
+        colsb: [u16; 16],
+        rows: [u8; 16],
+    }
+
+    static CONFIG: TileConfig = TileConfig {
+        palette: 1,
+        start_row: 0,
+        reserved: [0; 14],
+        colsb: [64, 64, 64, 64, 64, 64, 64, 64, 0, 0, 0, 0, 0, 0, 0, 0],
+        rows: [16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0],
+    };
+
+    /// 32 rows × 32 columns in four f32 tiles, 16 depth pairs per step:
+    /// `tmm(2r + c) += A rows 16r.. · B columns 16c..`.
+    ///
+    /// # Safety
+    /// The contract of [`super::super::kernel::KernelFn`] with row-of-pairs
+    /// A panels (`kc` a multiple of 16), on a CPU with AMX-BF16 whose tile
+    /// state the OS granted (`amx_unavailable` returned `None`).
+    pub unsafe fn amx(kc: usize, a: *const u32, b: *const u32, c: *mut f32, ldc: usize, add: bool) {
+        let (sa, sb) = (kc * 4, 32usize * 4);
+        // SAFETY (all blocks): tiles read and write only the panels and the
+        // 32×32 tile of C the caller guarantees; the tile registers are
+        // unknown to the compiler, so they keep their values between blocks.
+        unsafe {
+            asm!("ldtilecfg [{}]", in(reg) &CONFIG, options(nostack, readonly));
+            asm!(
+                "tilezero tmm0",
+                "tilezero tmm1",
+                "tilezero tmm2",
+                "tilezero tmm3",
+                options(nomem, nostack)
+            );
+            for q in (0..kc).step_by(super::AMX_DEPTH_UNITS) {
+                asm!(
+                    "tileloadd tmm4, [{a0} + {sa}*1]",
+                    "tileloadd tmm5, [{a1} + {sa}*1]",
+                    "tileloadd tmm6, [{b0} + {sb}*1]",
+                    "tileloadd tmm7, [{b0} + {sb}*1 + 64]",
+                    "tdpbf16ps tmm0, tmm4, tmm6",
+                    "tdpbf16ps tmm1, tmm4, tmm7",
+                    "tdpbf16ps tmm2, tmm5, tmm6",
+                    "tdpbf16ps tmm3, tmm5, tmm7",
+                    a0 = in(reg) a.add(q), a1 = in(reg) a.add(16 * kc + q),
+                    b0 = in(reg) b.add(q * 32), sa = in(reg) sa, sb = in(reg) sb,
+                    options(nostack, readonly),
+                );
+            }
+            // The tile sums start from zero and are added to C afterwards,
+            // as every kernel does, so a tile rounds the same whether the
+            // driver hands it C or its own buffer.
+            let mut sums = [0f32; 32 * 32];
+            let (dst, ld) = if add { (sums.as_mut_ptr(), 32) } else { (c, ldc) };
+            let (d2, sd) = (dst.add(16 * ld), ld * 4);
+            asm!(
+                "tilestored [{d} + {s}*1], tmm0",
+                "tilestored [{d} + {s}*1 + 64], tmm1",
+                "tilestored [{d2} + {s}*1], tmm2",
+                "tilestored [{d2} + {s}*1 + 64], tmm3",
+                "tilerelease",
+                d = in(reg) dst, d2 = in(reg) d2, s = in(reg) sd,
+                options(nostack),
+            );
+            if add {
+                for (i, row) in sums.chunks_exact(32).enumerate() {
+                    let out = std::slice::from_raw_parts_mut(c.add(i * ldc), 32);
+                    out.iter_mut().zip(row).for_each(|(o, &v)| *o += v);
+                }
+            }
+        }
+    }
+}

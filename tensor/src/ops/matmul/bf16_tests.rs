@@ -1,0 +1,230 @@
+//! The bf16 GEMM on every path (and the AMX layout through an emulation of
+//! `tdpbf16ps`) against an f64 product of the same bf16 values, over random
+//! shapes with every kind of tail, strided operands, scalars and epilogues;
+//! and bitwise equal on every thread count.
+
+use proptest::prelude::*;
+
+use super::bf16::{gemm_bf16, Bf16Path, PairPacking};
+use super::gemm::{drive, Bias, Epilogue, GemmShape, MatMut};
+use super::pack::MatRef;
+use crate::test_util::{layouts_of, rand_f64, values_f64};
+use crate::{bf16, Tensor};
+
+/// A way to run the GEMM under test: a path, or the AMX packing on the emulated tile op.
+#[derive(Debug, Clone, Copy)]
+enum Runner {
+    Path(Bf16Path),
+    AmxEmulated,
+}
+
+/// Every runner this CPU can run (naming the paths it cannot, with why).
+fn runners() -> Vec<Runner> {
+    let mut all = vec![Runner::AmxEmulated];
+    for path in [
+        Bf16Path::Amx,
+        Bf16Path::Avx512Bf16,
+        Bf16Path::Widen,
+        Bf16Path::Portable,
+    ] {
+        match path.unsupported_reason() {
+            None => all.push(Runner::Path(path)),
+            Some(why) => eprintln!("bf16 GEMM path {path:?} skipped: {why}"),
+        }
+    }
+    all
+}
+
+fn run(
+    r: Runner,
+    s: GemmShape<f32>,
+    a: MatRef<bf16>,
+    b: MatRef<bf16>,
+    c: MatMut<f32>,
+    epi: Epilogue<f32>,
+    par: bool,
+) {
+    match r {
+        Runner::Path(p) => gemm_bf16(s, a, b, c, epi, p, par),
+        Runner::AmxEmulated => drive(&PairPacking::amx_with(tdpbf16ps_emulated), s, a, b, c, epi, par),
+    }
+}
+
+/// The AMX kernel's contract in plain code: A as rows of `kc` pairs, B as
+/// `kc` rows of 32 column pairs, four 16×16 tiles, each sum from zero in
+/// depth order (even product, then odd, per pair), then added to C.
+unsafe fn tdpbf16ps_emulated(kc: usize, a: *const u32, b: *const u32, c: *mut f32, ldc: usize, add: bool) {
+    assert_eq!(kc % 16, 0, "AMX panels span whole tiles");
+    // SAFETY: the kernel contract: 32*kc units behind a and b, a 32×32 tile at c.
+    let (a, b) = unsafe {
+        (
+            std::slice::from_raw_parts(a, 32 * kc),
+            std::slice::from_raw_parts(b, 32 * kc),
+        )
+    };
+    let lo = |u: u32| f32::from_bits(u << 16);
+    let hi = |u: u32| f32::from_bits(u & 0xffff_0000);
+    for i in 0..32 {
+        for j in 0..32 {
+            let mut acc = 0f32;
+            for p in 0..kc {
+                let (x, y) = (a[i * kc + p], b[p * 32 + j]);
+                acc += lo(x) * lo(y);
+                acc += hi(x) * hi(y);
+            }
+            // SAFETY: inside the tile.
+            unsafe {
+                let d = c.add(i * ldc + j);
+                *d = if add { *d + acc } else { acc };
+            }
+        }
+    }
+}
+
+fn naive(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
+    let mut out = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            out[i * n + j] = (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum();
+        }
+    }
+    out
+}
+
+fn pick(values: &[f64], shape: &[usize], sel: usize) -> Tensor {
+    let all = layouts_of::<bf16>(values, shape);
+    all[sel % all.len()].clone()
+}
+
+fn mat(t: &Tensor) -> MatRef<'_, bf16> {
+    super::mat_ref(t, t.layout())
+}
+
+/// The f32 accumulation tolerance of a length-`k` sum of products of values in [-1, 1].
+fn within(got: f64, want: f64, k: usize) -> bool {
+    (got - want).abs() <= 2e-6 * k as f64 + 1e-6
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(20))]
+
+    /// Every path, into a column-major output at an offset (the generic
+    /// tile store) and a padded row-major one (whole tiles in place), with
+    /// alpha, beta and an epilogue.
+    #[test]
+    fn every_path_matches_f64_product(m in 1usize..90, k in 0usize..200, n in 1usize..90,
+                                      sa in 0usize..5, sb in 0usize..5, seed in 0u64..1000,
+                                      beta in prop::sample::select(vec![0.0, 1.0, -0.5]),
+                                      alpha in prop::sample::select(vec![1.0, 0.75]),
+                                      bias in 0usize..3, relu in any::<bool>()) {
+        let a = pick(&rand_f64(seed, m * k), &[m, k], sa);
+        let b = pick(&rand_f64(seed + 1, k * n), &[k, n], sb);
+        let cv = rand_f64(seed + 2, m * n);
+        let biasv: Vec<f32> = rand_f64(seed + 3, m.max(n)).iter().map(|&x| x as f32).collect();
+        let prod = naive(&values_f64(&a), &values_f64(&b), m, k, n);
+        let want: Vec<f64> = (0..m * n).map(|e| {
+            let (i, j) = (e / n, e % n);
+            let mut v = alpha * prod[e] + if beta == 0.0 { 0.0 } else { beta * cv[e] as f32 as f64 };
+            v += match bias { 1 => biasv[i] as f64, 2 => biasv[j] as f64, _ => 0.0 };
+            if relu { v.max(0.0) } else { v }
+        }).collect();
+        let epi = Epilogue {
+            bias: match bias { 1 => Bias::Row(&biasv[..m]), 2 => Bias::Col(&biasv[..n]), _ => Bias::None },
+            relu,
+        };
+        let shape = GemmShape { m, n, k, alpha: alpha as f32, beta: beta as f32 };
+        let ld = n + 3;
+        for r in runners() {
+            let mut cols = vec![f32::NAN; m * n + 5];
+            let mut rows = vec![f32::NAN; m * ld];
+            for (e, &x) in cv.iter().enumerate() {
+                let x = if beta == 0.0 { f32::NAN } else { x as f32 };
+                cols[5 + (e % n) * m + e / n] = x;
+                rows[(e / n) * ld + e % n] = x;
+            }
+            run(r, shape, mat(&a), mat(&b), MatMut { data: &mut cols, off: 5, rs: 1, cs: m as isize }, epi, true);
+            run(r, shape, mat(&a), mat(&b), MatMut { data: &mut rows, off: 0, rs: ld as isize, cs: 1 }, epi, true);
+            for (e, &w) in want.iter().enumerate() {
+                let (i, j) = (e / n, e % n);
+                let (gc, gr) = (cols[5 + j * m + i] as f64, rows[i * ld + j] as f64);
+                prop_assert!(within(gc, w, k) && within(gr, w, k),
+                    "{:?} {}x{}x{} at ({}, {}): got {} / {}, want {}", r, m, k, n, i, j, gc, gr, w);
+            }
+            prop_assert!((0..m).all(|i| rows[i * ld + n..(i + 1) * ld].iter().all(|v| v.is_nan())),
+                "{:?} wrote between rows", r);
+        }
+    }
+}
+
+/// Every path gives the same bits on pools of 1, 2 and 5 threads, with
+/// several depth blocks, column blocks and tails.
+#[test]
+fn every_path_is_thread_count_independent() {
+    let pools: Vec<rayon::ThreadPool> = [1, 2, 5]
+        .iter()
+        .map(|&t| rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap())
+        .collect();
+    for (m, k, n, sel) in [(130, 1100, 70, 0), (40, 513, 2100, 1), (256, 64, 256, 3)] {
+        let a = pick(&rand_f64(31, m * k), &[m, k], sel);
+        let b = pick(&rand_f64(32, k * n), &[k, n], sel + 1);
+        let want = naive(&values_f64(&a), &values_f64(&b), m, k, n);
+        for r in runners() {
+            let runs: Vec<Vec<u32>> = pools
+                .iter()
+                .map(|p| {
+                    let mut c = vec![0f32; m * n];
+                    let shape = GemmShape {
+                        m,
+                        n,
+                        k,
+                        alpha: 1.0,
+                        beta: 0.0,
+                    };
+                    let out = MatMut {
+                        data: &mut c,
+                        off: 0,
+                        rs: n as isize,
+                        cs: 1,
+                    };
+                    p.install(|| run(r, shape, mat(&a), mat(&b), out, Epilogue::none(), true));
+                    c.iter().map(|v| v.to_bits()).collect()
+                })
+                .collect();
+            assert!(
+                runs.iter().all(|x| x == &runs[0]),
+                "{r:?} {m}x{k}x{n}: thread counts disagree"
+            );
+            let bad = (0..m * n).find(|&e| !within(f32::from_bits(runs[0][e]) as f64, want[e], k));
+            assert_eq!(bad, None, "{r:?} {m}x{k}x{n}");
+        }
+    }
+}
+
+/// bf16 `matmul` (which takes [`Bf16Path::best`]) rounds the f32 sum once.
+#[test]
+fn matmul_rounds_the_f32_sum_once() {
+    let (m, k, n) = (33, 300, 47);
+    let a = pick(&rand_f64(41, m * k), &[m, k], 0);
+    let b = pick(&rand_f64(42, k * n), &[k, n], 2);
+    let got = values_f64(&a.matmul(&b).unwrap());
+    let want = naive(&values_f64(&a), &values_f64(&b), m, k, n);
+    for (g, w) in got.iter().zip(&want) {
+        // The f32 tolerance, then one bf16 rounding (relative 2⁻⁸).
+        assert!(
+            (g - w).abs() <= 2e-6 * k as f64 + 1e-6 + w.abs() / 256.0,
+            "{g} vs {w}"
+        );
+    }
+}
+
+#[test]
+fn paths_parse_and_widen_always_runs() {
+    assert_eq!(Bf16Path::parse("AMX"), Some(Bf16Path::Amx));
+    assert_eq!(Bf16Path::parse("avx512bf16"), Some(Bf16Path::Avx512Bf16));
+    assert_eq!(Bf16Path::parse("widen"), Some(Bf16Path::Widen));
+    assert_eq!(Bf16Path::parse("portable"), Some(Bf16Path::Portable));
+    assert_eq!(Bf16Path::parse("sse"), None);
+    let avail = Bf16Path::available();
+    assert!(avail.contains(&Bf16Path::Widen) && avail.contains(&Bf16Path::Portable));
+    assert!(avail.contains(&Bf16Path::best()));
+}
