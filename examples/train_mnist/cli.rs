@@ -222,6 +222,7 @@ impl Args {
                 "--device cuda trains in the single-process mode only (no --pipeline-stages, --ddp, --zero)"
                     .into(),
             );
+        }
         if !matches!(a.optim.as_str(), "sgd" | "adam" | "onebit-adam" | "onebit-lamb") {
             return Err(format!(
                 "--optim takes sgd, adam, onebit-adam or onebit-lamb, got {}",
