@@ -143,6 +143,22 @@ impl std::fmt::Debug for Parameter {
     }
 }
 
+/// A [`Parameter`]'s value locked for writing ([`Parameter::value_mut`]).
+pub struct ValueMut<'a>(RwLockWriteGuard<'a, Var>);
+
+impl std::ops::Deref for ValueMut<'_> {
+    type Target = Tensor;
+    fn deref(&self) -> &Tensor {
+        self.0.tensor()
+    }
+}
+
+impl std::ops::DerefMut for ValueMut<'_> {
+    fn deref_mut(&mut self) -> &mut Tensor {
+        self.0.tensor_mut()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,21 +208,5 @@ mod tests {
         assert_eq!(p.id(), None);
         p.requires_grad_(true).unwrap();
         assert!(q.id().is_some());
-    }
-}
-
-/// A [`Parameter`]'s value locked for writing ([`Parameter::value_mut`]).
-pub struct ValueMut<'a>(RwLockWriteGuard<'a, Var>);
-
-impl std::ops::Deref for ValueMut<'_> {
-    type Target = Tensor;
-    fn deref(&self) -> &Tensor {
-        self.0.tensor()
-    }
-}
-
-impl std::ops::DerefMut for ValueMut<'_> {
-    fn deref_mut(&mut self) -> &mut Tensor {
-        self.0.tensor_mut()
     }
 }

@@ -68,7 +68,7 @@ pub fn sgd_step_(
 ) -> Result<()> {
     const OP: &str = "sgd_step_";
     let with_buffers = c.momentum != 0.0;
-    if with_buffers != !momentum_buffers.is_empty() {
+    if with_buffers == momentum_buffers.is_empty() {
         return Err(Error::arg(
             OP,
             format!(

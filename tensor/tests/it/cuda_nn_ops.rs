@@ -105,7 +105,7 @@ fn max_pooling_and_its_gradient_equal_the_cpu_bit_for_bit() {
             if i == 1 {
                 let nan = Tensor::full(&[1, 1, 1, 1], f64::NAN, dtype).unwrap();
                 x = x.narrow(2, 0, 4).unwrap().contiguous().unwrap();
-                x = Tensor::cat(&[x.clone(), nan.expand(&[2, 3, 1, 8]).unwrap()], 2).unwrap();
+                x = Tensor::cat(&[x.clone(), nan.expand([2, 3, 1, 8]).unwrap()], 2).unwrap();
             }
             let (y, idx) = x.max_pool2d_with_indices(p).unwrap();
             let (yd, idxd) = dev(&x).max_pool2d_with_indices(p).unwrap();
