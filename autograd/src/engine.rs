@@ -84,7 +84,8 @@ impl Var {
         }
         let one = Tensor::from_vec(vec![1.0f64], &[])?
             .to_dtype(self.dtype())?
-            .reshape(self.shape())?;
+            .reshape(self.shape())?
+            .to_device(self.device())?;
         self.backward_with(&one)
     }
 

@@ -35,7 +35,7 @@ pub use ops::attention::{scaled_dot_product_attention, AttnMask, AttnOptions};
 pub use ops::loss::{CrossEntropyOptions, Reduction, Target};
 pub use ops::registry::DIFFERENTIABLE_OPS;
 pub use ops::sum_to;
-pub use param::Parameter;
+pub use param::{Parameter, ValueMut};
 pub use record::{record, record_multi};
 pub use tessera_tensor::BatchNormOutput;
 pub use var::{Var, VarId};

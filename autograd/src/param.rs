@@ -84,6 +84,17 @@ impl Parameter {
         self.write().update_(f)
     }
 
+    /// The value locked for writing in place until the guard drops, for
+    /// updates that need several parameters at once (a fused multi-tensor
+    /// optimizer step holds one guard per parameter). The guard derefs to
+    /// the value's [`Tensor`]; whoever writes through it must keep its shape
+    /// and dtype (the gradient key and the graph's metadata assume them).
+    /// Reading or writing this parameter through another handle while the
+    /// guard lives blocks.
+    pub fn value_mut(&self) -> ValueMut<'_> {
+        ValueMut(self.write())
+    }
+
     /// Replaces the value (PyTorch's `p.data = t`), keeping the id. Errors,
     /// changing nothing, when the shape or dtype differ.
     pub fn set(&self, tensor: Tensor) -> Result<()> {
@@ -129,6 +140,22 @@ impl Parameter {
 impl std::fmt::Debug for Parameter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Parameter({:?})", *self.read())
+    }
+}
+
+/// A [`Parameter`]'s value locked for writing ([`Parameter::value_mut`]).
+pub struct ValueMut<'a>(RwLockWriteGuard<'a, Var>);
+
+impl std::ops::Deref for ValueMut<'_> {
+    type Target = Tensor;
+    fn deref(&self) -> &Tensor {
+        self.0.tensor()
+    }
+}
+
+impl std::ops::DerefMut for ValueMut<'_> {
+    fn deref_mut(&mut self) -> &mut Tensor {
+        self.0.tensor_mut()
     }
 }
 

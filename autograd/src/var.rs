@@ -135,6 +135,12 @@ impl Var {
         Ok(f(self.tensor.make_mut::<T>()?))
     }
 
+    /// The value, mutable: for [`crate::ValueMut`], whose users keep
+    /// its shape and dtype.
+    pub(crate) fn tensor_mut(&mut self) -> &mut Tensor {
+        &mut self.tensor
+    }
+
     /// Replaces a leaf's value, keeping its id and hooks (PyTorch's
     /// `p.data = t`). Errors, leaving the value unchanged, when `tensor`'s
     /// shape or dtype differ from the current value's, or on an op result.

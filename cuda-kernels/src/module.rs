@@ -7,7 +7,7 @@ pub const COMMON_HEADER: &str = include_str!("kernels/common.cuh");
 /// One `.cu` source file of `src/kernels/`, compiled as one NVRTC program.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Module {
-    /// Unary/binary/where over strided inputs, casts, fill.
+    /// Unary/binary/where over strided inputs, strided copies, casts, fill.
     Elementwise,
     /// Philox4x32-10 uniform and normal numbers.
     Philox,
@@ -21,8 +21,10 @@ pub enum Module {
     Gemm,
     /// Flash-style attention forward and backward.
     Attention,
-    /// Multi-tensor AdamW.
-    AdamW,
+    /// Multi-tensor Adam/AdamW and SGD steps.
+    Optim,
+    /// Max pooling forward and backward.
+    Pool,
     /// Embedding forward and backward.
     Embedding,
     /// im2col / col2im.
@@ -40,7 +42,7 @@ fn per_dtype(prefixes: &[&str], dtypes: &[&str]) -> Vec<String> {
 
 impl Module {
     /// Every family.
-    pub const ALL: [Module; 10] = [
+    pub const ALL: [Module; 11] = [
         Module::Elementwise,
         Module::Philox,
         Module::Reduce,
@@ -48,7 +50,8 @@ impl Module {
         Module::LayerNorm,
         Module::Gemm,
         Module::Attention,
-        Module::AdamW,
+        Module::Optim,
+        Module::Pool,
         Module::Embedding,
         Module::Im2col,
     ];
@@ -63,7 +66,8 @@ impl Module {
             Module::LayerNorm => "layernorm.cu",
             Module::Gemm => "gemm.cu",
             Module::Attention => "attention.cu",
-            Module::AdamW => "adamw.cu",
+            Module::Optim => "optim.cu",
+            Module::Pool => "pool.cu",
             Module::Embedding => "embedding.cu",
             Module::Im2col => "im2col.cu",
         }
@@ -79,7 +83,8 @@ impl Module {
             Module::LayerNorm => include_str!("kernels/layernorm.cu"),
             Module::Gemm => include_str!("kernels/gemm.cu"),
             Module::Attention => include_str!("kernels/attention.cu"),
-            Module::AdamW => include_str!("kernels/adamw.cu"),
+            Module::Optim => include_str!("kernels/optim.cu"),
+            Module::Pool => include_str!("kernels/pool.cu"),
             Module::Embedding => include_str!("kernels/embedding.cu"),
             Module::Im2col => include_str!("kernels/im2col.cu"),
         }
@@ -118,6 +123,7 @@ impl Module {
                     ],
                     &FLOATS,
                 );
+                v.extend(["b1", "b2", "b4", "b8"].map(|w| format!("copy_strided_{w}")));
                 for (a, b) in [
                     ("f32", "f16"),
                     ("f32", "bf16"),
@@ -149,7 +155,8 @@ impl Module {
                 }
                 v
             }
-            Module::AdamW => per_dtype(&["adamw"], &FLOATS),
+            Module::Optim => per_dtype(&["adam", "sgd"], &FLOATS),
+            Module::Pool => per_dtype(&["maxpool_fwd", "maxpool_bwd"], &FLOATS),
             Module::Embedding => per_dtype(&["emb_fwd", "emb_bwd"], &FLOATS),
             Module::Im2col => per_dtype(&["im2col", "col2im"], &FLOATS),
         }

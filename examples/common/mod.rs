@@ -7,7 +7,7 @@ use std::path::Path;
 
 use tessera::autograd::{no_grad, Var};
 use tessera::nn::Module;
-use tessera::tensor::Tensor;
+use tessera::tensor::{Device, Tensor};
 
 pub(crate) type BoxResult<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -46,13 +46,17 @@ pub(crate) fn count_correct(logits: &Tensor, labels: &Tensor) -> tessera::tensor
 }
 
 /// Accuracy of `model` (already in eval mode) on `split`, in batches of
-/// `batch`.
+/// `batch` moved to the model's device.
 pub(crate) fn evaluate(model: &dyn Module, split: &Split, batch: usize) -> BoxResult<f64> {
     let n = split.labels.shape()[0];
+    let device = model
+        .parameters()
+        .first()
+        .map_or(Device::Cpu, |p| p.tensor().device());
     let mut correct = 0;
     for start in (0..n).step_by(batch) {
         let len = batch.min(n - start);
-        let x = Var::constant(split.images.narrow(0, start, len)?);
+        let x = Var::constant(split.images.narrow(0, start, len)?.to_device(device)?);
         let logits = no_grad(|| model.forward(&x))?;
         correct += count_correct(logits.tensor(), &split.labels.narrow(0, start, len)?)?;
     }

@@ -2,12 +2,14 @@
 
 use std::path::PathBuf;
 
+use tessera::tensor::Device;
+
 /// The usage text printed on a bad flag or `--help`.
 pub const USAGE: &str = "usage: train_mnist [--epochs N] [--batch-size N] [--lr F] [--seed N] \
 [--threads N] [--data DIR] [--out DIR] [--resume] [--target PERCENT]
 [--pipeline-stages P --micro-batches M --schedule gpipe|1f1b|deepspeed|interleaved [--chunks V]]
 [--ddp | --zero 1|2] [--backend local|tcp] [--world N]
-[--optim sgd|adam|onebit-adam|onebit-lamb] [--freeze-step N]
+[--optim sgd|adam|onebit-adam|onebit-lamb] [--freeze-step N] [--device cpu|cuda[:N]]
 
   --epochs      epochs to train (10)
   --batch-size  samples per step (128)
@@ -48,7 +50,10 @@ pub const USAGE: &str = "usage: train_mnist [--epochs N] [--batch-size N] [--lr 
                 steps, then the momentum is exchanged as signs and scales
                 instead of DDP's gradient all-reduce)
   --freeze-step N
-                warm-up steps of onebit-adam / onebit-lamb (100)";
+                warm-up steps of onebit-adam / onebit-lamb (100)
+  --device D    where the model trains: cpu (default) or cuda[:N] (a GPU,
+                or the CPU emulator of one in a `cuda-emu` build); the
+                single-process mode only";
 
 /// The parsed flags.
 #[derive(Debug, Clone)]
@@ -73,6 +78,7 @@ pub struct Args {
     pub zero: Option<u8>,
     pub backend: String,
     pub world: usize,
+    pub device: Device,
     pub optim: String,
     pub freeze_step: u64,
 }
@@ -107,6 +113,7 @@ impl Args {
             zero: None,
             backend: "local".into(),
             world: 2,
+            device: Device::Cpu,
             optim: "sgd".into(),
             freeze_step: 100,
         };
@@ -126,7 +133,8 @@ impl Args {
             if flag == "--help" || flag == "-h" {
                 return Err("help".into());
             }
-            const VALUED: [&str; 20] = [
+            const VALUED: [&str; 21] = [
+                "--device",
                 "--optim",
                 "--freeze-step",
                 "--zero",
@@ -172,6 +180,7 @@ impl Args {
                 "--zero" => a.zero = Some(value.parse().map_err(|e| bad(format!("{e}")))?),
                 "--backend" => a.backend = value,
                 "--world" => a.world = value.parse().map_err(|e| bad(format!("{e}")))?,
+                "--device" => a.device = parse_device(&value).map_err(bad)?,
                 "--optim" => a.optim = value,
                 "--freeze-step" => a.freeze_step = value.parse().map_err(|e| bad(format!("{e}")))?,
                 _ => unreachable!("every flag of VALUED has an arm"),
@@ -208,6 +217,12 @@ impl Args {
                 return Err("--ddp and --zero exclude --pipeline-stages, --resume and --stop-after".into());
             }
         }
+        if !a.device.is_cpu() && (a.pipeline_stages > 1 || a.data_parallel()) {
+            return Err(
+                "--device cuda trains in the single-process mode only (no --pipeline-stages, --ddp, --zero)"
+                    .into(),
+            );
+        }
         if !matches!(a.optim.as_str(), "sgd" | "adam" | "onebit-adam" | "onebit-lamb") {
             return Err(format!(
                 "--optim takes sgd, adam, onebit-adam or onebit-lamb, got {}",
@@ -221,5 +236,18 @@ impl Args {
             return Err(format!("--lr must be a positive number, got {}", a.lr));
         }
         Ok(a)
+    }
+}
+
+/// `cpu`, `cuda` (GPU 0) or `cuda:N`.
+fn parse_device(s: &str) -> Result<Device, String> {
+    match s {
+        "cpu" => Ok(Device::Cpu),
+        "cuda" => Ok(Device::Cuda(0)),
+        _ => s
+            .strip_prefix("cuda:")
+            .and_then(|n| n.parse().ok())
+            .map(Device::Cuda)
+            .ok_or_else(|| "expected cpu, cuda or cuda:N".to_string()),
     }
 }

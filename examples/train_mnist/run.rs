@@ -11,7 +11,7 @@ use tessera::data::formats::Mnist;
 use tessera::data::{DataLoader, VecDataset};
 use tessera::nn::{models::mnist_cnn, state_dict, Module};
 use tessera::optim::{LrScheduler, OneCycleLR, OneCycleOptions, Optimizer, Sgd, SgdOptions};
-use tessera::tensor::{rng, Checkpoint, DType, Tensor};
+use tessera::tensor::{rng, Checkpoint, DType, Device, Tensor};
 
 use super::cli::Args;
 use super::common::{
@@ -61,7 +61,7 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
     if args.resume {
         let ck = Checkpoint::load(&ckpt_path)?;
         model.load_state_dict(&ck.model, true)?;
-        opt.load_state_dict(ck.optimizer()?)?;
+        opt.load_state_dict(&ck.optimizer()?.to_device(args.device)?)?;
         sched.load_state_dict(ck.scheduler()?)?;
         ck.restore_default_rng()?;
         start_epoch = ck.epoch as usize;
@@ -70,6 +70,8 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
         complete_log(&log_path, &ck)?;
         eprintln!("resumed from {} at epoch {start_epoch}", ckpt_path.display());
     }
+    // The optimizer holds the same parameters: it steps them where they are.
+    model.to(args.device)?;
     eprintln!(
         "model: MNIST CNN, {} parameters; SGD nesterov momentum 0.9 wd {WEIGHT_DECAY}, one-cycle max lr {}, batch {}, {} epochs",
         model.num_parameters(),
@@ -89,8 +91,8 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
         let epoch_start = Instant::now();
         for (i, idx) in batches.iter().enumerate() {
             let idx = Tensor::from_vec(idx.iter().map(|&j| j as i64).collect(), &[idx.len()])?;
-            let x = Var::constant(train.images.index_select(0, &idx)?);
-            let y = train.labels.index_select(0, &idx)?;
+            let x = Var::constant(train.images.index_select(0, &idx)?.to_device(args.device)?);
+            let y = train.labels.index_select(0, &idx)?.to_device(args.device)?;
             let logits = model.forward(&x)?;
             let loss = logits.cross_entropy(Target::Indices(&y), &ce)?;
             let grads = loss.backward()?;
@@ -132,9 +134,9 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
         // the previous checkpoint and no line for this epoch, which the
         // resumed run then trains and logs once; a kill between the two
         // leaves a checkpoint carrying the line, which --resume appends.
-        Checkpoint::new(model.state_dict())
+        Checkpoint::new(model.state_dict().to_device(Device::Cpu)?)
             .at((epoch + 1) as u64, sched.last_epoch())
-            .with_optimizer(opt.state_dict())
+            .with_optimizer(opt.state_dict().to_device(Device::Cpu)?)
             .with_scheduler(sched.state_dict())
             .with_meta("elapsed", elapsed)
             .with_meta("reached", json!(reached))
@@ -153,6 +155,7 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
         eprintln!("stopped after epoch {end_epoch} (--stop-after); continue with --resume");
         return Ok(records);
     }
+    model.to(Device::Cpu)?;
     state_dict::save(&model, args.out.join("model.safetensors"))?;
     match reached {
         Some((epoch, secs)) => {

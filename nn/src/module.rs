@@ -2,7 +2,7 @@
 //! train/eval mode.
 
 use tessera_autograd::{Parameter, Var};
-use tessera_tensor::{Result, StateDict};
+use tessera_tensor::{Device, Error, Result, StateDict, Tensor};
 
 use crate::state_dict::LoadReport;
 use crate::visit::{walk, Entry};
@@ -190,6 +190,38 @@ pub trait Module: Visit + Send + Sync {
             _ => {}
         });
         out
+    }
+
+    /// Moves every parameter and buffer of the tree to `device` (PyTorch's
+    /// `module.to(device)`), each shared one once; a gradient key and a
+    /// `requires_grad` flag stay as they were. All values are copied first
+    /// and swapped in only when every copy succeeded, so on an error
+    /// nothing changes.
+    ///
+    /// Errors: a copy that fails (no such device, out of memory); the
+    /// message names the parameter or buffer by its dotted name.
+    fn to(&mut self, device: Device) -> Result<()> {
+        let copy = |name: &str, t: Tensor| {
+            t.to_device(device)
+                .map_err(|e| Error::device("Module::to", format!("{name}: {e}")))
+        };
+        let params = self
+            .named_parameters()
+            .into_iter()
+            .map(|(name, p)| Ok((copy(&name, p.tensor())?, p)))
+            .collect::<Result<Vec<_>>>()?;
+        let buffers = self
+            .named_buffers()
+            .into_iter()
+            .map(|(name, b)| Ok((copy(&name, b.tensor())?, b)))
+            .collect::<Result<Vec<_>>>()?;
+        for (t, p) in params {
+            p.set(t)?;
+        }
+        for (t, b) in buffers {
+            b.set(t)?;
+        }
+        Ok(())
     }
 
     /// Copies the tensors of `sd` into the parameters and buffers by name,

@@ -3,7 +3,7 @@
 
 use tessera_tensor::{Error, FloatElement, FloatMath, Result};
 
-use crate::engine::{Rule, StepCtx};
+use crate::engine::{DeviceStep, Rule, StepCtx};
 use crate::hyper::hyper_struct;
 use crate::kernel::{update, Bufs};
 use crate::sgd::check_nonneg;
@@ -105,6 +105,18 @@ macro_rules! adam_rule {
                     maximize: h.maximize,
                 };
                 adam_update(&s, ctx.step, p, g, b);
+            }
+
+            fn device_step(&self, h: &$options) -> Option<DeviceStep> {
+                (!h.amsgrad).then_some(DeviceStep::Adam {
+                    lr: h.lr,
+                    beta1: h.beta1,
+                    beta2: h.beta2,
+                    eps: h.eps,
+                    weight_decay: h.weight_decay,
+                    decoupled: $decay == WeightDecay::Decoupled,
+                    maximize: h.maximize,
+                })
             }
         }
     };

@@ -9,6 +9,13 @@ use tessera_tensor::{with_float_dtype, Error, FloatElement, Result, Tensor};
 use crate::kernel::Bufs;
 use crate::{Hyper, Optimizer, ParamGroup, StateDict};
 
+#[path = "device_step.rs"]
+mod device_step;
+#[cfg(feature = "cuda")]
+#[path = "fused_cuda.rs"]
+pub(crate) mod fused_cuda;
+pub use device_step::DeviceStep;
+
 /// How one optimizer updates a parameter: its hyperparameters, its state
 /// buffers, and a fused kernel over flat buffers. Implement it (and use
 /// [`GroupOptimizer`]) to add an optimizer.
@@ -44,6 +51,13 @@ pub trait Rule: Send + Sync + Clone + 'static {
     /// (named as [`Rule::buffers`] says; unused ones empty), all flat and of
     /// one length.
     fn update<T: FloatElement>(&self, h: &Self::Hyper, ctx: StepCtx, p: &mut [T], g: &[T], b: Bufs<'_, T>);
+
+    /// The fused GPU kernel a step with `h` is, for parameters on a GPU
+    /// (feature `cuda`); `None` (the default) when the rule has none, and
+    /// stepping such parameters is an error naming the optimizer.
+    fn device_step(&self, _h: &Self::Hyper) -> Option<DeviceStep> {
+        None
+    }
 
     /// Saves optimizer-wide settings (not per group) into `sd`.
     fn save_config(&self, _sd: &mut StateDict) {}
@@ -277,8 +291,15 @@ impl<R: Rule> Optimizer for GroupOptimizer<R> {
         for (grp, states) in groups.iter().zip(state.iter_mut()) {
             let h = &grp.hyper;
             let names = R::buffers(h);
+            #[cfg(feature = "cuda")]
+            fused_cuda::step(rule, h, &grp.params, states, grads)?;
             for (p, st) in grp.params.iter().zip(states.iter_mut()) {
                 let Some(g) = p.grad(grads) else { continue };
+                #[cfg(feature = "cuda")]
+                if !g.device().is_cpu() {
+                    // Stepped on its device above.
+                    continue;
+                }
                 // Gradients from backward are contiguous: this is a clone.
                 let g = g.contiguous()?;
                 let fresh = st.ensure(names, h, p, R::init_value)?;

@@ -66,7 +66,7 @@ pub use accumulate::GradAccumulator;
 pub use adagrad::{Adagrad, AdagradOptions, AdagradRule};
 pub use adam::{Adam, AdamOptions, AdamRule, AdamW, AdamWOptions, AdamWRule};
 pub use clip::{clip_grad_norm, clip_grad_value};
-pub use engine::{GroupOptimizer, Rule, StepCtx};
+pub use engine::{DeviceStep, GroupOptimizer, Rule, StepCtx};
 pub use hyper::Hyper;
 pub use kernel::Bufs;
 pub use lamb::{Lamb, LambOptions, LambRule};

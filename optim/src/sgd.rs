@@ -3,7 +3,7 @@
 
 use tessera_tensor::{Error, FloatElement, FloatMath, Result};
 
-use crate::engine::{Rule, StepCtx};
+use crate::engine::{DeviceStep, Rule, StepCtx};
 use crate::hyper::hyper_struct;
 use crate::kernel::{update, Bufs};
 use crate::GroupOptimizer;
@@ -73,6 +73,17 @@ impl Rule for SgdRule {
         } else {
             &[]
         }
+    }
+
+    fn device_step(&self, h: &SgdOptions) -> Option<DeviceStep> {
+        Some(DeviceStep::Sgd {
+            lr: h.lr,
+            momentum: h.momentum,
+            dampening: h.dampening,
+            weight_decay: h.weight_decay,
+            nesterov: h.nesterov,
+            maximize: h.maximize,
+        })
     }
 
     fn update<T: FloatElement>(&self, h: &SgdOptions, ctx: StepCtx, p: &mut [T], g: &[T], b: Bufs<'_, T>) {

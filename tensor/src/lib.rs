@@ -84,6 +84,8 @@ mod transfer;
 pub use alloc::ALIGN;
 pub use backend::{BinaryOp, UnaryOp};
 pub use checkpoint::Checkpoint;
+#[cfg(feature = "cuda")]
+pub use cuda::fused_optim;
 pub use device::Device;
 pub use dtype::{DType, Element, FloatElement, FloatMath};
 pub use error::{Error, Result};
@@ -103,5 +105,9 @@ pub use special::erf;
 pub use state_dict::StateDict;
 pub use storage::{live_bytes, Storage};
 pub use tensor::Tensor;
+/// The CPU emulator's thread orders (feature `cuda-emu`), for tests that
+/// run one computation under several orders of the emulated threads.
+#[cfg(feature = "cuda-emu")]
+pub use tessera_cuda_kernels::emu::{with_thread_order, ThreadOrder};
 #[cfg(feature = "cuda")]
 pub use tessera_cuda_kernels::MemoryStats;

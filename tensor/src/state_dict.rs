@@ -62,6 +62,19 @@ impl StateDict {
         }
     }
 
+    /// A copy with every tensor on `device` (names, order and metadata
+    /// kept), e.g. a GPU model's state moved to the CPU to be saved.
+    /// Errors, naming the tensor, when a copy fails.
+    pub fn to_device(&self, device: crate::Device) -> Result<StateDict> {
+        let mut out = self.clone();
+        for (name, t) in &mut out.tensors {
+            *t = t
+                .to_device(device)
+                .map_err(|e| Error::device("StateDict::to_device", format!("{name}: {e}")))?;
+        }
+        Ok(out)
+    }
+
     /// The tensor under `name`, if any.
     pub fn tensor(&self, name: &str) -> Option<&Tensor> {
         self.index.get(name).map(|&i| &self.tensors[i].1)

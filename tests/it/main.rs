@@ -5,6 +5,7 @@
 
 mod checkpoint_resume;
 mod concurrent_training;
+mod cuda_training;
 mod custom_module_example;
 mod mnist_mlp_e2e;
 mod prelude;

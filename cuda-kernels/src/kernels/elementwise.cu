@@ -1,6 +1,6 @@
 // Elementwise kernels: unary, binary and `where` over strided, broadcast
 // inputs (a stride of 0 broadcasts), with contiguous fast paths; casts
-// between f32/f16/bf16; fill. The op is a runtime code (uniform over the
+// between f32/f16/bf16; fill; a strided copy of any element size. The op is a runtime code (uniform over the
 // launch, so the switch costs no divergence) to keep the kernel count small;
 // the codes come from the generated op header (src/op_codes.rs).
 
@@ -152,6 +152,24 @@ __device__ void fill_contig(i64 n, float v, T* __restrict__ y) {
     T t = from_float<T>(v);
     GRID_STRIDE(i, n) y[i] = t;
 }
+
+// y[off1(i)] = x[off0(i)]: a copy between any two layouts of one shape
+// (the destination must not overlap itself). By element size, so every
+// dtype has it: the gradient of a view, `cat`, `contiguous` of integers.
+template <class T>
+__device__ void copy_strided(i64 n, const StridedArgs& s, const T* __restrict__ x, T* __restrict__ y) {
+    GRID_STRIDE(i, n) {
+        i64 off[3];
+        strided_offsets(s, i, 2, off);
+        y[off[1]] = x[off[0]];
+    }
+}
+#define EW_COPY(T, B) \
+    extern "C" __global__ void copy_strided_##B(i64 n, StridedArgs s, const T* x, T* y) { copy_strided<T>(n, s, x, y); }
+EW_COPY(unsigned char, b1)
+EW_COPY(unsigned short, b2)
+EW_COPY(unsigned int, b4)
+EW_COPY(u64, b8)
 
 #define EW_DTYPE(T, S)                                                                                         \
     extern "C" __global__ void unary_contig_##S(int op, i64 n, const T* x, T* y) { unary_contig<T>(op, n, x, y); } \

@@ -1,10 +1,10 @@
-//! Unary, binary and `where` over strided broadcast operands; casts; fill;
-//! Philox random numbers.
+//! Unary, binary and `where` over strided broadcast operands; strided
+//! copies; casts; fill; Philox random numbers.
 
 use std::mem::size_of;
 
 use super::Float;
-use crate::launch::{check_len, grid_for, to_i64, Arg, DevPtr, Launch};
+use crate::launch::{check_len, grid_for, to_i64, Arg, DevPtr, KernelType, Launch};
 use crate::module::Module;
 pub use crate::op_codes::{BinaryOp, UnaryOp};
 use crate::{Error, Result};
@@ -265,6 +265,48 @@ pub fn where_<T: Float>(
             Arg::u64(ba),
             Arg::ptr(y),
         ],
+    ))
+}
+
+/// `y` at its layout = `x` at its layout, over `shape`: a copy between any
+/// two views of one shape, for any element type (by its size: 1, 2, 4 or 8
+/// bytes). `y`'s layout must not reach one element twice (an injective
+/// view: narrow, select, a slice, a permutation), else the copy races.
+///
+/// Errors: an element size other than 1, 2, 4 or 8, strides not matching
+/// `shape`, an operand reaching outside its buffer, a self-overlapping
+/// destination (a 0 stride over more than one element), more than
+/// [`MAX_DIMS`] non-mergeable dims.
+pub fn copy_strided<T: KernelType>(x: Operand<'_, T>, y: Operand<'_, T>, shape: &[usize]) -> Result<Launch> {
+    const OP: &str = "copy_strided";
+    let width = match size_of::<T>() {
+        1 => "b1",
+        2 => "b2",
+        4 => "b4",
+        8 => "b8",
+        n => return Err(Error::arg(OP, format!("no copy kernel for {n}-byte elements"))),
+    };
+    let n = shape
+        .iter()
+        .try_fold(1usize, |a, &b| a.checked_mul(b))
+        .ok_or_else(|| Error::arg(OP, format!("shape {shape:?} overflows")))?;
+    let xa = check_operand(OP, "x", &x, shape)?;
+    let ya = check_operand(OP, "y", &y, shape)?;
+    if shape.iter().zip(y.strides).any(|(&d, &s)| d > 1 && s == 0) {
+        return Err(Error::arg(
+            OP,
+            format!(
+                "destination strides {:?} over {shape:?} write one element twice",
+                y.strides
+            ),
+        ));
+    }
+    let (sh, st) = coalesce(shape, &[x.strides, y.strides]);
+    let s = pack_strided(OP, &sh, &st)?;
+    Ok(launch(
+        format!("copy_strided_{width}"),
+        n,
+        vec![Arg::i64(to_i64(OP, "numel", n)?), s, Arg::u64(xa), Arg::u64(ya)],
     ))
 }
 

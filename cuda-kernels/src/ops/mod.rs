@@ -9,6 +9,7 @@ pub mod embedding;
 pub mod gemm;
 pub mod layernorm;
 pub mod optim;
+pub mod pool;
 pub mod reduce;
 pub mod softmax;
 

@@ -204,6 +204,8 @@ fn adamw_checks_its_group() {
         beta2: 0.999,
         eps: 1e-8,
         weight_decay: 0.0,
+        decoupled: true,
+        maximize: false,
         step: 0,
         grad_scale: 1.0,
     };

@@ -5,6 +5,7 @@
 
 mod init_stats;
 mod models;
+mod module_to;
 mod state_dict;
 mod timm_layers;
 mod timm_parity;

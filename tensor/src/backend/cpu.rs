@@ -117,6 +117,72 @@ impl Backend for Cpu {
         Tensor::normal_cpu(shape, mean, std, opts, gen)
     }
 
+    fn cat(&self, parts: &[Tensor], dim: usize, shape: &[usize]) -> Result<Tensor> {
+        crate::ops::join::cpu_cat(parts, dim, shape)
+    }
+
+    fn linear(
+        &self,
+        _x: &Tensor,
+        _weight: &Tensor,
+        _bias: Option<&Tensor>,
+        _act: crate::ops::matmul::Activation,
+    ) -> Result<Option<Tensor>> {
+        Ok(None)
+    }
+
+    fn conv2d(
+        &self,
+        x: &Tensor,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        g: &crate::ops::conv::Geom,
+    ) -> Result<Tensor> {
+        crate::ops::conv::cpu_forward(x, weight, bias, g)
+    }
+
+    fn conv2d_backward_input(
+        &self,
+        grad_out: &Tensor,
+        weight: &Tensor,
+        g: &crate::ops::conv::Geom,
+    ) -> Result<Tensor> {
+        crate::ops::conv::cpu_backward_input(grad_out, weight, g)
+    }
+
+    fn conv2d_backward_weight(
+        &self,
+        grad_out: &Tensor,
+        input: &Tensor,
+        g: &crate::ops::conv::Geom,
+    ) -> Result<Tensor> {
+        crate::ops::conv::cpu_backward_weight(grad_out, input, g)
+    }
+
+    fn max_pool2d(&self, x: &Tensor, w: &crate::ops::pool::Window) -> Result<(Tensor, Tensor)> {
+        crate::ops::pool::cpu_max_pool2d(x, w)
+    }
+
+    fn max_pool2d_backward(
+        &self,
+        grad_out: &Tensor,
+        indices: &Tensor,
+        input_shape: &[usize],
+    ) -> Result<Tensor> {
+        crate::ops::pool::cpu_max_pool2d_backward(grad_out, indices, input_shape)
+    }
+
+    fn softmax_backward(
+        &self,
+        op: &'static str,
+        dy: &Tensor,
+        y: &Tensor,
+        dim: isize,
+        log: bool,
+    ) -> Result<Tensor> {
+        crate::ops::softmax_backward::cpu(op, dy, y, dim, log)
+    }
+
     fn host_kernel(&self, _op: &'static str) -> Result<()> {
         Ok(())
     }

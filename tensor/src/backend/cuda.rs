@@ -113,8 +113,93 @@ impl Backend for Cuda {
         ops::index::cuda::embedding_backward(grad, indices, num_weights, padding_idx)
     }
 
-    fn view_backward(&self, _grad: &Tensor, _base: &[usize], _view: &crate::Layout) -> Result<Tensor> {
-        Err(no_kernel("view_backward", self.state.device(), "this op"))
+    fn view_backward(&self, grad: &Tensor, base: &[usize], view: &crate::Layout) -> Result<Tensor> {
+        const OP: &str = "view_backward";
+        let out = crate::cuda::Output::zeros(OP, &self.state, grad.dtype(), base.iter().product())?;
+        crate::cuda::copy_into(OP, grad, &out, view)?;
+        Ok(out.into_tensor(base))
+    }
+
+    fn cat(&self, parts: &[Tensor], dim: usize, shape: &[usize]) -> Result<Tensor> {
+        const OP: &str = "cat";
+        let dtype = parts.first().map_or(crate::DType::F32, Tensor::dtype);
+        let out = crate::cuda::Output::new(OP, &self.state, dtype, shape.iter().product())?;
+        let full = crate::Layout::contiguous(shape);
+        let mut start = 0;
+        for p in parts {
+            let len = p.shape()[dim];
+            let at = full.narrow(dim as isize, start, len)?;
+            crate::cuda::copy_into(OP, p, &out, &at)?;
+            start += len;
+        }
+        Ok(out.into_tensor(shape))
+    }
+
+    fn linear(
+        &self,
+        x: &Tensor,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        act: crate::ops::matmul::Activation,
+    ) -> Result<Option<Tensor>> {
+        ops::matmul::cuda::linear(x, weight, bias, act).map(Some)
+    }
+
+    fn conv2d(
+        &self,
+        x: &Tensor,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        g: &crate::ops::conv::Geom,
+    ) -> Result<Tensor> {
+        ops::conv::cuda::forward(&self.state, x, weight, bias, g)
+    }
+
+    fn conv2d_backward_input(
+        &self,
+        grad_out: &Tensor,
+        weight: &Tensor,
+        g: &crate::ops::conv::Geom,
+    ) -> Result<Tensor> {
+        ops::conv::cuda::backward_input(&self.state, grad_out, weight, g)
+    }
+
+    fn conv2d_backward_weight(
+        &self,
+        grad_out: &Tensor,
+        input: &Tensor,
+        g: &crate::ops::conv::Geom,
+    ) -> Result<Tensor> {
+        ops::conv::cuda::backward_weight(&self.state, grad_out, input, g)
+    }
+
+    fn max_pool2d(&self, x: &Tensor, w: &crate::ops::pool::Window) -> Result<(Tensor, Tensor)> {
+        ops::pool::cuda::max_pool2d(&self.state, x, w)
+    }
+
+    fn max_pool2d_backward(
+        &self,
+        grad_out: &Tensor,
+        indices: &Tensor,
+        input_shape: &[usize],
+    ) -> Result<Tensor> {
+        ops::pool::cuda::max_pool2d_backward(&self.state, grad_out, indices, input_shape)
+    }
+
+    fn softmax_backward(
+        &self,
+        _op: &'static str,
+        dy: &Tensor,
+        y: &Tensor,
+        dim: isize,
+        log: bool,
+    ) -> Result<Tensor> {
+        // Composed of device ops: dx = y·(dy − Σ dy·y), or dy − exp(y)·Σ dy.
+        if log {
+            dy.sub(&y.exp()?.mul(&dy.sum(&[dim], true)?)?)
+        } else {
+            y.mul(&dy.sub(&dy.mul(y)?.sum(&[dim], true)?)?)
+        }
     }
 
     fn full(&self, op: &'static str, shape: &[usize], value: f64, opts: TensorOptions) -> Result<Tensor> {

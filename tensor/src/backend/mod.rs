@@ -12,7 +12,12 @@
 //! backend refuses them.
 //!
 //! Dispatch happens once per op call, never per element: the CPU kernels
-//! behind [`cpu::Cpu`] are the same monomorphised loops as before.
+//! behind [`cpu::Cpu`] are the same monomorphised loops as before. An op
+//! validates its arguments before dispatching, so both backends receive
+//! checked operands (conv2d gets its `Geom`, max pooling its `Window`).
+//! Some CUDA methods are compositions of other device ops (linear: GEMM
+//! and a broadcast add; softmax gradients; conv2d: im2col/col2im around the
+//! device GEMM), which is still a GPU path the compiler checks.
 //!
 //! # Adding an elementwise op
 //!
@@ -105,6 +110,60 @@ pub(crate) trait Backend {
     /// `view` (over a contiguous `base`) reads: the gradient of narrow,
     /// slice, select and other injective views.
     fn view_backward(&self, grad: &Tensor, base: &[usize], view: &crate::Layout) -> Result<Tensor>;
+    /// `parts` (one dtype, contiguous or not, equal outside `dim`) joined
+    /// along `dim` into a tensor of `shape`.
+    fn cat(&self, parts: &[Tensor], dim: usize, shape: &[usize]) -> Result<Tensor>;
+    /// `x·wᵀ + bias` with `act` fused, arguments checked; `None` where the
+    /// caller's own kernel (the CPU's GEMM with its epilogue, inline in
+    /// [`Tensor::linear_act`]) is the one to run.
+    fn linear(
+        &self,
+        x: &Tensor,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        act: crate::ops::matmul::Activation,
+    ) -> Result<Option<Tensor>>;
+    /// 2-D convolution of checked operands with geometry `g`.
+    fn conv2d(
+        &self,
+        x: &Tensor,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        g: &crate::ops::conv::Geom,
+    ) -> Result<Tensor>;
+    /// The input gradient of a convolution with geometry `g`.
+    fn conv2d_backward_input(
+        &self,
+        grad_out: &Tensor,
+        weight: &Tensor,
+        g: &crate::ops::conv::Geom,
+    ) -> Result<Tensor>;
+    /// The weight gradient of a convolution with geometry `g`.
+    fn conv2d_backward_weight(
+        &self,
+        grad_out: &Tensor,
+        input: &Tensor,
+        g: &crate::ops::conv::Geom,
+    ) -> Result<Tensor>;
+    /// Max pooling of a checked input: (values, i64 plane indices).
+    fn max_pool2d(&self, x: &Tensor, w: &crate::ops::pool::Window) -> Result<(Tensor, Tensor)>;
+    /// The input gradient of max pooling from the forward's indices.
+    fn max_pool2d_backward(
+        &self,
+        grad_out: &Tensor,
+        indices: &Tensor,
+        input_shape: &[usize],
+    ) -> Result<Tensor>;
+    /// The gradient of softmax (log-softmax when `log`) along `dim` from
+    /// its output `y`, reported as `op`.
+    fn softmax_backward(
+        &self,
+        op: &'static str,
+        dy: &Tensor,
+        y: &Tensor,
+        dim: isize,
+        log: bool,
+    ) -> Result<Tensor>;
     /// A fresh tensor of `shape` with every element `value`, reported as `op`.
     fn full(
         &self,

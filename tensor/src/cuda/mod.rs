@@ -8,6 +8,9 @@
 //! in tests without a GPU. Its memory comes from a caching allocator
 //! ([`crate::Device::memory_stats`], [`crate::Device::empty_cache`]).
 //!
+//! [`fused_optim`] holds the fused multi-tensor optimizer steps (Adam/AdamW,
+//! SGD) that `tessera-optim` runs for parameters on a GPU.
+//!
 //! Every GPU op runs on its device's one stream, so launches, copies and
 //! frees are ordered without explicit synchronisation; only a copy to the
 //! host waits. Ops reach these kernels through the backend layer
@@ -16,6 +19,7 @@
 //! panics in the storage accessor rather than read device memory.
 
 mod buffer;
+pub mod fused_optim;
 mod memory;
 mod transfer;
 
@@ -26,7 +30,7 @@ use tessera_cuda_kernels::{DevPtr, Launch};
 
 pub(crate) use crate::backend::{no_kernel, same_device};
 pub(crate) use buffer::{device, kernel_err, DeviceBuffer, DeviceState};
-pub(crate) use transfer::{cast, contiguous, transfer};
+pub(crate) use transfer::{cast, contiguous, copy_into, transfer};
 
 use crate::{DType, Device, Error, Layout, Result, Storage, Tensor};
 
@@ -171,6 +175,11 @@ impl Output {
     pub(crate) fn ptr<T>(&self) -> DevPtr<T> {
         debug_assert_eq!(std::mem::size_of::<T>(), self.dtype.size_in_bytes());
         DevPtr::from_raw(self.buf.addr(), self.numel)
+    }
+
+    /// The element type.
+    pub(crate) fn dtype(&self) -> DType {
+        self.dtype
     }
 
     /// The output as a contiguous tensor of `shape`.

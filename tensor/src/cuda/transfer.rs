@@ -1,6 +1,7 @@
-//! Copies between devices, GPU `contiguous` and GPU dtype casts.
+//! Copies between devices, GPU `contiguous`, strided copies between
+//! layouts on one GPU, and GPU dtype casts.
 
-use tessera_cuda_kernels::ops::elementwise::{cast as cast_launch, unary, UnaryOp};
+use tessera_cuda_kernels::ops::elementwise::{cast as cast_launch, copy_strided, unary, Operand, UnaryOp};
 
 use super::{
     contiguous_ptr, device, device_buffer, launch, operand, state_of, with_kernel_float, DeviceBuffer, Output,
@@ -62,6 +63,39 @@ pub(crate) fn contiguous(t: &Tensor) -> Result<Tensor> {
         launch(OP, &state, &[l])?;
         Ok(out.into_tensor(t.shape()))
     }, else download(OP, t)?.to_device(t.device()))
+}
+
+/// Copies the GPU tensor `src` (any layout, any dtype) into `dst`, a fresh
+/// output of `src`'s dtype on the same device, at the positions the layout
+/// `at` (shaped like `src`, over `dst`'s elements) names. `at` must be
+/// injective (a view: narrow, select, a slice, a permutation); the copy
+/// kernel refuses a layout that writes one element twice or reaches past
+/// `dst`.
+///
+/// Errors, naming `op`: those, and a device failure.
+pub(crate) fn copy_into(op: &'static str, src: &Tensor, dst: &Output, at: &Layout) -> Result<()> {
+    let state = state_of(op, src)?;
+    debug_assert_eq!(src.dtype(), dst.dtype());
+    let sl = src.layout();
+    macro_rules! by_size {
+        ($($bytes:literal => $T:ty),*) => {
+            match src.dtype().size_in_bytes() {
+                $($bytes => copy_strided::<$T>(
+                    operand(src, sl),
+                    Operand {
+                        ptr: dst.ptr::<$T>(),
+                        offset: at.offset(),
+                        strides: at.strides(),
+                    },
+                    src.shape(),
+                ),)*
+                n => unreachable!("every dtype has 1, 2, 4 or 8 bytes, not {n}"),
+            }
+        };
+    }
+    let l = by_size!(1 => u8, 2 => crate::f16, 4 => f32, 8 => u64)
+        .map_err(super::kernel_err(op, state.device()))?;
+    launch(op, &state, &[l])
 }
 
 /// The GPU tensor `t` converted to `dtype` (not its dtype): between f32,

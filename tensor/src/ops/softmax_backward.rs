@@ -14,17 +14,30 @@ impl Tensor {
     /// and `y` differ in shape, dtype or device, for non-float dtypes, and
     /// for an out-of-range dim.
     pub fn softmax_backward(dy: &Tensor, y: &Tensor, dim: isize) -> Result<Tensor> {
-        host_kernel!("softmax_backward", dy, y);
-        lanes_backward("softmax_backward", dy, y, dim, false)
+        dispatch("softmax_backward", dy, y, dim, false)
     }
 
     /// The gradient of [`Tensor::log_softmax`] along `dim` given its output
     /// `y` and the output gradient `dy`: dx = dy − exp(y)·Σ dy. Errors as
     /// [`Tensor::softmax_backward`].
     pub fn log_softmax_backward(dy: &Tensor, y: &Tensor, dim: isize) -> Result<Tensor> {
-        host_kernel!("log_softmax_backward", dy, y);
-        lanes_backward("log_softmax_backward", dy, y, dim, true)
+        dispatch("log_softmax_backward", dy, y, dim, true)
     }
+}
+
+/// Checks the operands, then runs the backend's kernel.
+fn dispatch(op: &'static str, dy: &Tensor, y: &Tensor, dim: isize, log: bool) -> Result<Tensor> {
+    let backend = crate::backend::dispatch(op, &[dy, y])?;
+    check_float(op, y)?;
+    check_grad(op, dy, y)?;
+    dim_index(op, dim, y.ndim().max(1))?;
+    backend.softmax_backward(op, dy, y, dim, log)
+}
+
+/// The CPU kernel of [`Tensor::softmax_backward`] (`log`: of
+/// [`Tensor::log_softmax_backward`]), reported as `op`.
+pub(crate) fn cpu(op: &'static str, dy: &Tensor, y: &Tensor, dim: isize, log: bool) -> Result<Tensor> {
+    lanes_backward(op, dy, y, dim, log)
 }
 
 fn lanes_backward(op: &'static str, dy: &Tensor, y: &Tensor, dim: isize, log: bool) -> Result<Tensor> {

@@ -7,11 +7,11 @@
 
 use tessera_tensor::{BinaryOp, DType, Device, Error, Generator, Result, Tensor, UnaryOp};
 
-const DEV: Device = Device::Cuda(0);
+pub(crate) const DEV: Device = Device::Cuda(0);
 const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 
 /// Whether `cuda:0` works; prints why not.
-fn gpu() -> bool {
+pub(crate) fn gpu() -> bool {
     match Tensor::zeros(&[1], DType::F32).and_then(|t| t.to_device(DEV)) {
         Ok(_) => true,
         Err(e) => {
@@ -30,7 +30,7 @@ fn tol(dtype: DType) -> f64 {
     }
 }
 
-fn randn(shape: &[usize], dtype: DType, seed: u64) -> Tensor {
+pub(crate) fn randn(shape: &[usize], dtype: DType, seed: u64) -> Tensor {
     let mut g = Generator::new(seed);
     Tensor::randn_with(shape, dtype, &mut g).unwrap()
 }
@@ -46,7 +46,7 @@ fn f64s(t: &Tensor) -> Vec<f64> {
 
 /// Asserts `gpu` (on the device) equals `cpu` elementwise within
 /// `rtol·(|cpu| + scale)`, with equal shapes, dtypes and NaN positions.
-fn assert_close(what: &str, cpu: &Tensor, gpu: &Tensor, rtol: f64, scale: f64) {
+pub(crate) fn assert_close(what: &str, cpu: &Tensor, gpu: &Tensor, rtol: f64, scale: f64) {
     assert_eq!(gpu.device(), DEV, "{what}: result not on the GPU");
     assert_eq!(cpu.shape(), gpu.shape(), "{what}: shape");
     assert_eq!(cpu.dtype(), gpu.dtype(), "{what}: dtype");

@@ -5,6 +5,7 @@
 
 mod casts;
 mod cuda_backend;
+mod cuda_nn_ops;
 mod fuzz;
 mod no_panic;
 mod safetensors_torch;

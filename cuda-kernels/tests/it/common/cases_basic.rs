@@ -649,6 +649,8 @@ fn adamw_t<G: TF>(e: &impl Exec, dg: &mut Digest) {
         beta2: 0.99,
         eps: 1e-8,
         weight_decay: 0.1,
+        decoupled: true,
+        maximize: false,
         step: 1,
         grad_scale: 0.5,
     };
@@ -676,16 +678,16 @@ fn adamw_t<G: TF>(e: &impl Exec, dg: &mut Digest) {
     for step in 1..=2u64 {
         let c = AdamConfig { step, ..cfg };
         e.go(&[adamw::<G>(tt, tc, tables.chunks.len() / 2, &c).unwrap()]);
-        let (b1, b2) = (c.beta1 as f64, c.beta2 as f64);
+        let (b1, b2) = (c.beta1, c.beta2);
         for t in 0..sizes.len() {
             for i in 0..sizes[t] {
                 let g = host[t].1[i].to_f64() * c.grad_scale as f64;
                 m[t][i] = b1 * m[t][i] + (1.0 - b1) * g;
                 v[t][i] = b2 * v[t][i] + (1.0 - b2) * g * g;
-                p[t][i] *= 1.0 - c.lr as f64 * c.weight_decay as f64;
+                p[t][i] *= 1.0 - c.lr * c.weight_decay;
                 let mh = m[t][i] / (1.0 - b1.powi(step as i32));
                 let vh = v[t][i] / (1.0 - b2.powi(step as i32));
-                p[t][i] -= c.lr as f64 * mh / (vh.sqrt() + c.eps as f64);
+                p[t][i] -= c.lr * mh / (vh.sqrt() + c.eps);
             }
         }
     }

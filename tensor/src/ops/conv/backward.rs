@@ -28,12 +28,16 @@ pub fn conv2d_backward_input(
     input_shape: &[usize],
     p: &Conv2dParams,
 ) -> Result<Tensor> {
-    host_kernel!("conv2d_backward_input", grad_out, weight);
     const OP: &str = "conv2d_backward_input";
     check_operands(OP, grad_out, weight)?;
     let g = Geom::new(OP, input_shape, weight.shape(), p)?;
     check_grad_out(OP, grad_out, &g)?;
-    crate::with_float_dtype!(grad_out.dtype(), S => input_grad::<S>(grad_out, weight, &g),
+    crate::backend::dispatch(OP, &[grad_out, weight])?.conv2d_backward_input(grad_out, weight, &g)
+}
+
+/// The CPU kernel of [`conv2d_backward_input`] (operands checked).
+pub(crate) fn cpu_backward_input(grad_out: &Tensor, weight: &Tensor, g: &Geom) -> Result<Tensor> {
+    crate::with_float_dtype!(grad_out.dtype(), S => input_grad::<S>(grad_out, weight, g),
         else unreachable!("check_operands admits only floats"))
 }
 
@@ -48,12 +52,16 @@ pub fn conv2d_backward_weight(
     weight_shape: &[usize],
     p: &Conv2dParams,
 ) -> Result<Tensor> {
-    host_kernel!("conv2d_backward_weight", grad_out, input);
     const OP: &str = "conv2d_backward_weight";
     check_operands(OP, grad_out, input)?;
     let g = Geom::new(OP, input.shape(), weight_shape, p)?;
     check_grad_out(OP, grad_out, &g)?;
-    crate::with_float_dtype!(grad_out.dtype(), S => weight_grad::<S>(grad_out, input, &g, g.kk() <= super::dot::MAX_TAPS),
+    crate::backend::dispatch(OP, &[grad_out, input])?.conv2d_backward_weight(grad_out, input, &g)
+}
+
+/// The CPU kernel of [`conv2d_backward_weight`] (operands checked).
+pub(crate) fn cpu_backward_weight(grad_out: &Tensor, input: &Tensor, g: &Geom) -> Result<Tensor> {
+    crate::with_float_dtype!(grad_out.dtype(), S => weight_grad::<S>(grad_out, input, g, g.kk() <= super::dot::MAX_TAPS),
         else unreachable!("check_operands admits only floats"))
 }
 
@@ -62,7 +70,6 @@ pub fn conv2d_backward_weight(
 ///
 /// Errors when `grad_out` has fewer than 2 dimensions or is not a float tensor.
 pub fn conv2d_backward_bias(grad_out: &Tensor) -> Result<Tensor> {
-    host_kernel!("conv2d_backward_bias", grad_out);
     const OP: &str = "conv2d_backward_bias";
     check_operands(OP, grad_out, grad_out)?;
     if grad_out.ndim() < 2 {
@@ -70,6 +77,11 @@ pub fn conv2d_backward_bias(grad_out: &Tensor) -> Result<Tensor> {
             OP,
             format!("expects [N, O, ...], got shape {:?}", grad_out.shape()),
         ));
+    }
+    if !grad_out.device().is_cpu() {
+        // A sum over every dim but 1: the reduction kernels of its device.
+        let dims: Vec<isize> = (0..grad_out.ndim() as isize).filter(|&d| d != 1).collect();
+        return grad_out.sum(&dims, false);
     }
     let (n, o) = (grad_out.shape()[0], grad_out.shape()[1]);
     let l: usize = grad_out.shape()[2..].iter().product();

@@ -9,12 +9,15 @@
 //! an order fixed by the shapes, so results do not depend on the thread count.
 
 mod backward;
+#[cfg(feature = "cuda")]
+pub(crate) mod cuda;
 mod dot;
 mod im2col;
 #[cfg(test)]
 mod tests;
 
 pub use backward::{conv2d_backward_bias, conv2d_backward_input, conv2d_backward_weight};
+pub(crate) use backward::{cpu_backward_input, cpu_backward_weight};
 
 use rayon::prelude::*;
 
@@ -86,7 +89,6 @@ impl Tensor {
     /// fit, a stride/dilation/group count is 0, the output would be empty,
     /// or the dtypes or devices differ.
     pub fn conv2d(&self, weight: &Tensor, bias: Option<&Tensor>, p: &Conv2dParams) -> Result<Tensor> {
-        host_kernel!("conv2d", self, weight, bias);
         const OP: &str = "conv2d";
         check_operands(OP, self, weight)?;
         let g = Geom::new(OP, self.shape(), weight.shape(), p)?;
@@ -103,9 +105,14 @@ impl Tensor {
                 ));
             }
         }
-        crate::with_float_dtype!(self.dtype(), S => forward::<S>(self, weight, bias, &g),
-            else unreachable!("check_operands admits only floats"))
+        crate::backend::dispatch(OP, &[self, weight, &bias])?.conv2d(self, weight, bias, &g)
     }
+}
+
+/// The CPU kernel of [`Tensor::conv2d`] (operands checked against `g`).
+pub(crate) fn cpu_forward(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>, g: &Geom) -> Result<Tensor> {
+    crate::with_float_dtype!(x.dtype(), S => forward::<S>(x, weight, bias, g),
+        else unreachable!("check_operands admits only floats"))
 }
 
 /// The validated sizes of one convolution.

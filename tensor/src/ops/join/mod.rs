@@ -18,7 +18,6 @@ impl Tensor {
     /// empty, the tensors are 0-d, ranks or sizes differ, `dim` is out of
     /// range, or the devices differ.
     pub fn cat<T: Borrow<Tensor>>(tensors: &[T], dim: isize) -> Result<Tensor> {
-        host_kernel!("cat", tensors);
         const OP: &str = "cat";
         let first = tensors
             .first()
@@ -56,16 +55,16 @@ impl Tensor {
         shape[d] = total;
         let parts = tensors
             .iter()
-            .map(|t| t.borrow().to_dtype(dtype)?.contiguous())
+            .map(|t| t.borrow().to_dtype(dtype))
             .collect::<Result<Vec<Tensor>>>()?;
-        crate::with_dtype!(dtype, E => cat_kernel::<E>(&parts, d, &shape))
+        let ps: &[Tensor] = &parts;
+        crate::backend::dispatch(OP, &[&ps])?.cat(ps, d, &shape)
     }
 
     /// The tensors, which must all have the same shape, joined along a new
     /// dimension `dim` (which may be `ndim`; PyTorch's `torch.stack`).
     /// Errors when the list is empty, shapes differ, or `dim` is out of range.
     pub fn stack<T: Borrow<Tensor>>(tensors: &[T], dim: isize) -> Result<Tensor> {
-        host_kernel!("stack", tensors);
         const OP: &str = "stack";
         let first = tensors
             .first()
@@ -148,6 +147,17 @@ impl Tensor {
 /// Joins contiguous `parts` (all of dtype `E`) along `d` into `shape`. The
 /// output is a sequence of rows, one per coordinate of the dims before `d`,
 /// each the concatenation of the parts' matching rows; rows are copied whole.
+/// The CPU kernel of [`Tensor::cat`]: `parts` (one dtype) joined along
+/// `d` into `shape`.
+pub(crate) fn cpu_cat(parts: &[Tensor], d: usize, shape: &[usize]) -> Result<Tensor> {
+    let parts = parts
+        .iter()
+        .map(Tensor::contiguous)
+        .collect::<Result<Vec<Tensor>>>()?;
+    let dtype = parts.first().map_or(crate::DType::F32, Tensor::dtype);
+    crate::with_dtype!(dtype, E => cat_kernel::<E>(&parts, d, shape))
+}
+
 fn cat_kernel<E: Element>(parts: &[Tensor], d: usize, shape: &[usize]) -> Result<Tensor> {
     let pre: usize = shape[..d].iter().product();
     let row: usize = shape[d..].iter().product();

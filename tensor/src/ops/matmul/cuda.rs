@@ -207,3 +207,29 @@ fn sgemm(
     // batch·m·n elements; everything runs on the device's one stream.
     unsafe { state.runtime().sgemm(g, a.ptr(), b.ptr(), out.ptr()) }.map_err(kernel_err(op, state.device()))
 }
+
+/// `x·wᵀ + bias` (then `act`) on the GPU, composed of the GEMM and the
+/// elementwise kernels: one GEMM over the rows of `x` as a matrix, the
+/// bias a broadcast add. Arguments are checked by [`Tensor::linear_act`].
+///
+/// Errors as [`matmul`].
+pub(crate) fn linear(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    act: super::Activation,
+) -> Result<Tensor> {
+    let in_f = weight.shape()[1];
+    let lead = &x.shape()[..x.ndim() - 1];
+    let rows: usize = lead.iter().product();
+    let mut y = x.reshape([rows, in_f])?.matmul(&weight.t()?)?;
+    if let Some(b) = bias {
+        y = y.add(b)?;
+    }
+    if act == super::Activation::Relu {
+        y = y.relu()?;
+    }
+    let mut shape = lead.to_vec();
+    shape.push(weight.shape()[0]);
+    y.reshape(shape)
+}

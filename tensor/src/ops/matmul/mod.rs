@@ -128,7 +128,6 @@ impl Tensor {
     /// [`Tensor::linear`] followed by the activation `act`, fused into the
     /// same pass over the output. Errors as [`Tensor::linear`].
     pub fn linear_act(&self, weight: &Tensor, bias: Option<&Tensor>, act: Activation) -> Result<Tensor> {
-        host_kernel!("linear", self, weight, bias);
         const OP: &str = "linear";
         check_operands(OP, self, weight)?;
         if let Some(b) = bias {
@@ -151,6 +150,11 @@ impl Tensor {
         let (out_f, in_f) = (weight.shape()[0], weight.shape()[1]);
         if bias.is_some_and(|b| b.shape() != [out_f]) {
             return Err(shape_err());
+        }
+        if let Some(y) =
+            crate::backend::dispatch(OP, &[self, weight, &bias])?.linear(self, weight, bias, act)?
+        {
+            return Ok(y);
         }
         let lead: usize = self.shape()[..self.ndim() - 1].iter().product();
         let x = self.reshape([lead, in_f])?;
@@ -215,12 +219,10 @@ impl Tensor {
     }
 }
 
-/// Checks that `a` and `b` are float tensors of one dtype on the CPU.
+/// Checks that `a` and `b` are float tensors of one dtype on one device
+/// (which kernel runs is the backend's business).
 pub(crate) fn check_operands(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
     a.device().same_as(b.device(), op)?;
-    if !a.device().is_cpu() {
-        return Err(Error::device(op, format!("no kernel for device {}", a.device())));
-    }
     if a.dtype() != b.dtype() {
         return Err(Error::dtype(
             op,

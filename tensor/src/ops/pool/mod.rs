@@ -7,6 +7,8 @@
 //! thread count). Float dtypes only; f16/bf16 accumulate in f32.
 
 mod adaptive;
+#[cfg(feature = "cuda")]
+pub(crate) mod cuda;
 #[cfg(test)]
 mod tests;
 
@@ -95,7 +97,6 @@ impl Tensor {
     /// shape, the index of each maximum in its flattened `H·W` input plane
     /// (PyTorch's `return_indices=True`). Errors as [`Tensor::max_pool2d`].
     pub fn max_pool2d_with_indices(&self, p: &Pool2dParams) -> Result<(Tensor, Tensor)> {
-        host_kernel!("max_pool2d", self);
         const OP: &str = "max_pool2d";
         let g = Window::new(OP, self, p)?;
         if (0..g.oh).any(|o| g.max_taps(0, o).len() == 0) || (0..g.ow).any(|o| g.max_taps(1, o).len() == 0) {
@@ -107,8 +108,7 @@ impl Tensor {
                 ),
             ));
         }
-        crate::with_float_dtype!(self.dtype(), S => max_forward::<S>(self, &g),
-            else unreachable!("Window::new admits only floats"))
+        crate::backend::dispatch(OP, &[self])?.max_pool2d(self, &g)
     }
 
     /// Average pooling over the last two dimensions of a 3-D or 4-D tensor
@@ -132,9 +132,8 @@ impl Tensor {
 /// Errors when the shapes differ from each other or do not fit
 /// `input_shape`, `indices` is not i64, or an index is outside `0 .. H·W`.
 pub fn max_pool2d_backward(grad_out: &Tensor, indices: &Tensor, input_shape: &[usize]) -> Result<Tensor> {
-    host_kernel!("max_pool2d_backward", grad_out, indices);
     const OP: &str = "max_pool2d_backward";
-    let (planes, h, w) = plane_dims(OP, input_shape)?;
+    let (planes, _, _) = plane_dims(OP, input_shape)?;
     if indices.dtype() != crate::DType::I64 || grad_out.shape() != indices.shape() {
         return Err(Error::shape(
             OP,
@@ -147,7 +146,7 @@ pub fn max_pool2d_backward(grad_out: &Tensor, indices: &Tensor, input_shape: &[u
         ));
     }
     check_float(OP, grad_out)?;
-    let (gp, oh, ow) = plane_dims(OP, grad_out.shape())?;
+    let (gp, _, _) = plane_dims(OP, grad_out.shape())?;
     if gp != planes || grad_out.shape()[..grad_out.ndim() - 2] != input_shape[..input_shape.len() - 2] {
         return Err(Error::shape(
             OP,
@@ -157,6 +156,24 @@ pub fn max_pool2d_backward(grad_out: &Tensor, indices: &Tensor, input_shape: &[u
             ),
         ));
     }
+    crate::backend::dispatch(OP, &[grad_out, indices])?.max_pool2d_backward(grad_out, indices, input_shape)
+}
+
+/// The CPU kernel of [`Tensor::max_pool2d_with_indices`] (input checked).
+pub(crate) fn cpu_max_pool2d(x: &Tensor, g: &Window) -> Result<(Tensor, Tensor)> {
+    crate::with_float_dtype!(x.dtype(), S => max_forward::<S>(x, g),
+        else unreachable!("Window::new admits only floats"))
+}
+
+/// The CPU kernel of [`max_pool2d_backward`] (operands checked).
+pub(crate) fn cpu_max_pool2d_backward(
+    grad_out: &Tensor,
+    indices: &Tensor,
+    input_shape: &[usize],
+) -> Result<Tensor> {
+    const OP: &str = "max_pool2d_backward";
+    let (_, h, w) = plane_dims(OP, input_shape)?;
+    let (_, oh, ow) = plane_dims(OP, grad_out.shape())?;
     let indices = indices.contiguous()?;
     let idx = indices.as_slice::<i64>().expect("contiguous and dtype-checked");
     let l = oh * ow;
@@ -223,13 +240,13 @@ pub fn avg_pool2d_backward(grad_out: &Tensor, input_shape: &[usize], p: &Pool2dP
 
 /// The validated geometry of one pooling.
 #[derive(Debug, Clone)]
-struct Window {
+pub(crate) struct Window {
     shape: Vec<usize>,
-    h: usize,
-    w: usize,
-    oh: usize,
-    ow: usize,
-    p: Pool2dParams,
+    pub(crate) h: usize,
+    pub(crate) w: usize,
+    pub(crate) oh: usize,
+    pub(crate) ow: usize,
+    pub(crate) p: Pool2dParams,
 }
 
 impl Window {
@@ -296,7 +313,7 @@ impl Window {
         Ok(())
     }
 
-    fn out_shape(&self) -> Vec<usize> {
+    pub(crate) fn out_shape(&self) -> Vec<usize> {
         let mut s = self.shape[..self.shape.len() - 2].to_vec();
         s.extend([self.oh, self.ow]);
         s

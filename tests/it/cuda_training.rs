@@ -1,0 +1,237 @@
+//! Whole training steps on the CUDA path (the emulated device under
+//! `cuda-emu`) against the same steps on the CPU: the MNIST CNN and a
+//! 2-layer transformer encoder, same seed, same batch, 3 AdamW steps, under
+//! the emulator's forward, reverse and random thread orders. The losses
+//! and every parameter must agree within the stated tolerances: the device
+//! sums convolutions and GEMMs in another order than the CPU, so values
+//! differ by f32 rounding (relative 1e-5 in the losses), which Adam's
+//! normalised step can turn into at most a few learning rates' worth of
+//! difference in a parameter whose gradient is near zero.
+#![cfg(feature = "cuda")]
+
+use tessera::autograd::{CrossEntropyOptions, Target, Var};
+use tessera::nn::models::mnist_cnn;
+use tessera::nn::{Linear, Module, Sequential, TransformerEncoderLayer, TransformerOptions};
+use tessera::optim::{AdamW, AdamWOptions, Optimizer};
+use tessera::tensor::{rng, with_thread_order, DType, Device, Generator, Result, Tensor, ThreadOrder};
+
+const DEV: Device = Device::Cuda(0);
+const STEPS: usize = 3;
+const LR: f64 = 1e-3;
+
+fn gpu() -> bool {
+    match Tensor::zeros(&[1], DType::F32).and_then(|t| t.to_device(DEV)) {
+        Ok(_) => true,
+        Err(e) => {
+            println!("skipped: no CUDA device ({e})");
+            false
+        }
+    }
+}
+
+/// The losses of `STEPS` AdamW steps on `device` and the parameters after.
+struct Run {
+    losses: Vec<f32>,
+    params: Vec<(String, Vec<f32>)>,
+}
+
+fn train(
+    build: &dyn Fn() -> Result<Box<dyn Module>>,
+    device: Device,
+    x: &Tensor,
+    y: &Tensor,
+    logits: &dyn Fn(&dyn Module, &Var) -> Result<Var>,
+) -> Result<Run> {
+    rng::manual_seed(7);
+    let mut model = build()?;
+    model.to(device)?;
+    let mut opt = AdamW::new(
+        model.parameters(),
+        AdamWOptions {
+            lr: LR,
+            ..Default::default()
+        },
+    )?;
+    let (x, y) = (Var::constant(x.to_device(device)?), y.to_device(device)?);
+    let mut losses = Vec::new();
+    for _ in 0..STEPS {
+        let loss =
+            logits(&*model, &x)?.cross_entropy(Target::Indices(&y), &CrossEntropyOptions::default())?;
+        let grads = loss.backward()?;
+        opt.step(&grads)?;
+        losses.push(loss.tensor().cpu()?.to_scalar::<f32>()?);
+    }
+    let params = model
+        .named_parameters()
+        .into_iter()
+        .map(|(name, p)| {
+            assert_eq!(p.tensor().device(), device, "{name} left {device}");
+            Ok((name, p.tensor().cpu()?.to_vec::<f32>()?))
+        })
+        .collect::<Result<_>>()?;
+    Ok(Run { losses, params })
+}
+
+/// Asserts the device run equals the CPU run: losses within `loss_rtol`,
+/// each parameter element within `param_atol` (at most `LR`-sized steps
+/// apart, see the module doc) and the largest difference reported.
+fn assert_same(what: &str, cpu: &Run, dev: &Run, loss_rtol: f32, param_atol: f32) {
+    for (i, (a, b)) in cpu.losses.iter().zip(&dev.losses).enumerate() {
+        assert!(
+            (a - b).abs() <= loss_rtol * a.abs(),
+            "{what}: loss {i}: cpu {a} vs device {b}"
+        );
+    }
+    assert_eq!(cpu.params.len(), dev.params.len());
+    for ((name, a), (_, b)) in cpu.params.iter().zip(&dev.params) {
+        let worst = a.iter().zip(b).map(|(p, q)| (p - q).abs()).fold(0.0f32, f32::max);
+        assert!(
+            worst <= param_atol,
+            "{what}: {name} differs by up to {worst} (allowed {param_atol})"
+        );
+    }
+}
+
+fn orders() -> [ThreadOrder; 3] {
+    [
+        ThreadOrder::Forward,
+        ThreadOrder::Reverse,
+        ThreadOrder::Random(11),
+    ]
+}
+
+#[test]
+fn mnist_cnn_adamw_steps_on_the_device_equal_the_cpu() {
+    if !gpu() {
+        return;
+    }
+    let mut g = Generator::new(3);
+    let x = Tensor::randn_with(&[2, 1, 28, 28], DType::F32, &mut g).unwrap();
+    let y = Tensor::from_vec(vec![3i64, 9], &[2]).unwrap();
+    let build = || -> Result<Box<dyn Module>> { Ok(Box::new(mnist_cnn()?)) };
+    let logits = |m: &dyn Module, x: &Var| m.forward(x);
+    let cpu = train(&build, Device::Cpu, &x, &y, &logits).unwrap();
+    assert!(
+        cpu.losses[STEPS - 1] < cpu.losses[0],
+        "the CPU run learns: {:?}",
+        cpu.losses
+    );
+    for order in orders() {
+        let dev = with_thread_order(order, || train(&build, DEV, &x, &y, &logits)).unwrap();
+        assert_same(&format!("mnist cnn {order:?}"), &cpu, &dev, 1e-5, 2.0 * LR as f32);
+    }
+}
+
+#[test]
+fn transformer_encoder_adamw_steps_on_the_device_equal_the_cpu() {
+    if !gpu() {
+        return;
+    }
+    let (b, l, d, classes) = (2, 5, 16, 4);
+    let mut g = Generator::new(5);
+    let x = Tensor::randn_with(&[b, l, d], DType::F32, &mut g).unwrap();
+    let y = Tensor::from_vec(
+        (0..(b * l) as i64)
+            .map(|i| (i * 7 + 1) % classes as i64)
+            .collect(),
+        &[b * l],
+    )
+    .unwrap();
+    let build = || -> Result<Box<dyn Module>> {
+        let o = TransformerOptions {
+            dim_feedforward: 32,
+            dropout: 0.0,
+            ..Default::default()
+        };
+        Ok(Box::new(
+            Sequential::new()
+                .with(TransformerEncoderLayer::new(d, 2, o)?)
+                .with(TransformerEncoderLayer::new(
+                    d,
+                    2,
+                    TransformerOptions {
+                        norm_first: true,
+                        ..o
+                    },
+                )?)
+                .with(Linear::new(d, classes, true)?),
+        ))
+    };
+    let logits = |m: &dyn Module, x: &Var| m.forward(x)?.reshape([b * l, classes]);
+    let cpu = train(&build, Device::Cpu, &x, &y, &logits).unwrap();
+    assert!(
+        cpu.losses[STEPS - 1] < cpu.losses[0],
+        "the CPU run learns: {:?}",
+        cpu.losses
+    );
+    for order in orders() {
+        let dev = with_thread_order(order, || train(&build, DEV, &x, &y, &logits)).unwrap();
+        assert_same(
+            &format!("transformer {order:?}"),
+            &cpu,
+            &dev,
+            1e-5,
+            2.0 * LR as f32,
+        );
+    }
+}
+
+/// `train_mnist --device cuda` on a slice of MNIST: the records equal the
+/// CPU run's (SGD differs only by f32 rounding here), and a run stopped
+/// after one epoch and resumed on the device (its checkpoint written from
+/// device tensors, its optimizer state loaded back onto the device) ends
+/// with the uninterrupted run's records.
+#[test]
+fn train_mnist_runs_on_the_device() {
+    use crate::train_mnist_example::{cli, run};
+    if !gpu() {
+        return;
+    }
+    let data = concat!(env!("CARGO_MANIFEST_DIR"), "/datasets/mnist");
+    let tmp = |name: &str| {
+        let d = std::env::temp_dir().join(format!("tessera-cuda-mnist-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    };
+    let args = |out: &std::path::Path, extra: &[&str]| {
+        let base = [
+            "--epochs",
+            "2",
+            "--batch-size",
+            "16",
+            "--lr",
+            "0.05",
+            "--seed",
+            "3",
+            "--train-limit",
+            "96",
+            "--test-limit",
+            "64",
+            "--data",
+            data,
+        ];
+        let out = ["--out".to_string(), out.display().to_string()];
+        cli::Args::parse(base.iter().chain(extra).map(|s| s.to_string()).chain(out)).unwrap()
+    };
+    let (c, d, r) = (tmp("cpu"), tmp("dev"), tmp("resumed"));
+    let cpu = run::train(&args(&c, &[])).unwrap();
+    let dev = run::train(&args(&d, &["--device", "cuda"])).unwrap();
+    assert_eq!(dev.len(), 2);
+    for (a, b) in cpu.iter().zip(&dev) {
+        assert!(
+            (a.train_loss - b.train_loss).abs() <= 1e-4 * a.train_loss,
+            "{cpu:?} vs {dev:?}"
+        );
+        assert!(
+            (a.test_acc - b.test_acc).abs() <= 100.0 / 32.0 + 1e-9,
+            "{cpu:?} vs {dev:?}"
+        );
+    }
+    assert!(d.join("model.safetensors").exists());
+    let mut resumed = run::train(&args(&r, &["--device", "cuda", "--stop-after", "1"])).unwrap();
+    resumed.extend(run::train(&args(&r, &["--device", "cuda", "--resume"])).unwrap());
+    assert_eq!(resumed, dev, "a resumed device run ends as the uninterrupted one");
+    for dir in [c, d, r] {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
