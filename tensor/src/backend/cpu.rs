@@ -123,12 +123,12 @@ impl Backend for Cpu {
 
     fn linear(
         &self,
-        _x: &Tensor,
-        _weight: &Tensor,
-        _bias: Option<&Tensor>,
-        _act: crate::ops::matmul::Activation,
-    ) -> Result<Option<Tensor>> {
-        Ok(None)
+        x: &Tensor,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        act: crate::ops::matmul::Activation,
+    ) -> Result<Tensor> {
+        crate::ops::matmul::cpu_linear(x, weight, bias, act)
     }
 
     fn conv2d(

@@ -141,8 +141,8 @@ impl Backend for Cuda {
         weight: &Tensor,
         bias: Option<&Tensor>,
         act: crate::ops::matmul::Activation,
-    ) -> Result<Option<Tensor>> {
-        ops::matmul::cuda::linear(x, weight, bias, act).map(Some)
+    ) -> Result<Tensor> {
+        ops::matmul::cuda::linear(x, weight, bias, act)
     }
 
     fn conv2d(

@@ -113,16 +113,14 @@ pub(crate) trait Backend {
     /// `parts` (one dtype, contiguous or not, equal outside `dim`) joined
     /// along `dim` into a tensor of `shape`.
     fn cat(&self, parts: &[Tensor], dim: usize, shape: &[usize]) -> Result<Tensor>;
-    /// `x·wᵀ + bias` with `act` fused, arguments checked; `None` where the
-    /// caller's own kernel (the CPU's GEMM with its epilogue, inline in
-    /// [`Tensor::linear_act`]) is the one to run.
+    /// `x·wᵀ + bias` with `act` fused, arguments checked.
     fn linear(
         &self,
         x: &Tensor,
         weight: &Tensor,
         bias: Option<&Tensor>,
         act: crate::ops::matmul::Activation,
-    ) -> Result<Option<Tensor>>;
+    ) -> Result<Tensor>;
     /// 2-D convolution of checked operands with geometry `g`.
     fn conv2d(
         &self,

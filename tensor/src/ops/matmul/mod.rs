@@ -147,30 +147,11 @@ impl Tensor {
         if self.ndim() == 0 || weight.ndim() != 2 || weight.shape()[1] != self.shape()[self.ndim() - 1] {
             return Err(shape_err());
         }
-        let (out_f, in_f) = (weight.shape()[0], weight.shape()[1]);
+        let out_f = weight.shape()[0];
         if bias.is_some_and(|b| b.shape() != [out_f]) {
             return Err(shape_err());
         }
-        if let Some(y) =
-            crate::backend::dispatch(OP, &[self, weight, &bias])?.linear(self, weight, bias, act)?
-        {
-            return Ok(y);
-        }
-        let lead: usize = self.shape()[..self.ndim() - 1].iter().product();
-        let x = self.reshape([lead, in_f])?;
-        let rows = x.shape()[0];
-        let mut shape = self.shape()[..self.ndim() - 1].to_vec();
-        shape.push(out_f);
-        let wt = weight.t()?;
-        Ok(crate::with_float_dtype!(self.dtype(), S => {
-            let bias_m = bias.map(math_vec::<S>);
-            let epi = Epilogue {
-                bias: bias_m.as_deref().map_or(Bias::None, Bias::Col),
-                relu: act == Activation::Relu,
-            };
-            let shp = GemmShape { m: rows, n: out_f, k: in_f, alpha: ONE::<S>(), beta: ZERO::<S>() };
-            gemm_fresh::<S>(shp, &x, &wt, epi, &shape)?
-        }, else unreachable!("check_operands admits only floats")))
+        crate::backend::dispatch(OP, &[self, weight, &bias])?.linear(self, weight, bias, act)
     }
 
     /// `beta·self + alpha·(a·b)` for matrices `a` `[m, k]` and `b` `[k, n]`,
@@ -217,6 +198,31 @@ impl Tensor {
             Tensor::from_vec(c, &[m, n])?.to_dtype(S::DTYPE)?
         }, else unreachable!("check_operands admits only floats")))
     }
+}
+
+/// The CPU's [`Tensor::linear_act`] on checked operands: one GEMM of the
+/// flattened input with `weightᵀ`, the bias and ReLU in its epilogue.
+pub(crate) fn cpu_linear(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    act: Activation,
+) -> Result<Tensor> {
+    let (out_f, in_f) = (weight.shape()[0], weight.shape()[1]);
+    let lead: usize = x.shape()[..x.ndim() - 1].iter().product();
+    let flat = x.reshape([lead, in_f])?;
+    let mut shape = x.shape()[..x.ndim() - 1].to_vec();
+    shape.push(out_f);
+    let wt = weight.t()?;
+    Ok(crate::with_float_dtype!(x.dtype(), S => {
+        let bias_m = bias.map(math_vec::<S>);
+        let epi = Epilogue {
+            bias: bias_m.as_deref().map_or(Bias::None, Bias::Col),
+            relu: act == Activation::Relu,
+        };
+        let shp = GemmShape { m: lead, n: out_f, k: in_f, alpha: ONE::<S>(), beta: ZERO::<S>() };
+        gemm_fresh::<S>(shp, &flat, &wt, epi, &shape)?
+    }, else unreachable!("check_operands admits only floats")))
 }
 
 /// Checks that `a` and `b` are float tensors of one dtype on one device
