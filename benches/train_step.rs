@@ -1,31 +1,95 @@
 //! Training-step throughput: `train_step_mlp` (784-512-512-10, ReLU) and
-//! `train_step_cnn` (the MNIST CNN of `examples/train_mnist.rs`), batch 128,
-//! f32, cross-entropy, SGD with momentum, all cores. Prints samples/s and
-//! the peak resident memory of each workload as bench lines, and, when
-//! `TESSERA_TORCH_PYTHON` names a Python with torch, the same figures for
-//! PyTorch eager (`benches/train_step_torch.py`) and the ratio.
+//! `train_step_cnn` (the MNIST CNN of `examples/train_mnist.rs`) with SGD
+//! and momentum, and `train_step_vit` (a CIFAR-sized pre-norm ViT built from
+//! nn layers, see [`Vit`]) with AdamW; batch 128, f32, cross-entropy, all
+//! cores. Prints samples/s and the peak resident memory of each workload as
+//! bench lines, and, when `TESSERA_TORCH_PYTHON` names a Python with torch,
+//! the same figures for PyTorch eager (`benches/train_step_torch.py`) and
+//! the ratio. The ViT is also run on one thread, for its thread scaling.
 //!
 //! Each figure is the best of 3 rounds of N steps (after 3 warm-up steps):
 //! the machines we measure on are shared, and the best round is the one
 //! least disturbed by other load. Both implementations of a workload are
 //! measured back to back.
 //!
-//! `cargo bench --bench train_step [-- --steps N]`
+//! `cargo bench --bench train_step [-- --steps N] [--only WORKLOAD] [--profile DIR]`
+//!
+//! `--profile DIR` also profiles one step of each workload with
+//! [`tessera::profile`], prints its op table (as `#` lines) and writes
+//! `DIR/<workload>.trace.json` (Chrome trace format).
 
 use std::process::Command;
 use std::time::Instant;
 
-use tessera::autograd::{CrossEntropyOptions, Target, Var};
+use tessera::autograd::{CrossEntropyOptions, Parameter, Target, Var};
 use tessera::nn::models::{mnist_cnn, mnist_mlp};
-use tessera::nn::{Module, Sequential};
-use tessera::optim::{Optimizer, Sgd, SgdOptions};
-use tessera::tensor::{manual_seed, DType, Tensor};
+use tessera::nn::{
+    init, Activation, Conv2d, Conv2dOptions, LayerNorm, Linear, Module, TransformerEncoderLayer,
+    TransformerOptions,
+};
+use tessera::optim::{AdamW, AdamWOptions, Optimizer, Sgd, SgdOptions};
+use tessera::tensor::{manual_seed, DType, Result, Tensor};
 
 const BATCH: usize = 128;
-
-/// Builds a workload's model.
-type BuildModel = fn() -> tessera::tensor::Result<Sequential>;
 const ROUNDS: usize = 3;
+
+/// The ViT of `train_step_vit`: 3×32×32 inputs cut into 4×4 patches (64
+/// tokens and a class token), width 192, 6 pre-norm blocks of 3-head
+/// `MultiheadAttention` and a GELU MLP of 768, a final LayerNorm and a
+/// 10-class head on the class token; 2,693,578 parameters, as its PyTorch
+/// twin (`nn.TransformerEncoderLayer(norm_first=True)` blocks).
+#[derive(Module)]
+struct Vit {
+    patch: Conv2d,
+    cls_token: Parameter,
+    pos_embed: Parameter,
+    blocks: Vec<TransformerEncoderLayer>,
+    norm: LayerNorm,
+    head: Linear,
+}
+
+/// The parameter count of the ViT of the issue (and of the PyTorch twin).
+const VIT_PARAMETERS: usize = 2_693_578;
+
+impl Vit {
+    fn new() -> Result<Vit> {
+        let (dim, tokens) = (192, 65);
+        let block = TransformerOptions {
+            dim_feedforward: 768,
+            dropout: 0.0,
+            activation: Activation::Gelu,
+            norm_first: true,
+            ..Default::default()
+        };
+        let vit = Vit {
+            patch: Conv2d::new(3, dim, 4, Conv2dOptions::default().stride(4))?,
+            cls_token: Parameter::new(Tensor::zeros(&[1, 1, dim], DType::F32)?),
+            pos_embed: Parameter::new(Tensor::zeros(&[1, tokens, dim], DType::F32)?),
+            blocks: (0..6)
+                .map(|_| TransformerEncoderLayer::new(dim, 3, block))
+                .collect::<Result<_>>()?,
+            norm: LayerNorm::new(&[dim], 1e-5, true, true)?,
+            head: Linear::new(dim, 10, true)?,
+        };
+        init::normal_(&vit.cls_token, 0.0, 0.02)?;
+        init::normal_(&vit.pos_embed, 0.0, 0.02)?;
+        Ok(vit)
+    }
+}
+
+impl Module for Vit {
+    fn forward(&self, x: &Var) -> Result<Var> {
+        let p = self.patch.forward(x)?; // [B, D, 8, 8]
+        let (b, d) = (p.shape()[0], p.shape()[1]);
+        let p = p.reshape([b, d, 64])?.transpose(1, 2)?;
+        let cls = self.cls_token.var().expand([b, 1, d])?;
+        let mut h = Var::cat(&[cls, p], 1)?.add(&self.pos_embed.var())?;
+        for blk in &self.blocks {
+            h = blk.forward(&h)?;
+        }
+        self.head.forward(&self.norm.forward(&h)?.select(1, 0)?)
+    }
+}
 
 fn main() {
     let steps: usize = std::env::args()
@@ -40,14 +104,19 @@ fn main() {
         load.trim()
     );
     let torch_python = std::env::var("TESSERA_TORCH_PYTHON").ok();
-    let workloads: [(&str, BuildModel, &[usize]); 2] = [
-        ("train_step_mlp", || mnist_mlp(&[512, 512]), &[BATCH, 784]),
-        ("train_step_cnn", mnist_cnn, &[BATCH, 1, 28, 28]),
+    let only = std::env::args().skip_while(|a| a != "--only").nth(1);
+    let profile_dir = std::env::args().skip_while(|a| a != "--profile").nth(1);
+    let workloads: [(&str, &[usize]); 3] = [
+        ("train_step_mlp", &[BATCH, 784]),
+        ("train_step_cnn", &[BATCH, 1, 28, 28]),
+        ("train_step_vit", &[BATCH, 3, 32, 32]),
     ];
-    for (name, build, input) in workloads {
+    for (name, input) in workloads {
+        if only.as_deref().is_some_and(|o| o != name) {
+            continue;
+        }
         reset_peak_rss();
-        let model = build().expect("model builds");
-        let (rate, phases) = measure(&model, input, steps);
+        let (rate, phases) = run_workload(name, input, steps, profile_dir.as_deref());
         let rss = peak_rss_mib();
         println!("bench\t{name}\ttessera\tthroughput\t{rate:.1}\tsamples/s");
         println!("bench\t{name}\ttessera\tpeak_rss\t{rss:.1}\tMiB");
@@ -59,6 +128,49 @@ fn main() {
             Some(py) => torch(py, steps, name, rate),
             None => println!("# TESSERA_TORCH_PYTHON not set: skipped PyTorch eager for {name}"),
         }
+        if name == "train_step_vit" {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(1)
+                .build()
+                .expect("a 1-thread pool");
+            let (one, _) = pool.install(|| run_workload(name, input, steps, None));
+            println!("bench\t{name}\ttessera_1thread\tthroughput\t{one:.1}\tsamples/s");
+            println!("bench\t{name}\ttessera\tthread_scaling\t{:.3}\tx", rate / one);
+        }
+    }
+}
+
+/// Builds workload `name`'s model and optimizer (fresh, seeded) and
+/// measures it as [`measure`] does.
+fn run_workload(name: &str, input: &[usize], steps: usize, profile_dir: Option<&str>) -> (f64, [f64; 5]) {
+    manual_seed(0);
+    let sgd = SgdOptions {
+        lr: 0.01,
+        momentum: 0.9,
+        ..Default::default()
+    };
+    match name {
+        "train_step_mlp" => {
+            let model = mnist_mlp(&[512, 512]).expect("model builds");
+            let mut opt = Sgd::new(model.parameters(), sgd).expect("optimizer");
+            measure(name, &model, &mut opt, input, steps, profile_dir)
+        }
+        "train_step_cnn" => {
+            let model = mnist_cnn().expect("model builds");
+            let mut opt = Sgd::new(model.parameters(), sgd).expect("optimizer");
+            measure(name, &model, &mut opt, input, steps, profile_dir)
+        }
+        _ => {
+            let model = Vit::new().expect("model builds");
+            assert_eq!(model.num_parameters(), VIT_PARAMETERS, "the issue's ViT");
+            let hyper = AdamWOptions {
+                lr: 1e-3,
+                weight_decay: 0.05,
+                ..Default::default()
+            };
+            let mut opt = AdamW::new(model.parameters(), hyper).expect("optimizer");
+            measure(name, &model, &mut opt, input, steps, profile_dir)
+        }
     }
 }
 
@@ -66,17 +178,18 @@ fn main() {
 /// steps on random inputs of `shape`, after 3 warm-up steps; and the time
 /// per step of its phases (forward, loss, backward, optimizer step, freeing
 /// the graph and gradients) in ms, from the best of [`ROUNDS`] further
-/// rounds timed phase by phase.
-fn measure(model: &Sequential, shape: &[usize], steps: usize) -> (f64, [f64; 5]) {
-    manual_seed(0);
+/// rounds timed phase by phase. With `profile_dir`, then profiles one step
+/// (see the module docs).
+fn measure(
+    name: &str,
+    model: &dyn Module,
+    opt: &mut dyn Optimizer,
+    shape: &[usize],
+    steps: usize,
+    profile_dir: Option<&str>,
+) -> (f64, [f64; 5]) {
     let x = Var::constant(Tensor::randn(shape, DType::F32).unwrap());
     let y = Tensor::randint(0, 10, &[BATCH], DType::I64).unwrap();
-    let opts = SgdOptions {
-        lr: 0.01,
-        momentum: 0.9,
-        ..Default::default()
-    };
-    let mut opt = Sgd::new(model.parameters(), opts).unwrap();
     let ce = CrossEntropyOptions::default();
     let mut step = || {
         let loss = model
@@ -96,6 +209,17 @@ fn measure(model: &Sequential, shape: &[usize], steps: usize) -> (f64, [f64; 5])
             step();
         }
         best = best.min(t.elapsed().as_secs_f64());
+    }
+    if let Some(dir) = profile_dir {
+        let ((), prof) = tessera::profile(&mut step);
+        for l in prof.table(40).lines() {
+            println!("# {name} profile: {l}");
+        }
+        let path = format!("{dir}/{name}.trace.json");
+        match prof.write_chrome_trace(&path) {
+            Ok(()) => println!("# {name} profile: Chrome trace written to {path}"),
+            Err(e) => println!("# {name} profile: {e}"),
+        }
     }
     let mut phases = [f64::INFINITY; 5];
     for _ in 0..ROUNDS {

@@ -2,7 +2,7 @@
 (so ru_maxrss is that workload's peak), same shapes, loss, optimizer and
 best-of-3 timing, on as many threads as this process may use.
 
-usage: python train_step_torch.py {train_step_mlp|train_step_cnn} STEPS
+usage: python train_step_torch.py {train_step_mlp|train_step_cnn|train_step_vit} STEPS
 """
 import os
 import resource
@@ -15,7 +15,36 @@ from torch import nn
 BATCH = 128
 
 
+class Vit(nn.Module):
+    """The ViT of train_step_vit: 4x4 patches of 3x32x32 (64 tokens + class
+    token), width 192, 6 pre-norm GELU blocks with 3 heads and MLP 768."""
+
+    def __init__(self):
+        super().__init__()
+        dim = 192
+        self.patch = nn.Conv2d(3, dim, 4, stride=4)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
+        self.pos_embed = nn.Parameter(torch.randn(1, 65, dim) * 0.02)
+        self.blocks = nn.ModuleList(
+            nn.TransformerEncoderLayer(dim, 3, 768, dropout=0.0, activation="gelu",
+                                       batch_first=True, norm_first=True)
+            for _ in range(6))
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, 10)
+
+    def forward(self, x):
+        p = self.patch(x).flatten(2).transpose(1, 2)
+        h = torch.cat([self.cls_token.expand(p.shape[0], -1, -1), p], 1) + self.pos_embed
+        for blk in self.blocks:
+            h = blk(h)
+        return self.head(self.norm(h)[:, 0])
+
+
 def model(name):
+    if name == "train_step_vit":
+        net = Vit()
+        assert sum(p.numel() for p in net.parameters()) == 2_693_578
+        return net, (BATCH, 3, 32, 32)
     if name == "train_step_mlp":
         return nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(),
                              nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)), (BATCH, 784)
@@ -31,7 +60,10 @@ def main():
     torch.manual_seed(0)
     net, shape = model(name)
     x, y = torch.randn(*shape), torch.randint(0, 10, (BATCH,))
-    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    if name == "train_step_vit":
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=0.05)
+    else:
+        opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
 
     def step():

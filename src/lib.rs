@@ -24,3 +24,4 @@ mod error;
 pub mod prelude;
 
 pub use error::{Error, Result};
+pub use tessera_tensor::profile::{profile, Profile};

@@ -186,6 +186,7 @@ pub(crate) fn run(seeds: Vec<(Edge, Tensor)>, boundary: u64) -> Result<Outcome> 
         finish_leaf(&mut grads, &mut out, id);
     }
 
+    let _phase = tessera_tensor::profile::backward_scope();
     for node in ops {
         let NodeKind::Op {
             name,
@@ -207,6 +208,10 @@ pub(crate) fn run(seeds: Vec<(Edge, Tensor)>, boundary: u64) -> Result<Outcome> 
                 )
             })?;
             let needs: Vec<bool> = inputs.iter().map(Option::is_some).collect();
+            // The node's span holds those of the ops its rule runs (see
+            // `tessera_tensor::profile`); accumulating into the input
+            // gradients below counts as the node's too.
+            let _span = tessera_tensor::profile::op_span(name, out_grads.iter().flatten());
             let in_grads = f(&out_grads, &needs)?;
             if in_grads.len() != inputs.len() {
                 return Err(Error::arg(

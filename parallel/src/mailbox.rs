@@ -1,10 +1,20 @@
 //! A rank's inbox: incoming frames queued per (source, group, channel),
 //! with blocking, deadline-bounded receives that also fail fast when the
 //! source is gone or the group was aborted.
+//!
+//! A receive that finds nothing first spins for at most [`SPIN`] watching
+//! an arrival counter, and only then parks on the condition variable. A
+//! parked thread takes tens of microseconds to wake; in a balanced
+//! pipeline the next message usually arrives within microseconds of the
+//! receive (the neighbour stage finishes its pass at about the same time),
+//! so the spin removes that latency from every hop of the critical path.
+//! The spin is bounded per receive, so a receiver that waits long costs at
+//! most [`SPIN`] of CPU before it sleeps.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::frame::{Frame, Header, Kind};
 
@@ -47,16 +57,51 @@ struct State {
     shut: bool,
 }
 
+/// The most time one receive spins before it parks.
+pub(crate) const SPIN: Duration = Duration::from_micros(50);
+
 /// The inbox of one rank.
 #[derive(Default)]
 pub(crate) struct Mailbox {
     state: Mutex<State>,
     cv: Condvar,
+    /// Bumped after every change a receiver may be waiting for (a frame, a
+    /// closed peer, an abort), so a spinning receiver sees it without the
+    /// lock.
+    arrivals: AtomicU64,
 }
 
 impl Mailbox {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Tells spinning and parked receivers that the state changed.
+    fn wake(&self) {
+        self.arrivals.fetch_add(1, Ordering::Release);
+        self.cv.notify_all();
+    }
+
+    /// Spins until the arrival counter moves past `seen` or `until`
+    /// passes; true when it moved. Yields now and then, so that on a
+    /// loaded machine the spinning thread does not keep the sender (or
+    /// anyone else) off the core.
+    fn spin(&self, seen: u64, until: Instant) -> bool {
+        let mut k = 0u32;
+        loop {
+            if self.arrivals.load(Ordering::Acquire) != seen {
+                return true;
+            }
+            k = k.wrapping_add(1);
+            if k.is_multiple_of(64) {
+                if Instant::now() >= until {
+                    return false;
+                }
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
     }
 
     /// Delivers a frame from global rank `src`; false (the frame dropped,
@@ -91,7 +136,7 @@ impl Mailbox {
             }
         }
         drop(st);
-        self.cv.notify_all();
+        self.wake();
         true
     }
 
@@ -102,7 +147,7 @@ impl Mailbox {
             .closed
             .entry(src)
             .or_insert_with(|| reason.to_string());
-        self.cv.notify_all();
+        self.wake();
     }
 
     /// Marks global rank `src` as gone after its last frame was delivered
@@ -112,7 +157,7 @@ impl Mailbox {
         st.closed.entry(src).or_insert_with(|| reason.to_string());
         st.drained.insert(src);
         drop(st);
-        self.cv.notify_all();
+        self.wake();
     }
 
     /// Waits until every frame global rank `src` sent has been delivered
@@ -150,6 +195,7 @@ impl Mailbox {
         peek: Option<Peek<'_>>,
     ) -> Result<Frame, RecvFail> {
         let key = (src, group, channel);
+        let spin_until = Instant::now() + SPIN;
         let mut st = self.lock();
         loop {
             if let Some(f) = st.queues.get_mut(&key).and_then(VecDeque::pop_front) {
@@ -178,6 +224,14 @@ impl Mailbox {
             let now = Instant::now();
             if now >= deadline {
                 return Err(RecvFail::Timeout);
+            }
+            if now < spin_until {
+                // Read under the lock: any later change bumps the counter.
+                let seen = self.arrivals.load(Ordering::Acquire);
+                drop(st);
+                self.spin(seen, spin_until.min(deadline));
+                st = self.lock();
+                continue;
             }
             st = self
                 .cv

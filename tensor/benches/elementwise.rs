@@ -2,7 +2,8 @@
 //! (`bench\t<workload>\t<impl>\t<metric>\t<value>\t<unit>`):
 //! `copy_f32_16M` (a plain parallel memory copy, the bandwidth yardstick),
 //! `add_f32_16M`, `sum_f32_16M`, `layer_norm_8192x768` (fwd, fwd+bwd),
-//! `softmax_8192x1024`, each in GB/s of bytes read plus written, and the
+//! `softmax_8192x1024`, `gelu_16M` (exact GELU forward, and its fused
+//! backward `gelu_backward(g, x)`), each in GB/s of bytes read plus written, and the
 //! allocator's effect: the same workloads with the caching allocator on and
 //! off. Every figure is the best of repeated runs (the machine is shared);
 //! the load average is printed first. With `TESSERA_TORCH_PYTHON` set to a
@@ -12,7 +13,7 @@
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
-use tessera_tensor::{alloc, SimdLevel, Tensor};
+use tessera_tensor::{alloc, BinaryOp, GeluApprox, SimdLevel, Tensor};
 
 const N16M: usize = 1 << 24;
 
@@ -86,6 +87,14 @@ fn main() {
         gb(sbytes, best(soft)),
         "GB/s",
     );
+
+    let gelu = gb(
+        2 * 4 * N16M,
+        best(|| drop(a.gelu(GeluApprox::None).expect("gelu"))),
+    );
+    line("gelu_16M", "fwd_bandwidth", gelu, "GB/s");
+    let gelu_bwd = best(|| drop(b.binary_op(BinaryOp::GeluErfBackward, &a).expect("gelu_backward")));
+    line("gelu_16M", "bwd_bandwidth", gb(3 * 4 * N16M, gelu_bwd), "GB/s");
 
     // The allocator: the same workloads with freed blocks cached or not.
     let chain = || {

@@ -41,6 +41,11 @@ def main():
     line("sum_f32_16M", "bandwidth", s, "GB/s")
     line("sum_f32_16M", "fraction_of_copy", s / copy, "ratio")
 
+    line("gelu_16M", "fwd_bandwidth",
+         gb(8 * N16M, best(lambda: torch.nn.functional.gelu(a))), "GB/s")
+    line("gelu_16M", "bwd_bandwidth",
+         gb(12 * N16M, best(lambda: torch.ops.aten.gelu_backward(b, a))), "GB/s")
+
     rows, k = 8192, 768
     x = torch.rand(rows, k) * 2 - 1
     w, bias = torch.rand(k), torch.rand(k)

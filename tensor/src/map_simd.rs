@@ -60,12 +60,16 @@ pub(crate) fn binary_f32(a: &Tensor, b: &Tensor, name: &'static str, op: BinaryO
                     (1, 0) => kernels::binary_scalar(level, op, &sa[oa..oa + n], sb[ob], false, o),
                     (0, 1) => kernels::binary_scalar(level, op, &sb[ob..ob + n], sa[oa], true, o),
                     _ => {
-                        // Exact IEEE ops: the scalar loop gives the kernels' bits.
+                        let (mut ga, mut gb) = ([0.0f32; GATHER], [0.0f32; GATHER]);
                         let (mut pa, mut pb) = (oa as isize, ob as isize);
-                        for y in o.iter_mut() {
-                            *y = kernels::binary_scalar_op(op, sa[pa as usize], sb[pb as usize]);
-                            pa += ta;
-                            pb += tb;
+                        for part in o.chunks_mut(GATHER) {
+                            for (x, y) in ga.iter_mut().zip(gb.iter_mut()).take(part.len()) {
+                                (*x, *y) = (sa[pa as usize], sb[pb as usize]);
+                                pa += ta;
+                                pb += tb;
+                            }
+                            let m = part.len();
+                            kernels::binary(level, op, &ga[..m], &gb[..m], part);
                         }
                     }
                 }
@@ -91,15 +95,14 @@ pub(crate) fn scalar_f32(
                 if st == 1 {
                     kernels::binary_scalar(level, op, &src[off..off + o.len()], s, scalar_first, o);
                 } else {
+                    let mut buf = [0.0f32; GATHER];
                     let mut p = off as isize;
-                    for y in o.iter_mut() {
-                        let x = src[p as usize];
-                        *y = if scalar_first {
-                            kernels::binary_scalar_op(op, s, x)
-                        } else {
-                            kernels::binary_scalar_op(op, x, s)
-                        };
-                        p += st;
+                    for part in o.chunks_mut(GATHER) {
+                        for b in buf.iter_mut().take(part.len()) {
+                            *b = src[p as usize];
+                            p += st;
+                        }
+                        kernels::binary_scalar(level, op, &buf[..part.len()], s, scalar_first, part);
                     }
                 }
             })

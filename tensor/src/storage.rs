@@ -82,6 +82,7 @@ impl Storage {
             alloc::allocate(bytes).ok_or_else(|| oom(Some(bytes)))?
         };
         LIVE_BYTES.fetch_add(bytes, Ordering::Relaxed);
+        crate::profile::note_alloc(bytes);
         let s = Storage {
             buf: Buffer::Owned {
                 ptr,

@@ -9,3 +9,4 @@ mod fused;
 mod gradcheck;
 mod ops;
 mod parity;
+mod profile;

@@ -3,7 +3,7 @@
 //!
 //! At construction every rank checks that the ranks hold the same parameter
 //! shapes, and takes rank 0's parameters and buffers. Gradients are grouped
-//! into buckets in reverse definition order ([`assign_buckets`]); during
+//! into buckets in reverse definition order ([`assign_buckets_by_module`]); during
 //! [`DistributedDataParallel::backward`] a hook on each parameter copies its
 //! final gradient into its bucket, pre-divided by the world size, and a
 //! bucket whose last gradient arrived is all-reduced (summed) on a
@@ -19,9 +19,17 @@
 //!   backward form) instead of `loss.backward()`. Under `no_sync` the
 //!   accumulation lives in DDP's buckets, and the synchronising backward
 //!   returns the averaged sum of all micro-batches.
-//! - The bucket order is the static reverse definition order from the
-//!   first step (spec §2.1's decision); there is no rebuild in the
-//!   observed gradient order.
+//! - The first step's buckets follow the reverse definition order (spec
+//!   §2.1's decision: no single all-model bucket in step 1); after the
+//!   first synchronising backward they are rebuilt once in the order the
+//!   gradients arrived, rank 0's order broadcast to all (PyTorch's
+//!   `_rebuild_buckets`; skipped with `find_unused_parameters`, as in
+//!   PyTorch). Buckets close only between modules, never
+//!   between a layer's weight and bias ([`assign_buckets_by_module`]):
+//!   one fused backward node makes both gradients at once, so PyTorch's
+//!   parameter-by-parameter packing can leave a small bias in a big
+//!   bucket that then waits for the end of backward. A cap of 0 gives
+//!   each module (not each parameter) its own bucket.
 //! - With `find_unused_parameters`, parameters without a gradient are
 //!   marked ready when backward returns (no graph walk before it), so the
 //!   buckets holding them are reduced after backward rather than during it.
@@ -60,12 +68,15 @@ use tessera_autograd::{Gradients, Parameter, Var};
 use tessera_nn::{Buffer, Module, Visit, Visitor};
 use tessera_optim::Optimizer;
 
-pub use bucket::{assign_buckets, BucketSpec, DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES};
+pub use bucket::{
+    assign_buckets, assign_buckets_by_module, BucketSpec, DEFAULT_BUCKET_CAP_BYTES,
+    DEFAULT_FIRST_BUCKET_BYTES,
+};
 pub use sync::{broadcast_coalesced, verify_same_shapes};
 
-use crate::comm::Communicator;
-use crate::error::{CommError, Result};
-use reducer::{local_backward, lock, synced_backward, ReduceKind, Reducer};
+use crate::comm::{CommExt, Communicator};
+use crate::error::Result;
+use reducer::{local_backward, lock, synced_backward, Reducer};
 
 /// Settings of [`DistributedDataParallel`], with PyTorch's defaults.
 #[derive(Debug, Clone, PartialEq)]
@@ -150,6 +161,8 @@ pub struct DistributedDataParallel<'c, M: Module> {
     buffers: Vec<Buffer>,
     reducer: Arc<Mutex<Reducer>>,
     sync: AtomicBool,
+    /// The buckets were rebuilt in the observed gradient order.
+    rebuilt: AtomicBool,
     stats: Mutex<DdpStepStats>,
 }
 
@@ -168,19 +181,13 @@ impl<'c, M: Module> DistributedDataParallel<'c, M> {
             .into_iter()
             .filter(|(_, p)| p.requires_grad())
             .collect();
-        for (name, p) in &params {
-            let t = p.tensor();
-            if !t.dtype().is_float() || t.device() != tessera_tensor::Device::Cpu {
-                return Err(CommError::arg(
-                    OP,
-                    format!(
-                        "parameter `{name}` is {} on {}; DDP reduces floating-point CPU gradients",
-                        t.dtype(),
-                        t.device()
-                    ),
-                ));
-            }
-        }
+        let reducer = reducer::all_reduce_reducer(
+            OP,
+            comm.world_size(),
+            &params,
+            config.first_bucket_bytes,
+            config.bucket_cap_bytes,
+        )?;
         let buffers: Vec<Buffer> = module.named_buffers().into_iter().map(|(_, b)| b).collect();
         let all: Vec<(String, Parameter)> = module.named_parameters();
         verify_same_shapes(
@@ -195,17 +202,6 @@ impl<'c, M: Module> DistributedDataParallel<'c, M> {
             &buffers,
         )?;
 
-        let layout: Vec<_> = params.iter().map(|(_, p)| (p.dtype(), p.numel())).collect();
-        let specs = assign_buckets(&layout, config.first_bucket_bytes, config.bucket_cap_bytes);
-        let numels: Vec<usize> = layout.iter().map(|&(_, n)| n).collect();
-        let reducer = Arc::new(Mutex::new(Reducer::new(
-            comm.world_size(),
-            params.iter().map(|(n, _)| n.clone()).collect(),
-            &numels,
-            specs,
-            ReduceKind::AllReduce,
-        )));
-        reducer::register_hooks(&reducer, params.iter().map(|(_, p)| p))?;
         Ok(DistributedDataParallel {
             module,
             comm,
@@ -214,6 +210,7 @@ impl<'c, M: Module> DistributedDataParallel<'c, M> {
             buffers,
             reducer,
             sync: AtomicBool::new(true),
+            rebuilt: AtomicBool::new(false),
             stats: Mutex::new(DdpStepStats::default()),
         })
     }
@@ -239,8 +236,9 @@ impl<'c, M: Module> DistributedDataParallel<'c, M> {
     }
 
     /// The buckets in launch order (bucket 0 holds the last-defined
-    /// parameters); parameter indices refer to the trainable parameters in
-    /// definition order.
+    /// parameters until the first synchronising backward, then the first
+    /// gradients to arrive); parameter indices refer to the trainable
+    /// parameters in definition order.
     pub fn buckets(&self) -> Vec<BucketSpec> {
         lock(&self.reducer).specs().cloned().collect()
     }
@@ -288,13 +286,18 @@ impl<'c, M: Module> DistributedDataParallel<'c, M> {
         }
         let (mut grads, stats) =
             synced_backward(&self.reducer, self.comm, self.config.overlap, find_unused, run)?;
-        let red = lock(&self.reducer);
-        for (i, (_, p)) in self.params.iter().enumerate() {
-            if let (Some(id), Some(g)) = (p.id(), red.grad_view(i, &p.shape())?) {
-                grads.insert(id, g);
+        {
+            let red = lock(&self.reducer);
+            for (i, (_, p)) in self.params.iter().enumerate() {
+                if let (Some(id), Some(g)) = (p.id(), red.grad_view(i, &p.shape())?) {
+                    grads.insert(id, g);
+                }
             }
         }
         *self.stats.lock().unwrap_or_else(|e| e.into_inner()) = stats;
+        if !find_unused && !self.rebuilt.swap(true, Ordering::SeqCst) {
+            self.rebuild_buckets()?;
+        }
         Ok(grads)
     }
 
@@ -314,6 +317,30 @@ impl<'c, M: Module> DistributedDataParallel<'c, M> {
             // are left alone.
             Ok(loss.backward()?)
         }
+    }
+
+    /// Re-plans the buckets in rank 0's observed gradient order (a
+    /// collective, once, after the first synchronising backward; the
+    /// gradients already returned keep their buffers).
+    fn rebuild_buckets(&self) -> Result<()> {
+        let mut order: Vec<i64> = lock(&self.reducer)
+            .observed_order()
+            .into_iter()
+            .map(|i| i as i64)
+            .collect();
+        if self.comm.world_size() > 1 {
+            self.comm.broadcast_slice(&mut order, 0)?;
+        }
+        let order: Vec<usize> = order
+            .into_iter()
+            .map(|i| usize::try_from(i).unwrap_or(usize::MAX))
+            .collect();
+        lock(&self.reducer).rebuild(
+            &order,
+            self.config.first_bucket_bytes,
+            self.config.bucket_cap_bytes,
+        )?;
+        Ok(())
     }
 
     /// The trainable parameters DDP reduces, in definition order.

@@ -77,6 +77,54 @@ pub(crate) fn owned_ranges(start: usize, len: usize, part: usize) -> Vec<(usize,
     out
 }
 
+/// A reducer that all-reduces the gradients of the trainable `params`
+/// (named, in definition order) over a group of `world` ranks, in buckets
+/// planned by [`super::assign_buckets_by_module`] with the limits
+/// `first_bytes` and `cap_bytes` (a module is what precedes the last `.` of
+/// a parameter's name), with its hooks registered. Frozen parameters are left out.
+/// Errors when a parameter is not a floating-point CPU tensor (naming it,
+/// for `op`).
+pub(crate) fn all_reduce_reducer(
+    op: &'static str,
+    world: usize,
+    params: &[(String, Parameter)],
+    first_bytes: usize,
+    cap_bytes: usize,
+) -> Result<Arc<Mutex<Reducer>>> {
+    let params: Vec<&(String, Parameter)> = params.iter().filter(|(_, p)| p.requires_grad()).collect();
+    for (name, p) in &params {
+        let t = p.tensor();
+        if !t.dtype().is_float() || t.device() != tessera_tensor::Device::Cpu {
+            return Err(CommError::arg(
+                op,
+                format!(
+                    "parameter `{name}` is {} on {}; data parallelism reduces floating-point CPU gradients",
+                    t.dtype(),
+                    t.device()
+                ),
+            ));
+        }
+    }
+    let layout: Vec<_> = params.iter().map(|(_, p)| (p.dtype(), p.numel())).collect();
+    let modules: Vec<&str> = params
+        .iter()
+        .map(|(n, _)| n.rsplit_once('.').map_or("", |(m, _)| m))
+        .collect();
+    let specs = super::assign_buckets_by_module(&layout, &modules, first_bytes, cap_bytes);
+    let numels: Vec<usize> = layout.iter().map(|&(_, n)| n).collect();
+    let mut red = Reducer::new(
+        world,
+        params.iter().map(|(n, _)| n.clone()).collect(),
+        &numels,
+        specs,
+        ReduceKind::AllReduce,
+    );
+    red.set_modules(modules.iter().map(|m| m.to_string()).collect());
+    let reducer = Arc::new(Mutex::new(red));
+    register_hooks(&reducer, params.iter().map(|(_, p)| p))?;
+    Ok(reducer)
+}
+
 /// Registers, on every parameter, the hook that hands its final gradient
 /// to `reducer` (as parameter `i` of the list). The hooks hold a weak
 /// handle: a leaf keeps its hooks, and they do nothing once the reducer is
@@ -226,6 +274,12 @@ pub(crate) struct Reducer {
     failure: Option<CommError>,
     /// Buckets launched from hooks in this backward (overlapped).
     launched_by_hooks: usize,
+    /// The parameters in the order their gradients arrived in this
+    /// backward (for [`Reducer::rebuild`]).
+    arrived: Vec<usize>,
+    /// Each parameter's module name (bucket boundaries fall between
+    /// modules).
+    modules: Vec<String>,
 }
 
 impl Reducer {
@@ -265,7 +319,81 @@ impl Reducer {
             launch: None,
             failure: None,
             launched_by_hooks: 0,
+            arrived: Vec::with_capacity(n),
+            modules: vec![String::new(); n],
         }
+    }
+
+    /// Names each parameter's module, so that [`Reducer::rebuild`] keeps
+    /// modules whole.
+    pub fn set_modules(&mut self, modules: Vec<String>) {
+        self.modules = modules;
+    }
+
+    /// The order in which the parameters got their gradients in the last
+    /// backward, those that got none last (in reverse definition order).
+    pub fn observed_order(&self) -> Vec<usize> {
+        let mut order = self.arrived.clone();
+        let mut seen = vec![false; self.slots.len()];
+        order.iter().for_each(|&i| seen[i] = true);
+        order.extend((0..self.slots.len()).rev().filter(|&i| !seen[i]));
+        order
+    }
+
+    /// Re-plans the buckets in the gradient-ready order `order` (a
+    /// permutation of the parameters), packed as [`super::assign_buckets_by_module`]
+    /// packs the reverse definition order, so bucket 0 holds the first
+    /// gradients to arrive (PyTorch's `_rebuild_buckets`). Returns whether
+    /// the plan changed. Must not run while `no_sync` accumulation is held
+    /// (the slots move); errors then, and when `order` is not a permutation.
+    pub fn rebuild(&mut self, order: &[usize], first_bytes: usize, cap_bytes: usize) -> Result<bool> {
+        let n = self.slots.len();
+        let mut seen = vec![false; n];
+        if order.len() != n
+            || order
+                .iter()
+                .any(|&i| i >= n || std::mem::replace(&mut seen[i], true))
+        {
+            return Err(CommError::arg(
+                "DistributedDataParallel::backward",
+                format!("the rebuilt bucket order {order:?} is not a permutation of {n} parameters"),
+            ));
+        }
+        if self.holds.iter().any(|&h| h) {
+            return Err(CommError::arg(
+                "DistributedDataParallel::backward",
+                "cannot rebuild the buckets while no_sync gradients are held",
+            ));
+        }
+        // Packing the reversed order and reversing the buckets puts the
+        // first-ready parameters in bucket 0.
+        let perm: Vec<usize> = order.iter().rev().copied().collect();
+        let layout: Vec<_> = perm
+            .iter()
+            .map(|&i| (self.buckets[self.slots[i].0].spec.dtype, self.slots[i].2))
+            .collect();
+        let modules: Vec<&str> = perm.iter().map(|&i| self.modules[i].as_str()).collect();
+        let mut specs = super::assign_buckets_by_module(&layout, &modules, first_bytes, cap_bytes);
+        for spec in &mut specs {
+            spec.params.iter_mut().for_each(|j| *j = perm[*j]);
+        }
+        if specs.iter().eq(self.specs()) {
+            return Ok(false);
+        }
+        for (b, spec) in specs.iter().enumerate() {
+            for (&p, &off) in spec.params.iter().zip(&spec.offsets) {
+                self.slots[p] = (b, off, self.slots[p].2);
+            }
+        }
+        self.buckets = specs
+            .into_iter()
+            .map(|spec| Bucket {
+                spec,
+                flat: None,
+                pending: 0,
+            })
+            .collect();
+        Ok(true)
     }
 
     /// The buckets, in launch order.
@@ -283,6 +411,7 @@ impl Reducer {
         self.next = 0;
         self.failure = None;
         self.launched_by_hooks = 0;
+        self.arrived.clear();
         self.ready.iter_mut().for_each(|r| *r = false);
         for b in &mut self.buckets {
             b.pending = b.spec.params.len();
@@ -308,6 +437,7 @@ impl Reducer {
             self.failure = Some(e);
             return;
         }
+        self.arrived.push(i);
         let b = self.slots[i].0;
         self.buckets[b].pending -= 1;
         if self.buckets[b].pending == 0 && self.sync && self.overlap {
@@ -409,6 +539,12 @@ impl Reducer {
             write_slot::<T>(&mut flat.make_mut::<T>()?[off..off + n], src, keep, div);
             Ok(())
         }, else Err(not_float(dtype)))
+    }
+
+    /// Forgets what backward passes under `no_sync` accumulated (a batch
+    /// that failed half-way must not leak into the next).
+    pub fn discard_accumulated(&mut self) {
+        self.holds.iter_mut().for_each(|h| *h = false);
     }
 
     /// The number of buckets the hooks of the last backward launched

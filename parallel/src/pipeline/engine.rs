@@ -4,8 +4,16 @@
 //! the micro-batches are summed in micro-batch order, tied weights are
 //! reduced over the stages that hold them, and the data-parallel group's
 //! all-reduce averages the gradients before the optimizer step.
+//!
+//! The data-parallel axis is DDP's reducer (`ddp::reducer`): the stage's
+//! backward passes accumulate into its buckets as under `no_sync`, and the
+//! stage's last backward pass of the batch launches each bucket's
+//! all-reduce from the gradient hooks as soon as its gradients are final,
+//! overlapping the rest of that pass (Megatron's `disable_grad_sync` until
+//! the last micro-batch, with `overlap_grad_reduce`).
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tessera_autograd::{GradModeGuard, Gradients, Parameter, Var};
@@ -16,6 +24,8 @@ use tessera_tensor::{MemoryMeter, Tensor};
 use super::instr::{Instr, Schedule, ScheduleKind};
 use super::module::PipelineStage;
 use crate::comm::{CommExt, Communicator};
+use crate::ddp::reducer::{self, local_backward, lock, synced_backward, Reducer};
+use crate::ddp::{DdpStepStats, DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES};
 use crate::element::ReduceOp;
 use crate::error::{CommError, Result};
 
@@ -47,6 +57,10 @@ pub struct StepReport {
     /// When this stage's last forward or backward pass ended (before the
     /// gradient reductions and the optimizer step).
     pub finished: Instant,
+    /// With a data-parallel axis, what its gradient reduction measured
+    /// (buckets, bytes, the communication hidden behind the last backward
+    /// pass); `None` without one.
+    pub data_parallel: Option<DdpStepStats>,
 }
 
 /// Runs one stage of a pipeline: this rank's [`PipelineStage`] under a
@@ -54,6 +68,9 @@ pub struct StepReport {
 pub struct PipelineEngine<'c> {
     comm: &'c dyn Communicator,
     dp: Option<&'c dyn Communicator>,
+    /// DDP's reducer over this stage's trainable parameters, made at the
+    /// first batch with a data-parallel axis.
+    reducer: Option<Arc<Mutex<Reducer>>>,
     schedule: Schedule,
     stage: PipelineStage,
     loss: LossFn,
@@ -101,6 +118,7 @@ impl<'c> PipelineEngine<'c> {
         Ok(PipelineEngine {
             comm,
             dp: None,
+            reducer: None,
             schedule,
             stage,
             loss,
@@ -111,8 +129,13 @@ impl<'c> PipelineEngine<'c> {
     /// Averages the gradients over the data-parallel group `dp` (the ranks
     /// that hold the same stage) before each optimizer step, so that a
     /// `pp × dp` grid trains as one process on the concatenated batches.
+    /// The reduction is DDP's: gradients in buckets of PyTorch's default
+    /// sizes, all-reduced from the hooks of the stage's last backward pass
+    /// of each batch (see [`StepReport::data_parallel`]). The ranks of `dp`
+    /// must start from the same parameters.
     pub fn with_data_parallel(mut self, dp: &'c dyn Communicator) -> Self {
         self.dp = Some(dp);
+        self.reducer = None;
         self
     }
 
@@ -180,6 +203,19 @@ impl<'c> PipelineEngine<'c> {
                 "PipelineEngine::train_batch",
                 "the inference schedule has no backward; use infer_batch",
             ));
+        }
+        if let (Some(dp), None) = (self.dp, &self.reducer) {
+            let named = self.stage.named_parameters();
+            self.reducer = Some(reducer::all_reduce_reducer(
+                "PipelineEngine::train_batch",
+                dp.world_size(),
+                &named,
+                DEFAULT_FIRST_BUCKET_BYTES,
+                DEFAULT_BUCKET_CAP_BYTES,
+            )?);
+        }
+        if let Some(red) = &self.reducer {
+            lock(red).discard_accumulated();
         }
         let mut run = Run::new(self, inputs, targets)?;
         self.execute(&mut run, Some(opt))?;
@@ -259,6 +295,9 @@ struct Run<'t> {
     results: HashMap<usize, Tensor>,
     acc: GradAccumulator,
     grads: Option<Gradients>,
+    /// Backward passes left on this stage in this batch.
+    backwards_left: usize,
+    data_parallel: Option<DdpStepStats>,
     loss: f64,
     has_loss: bool,
     peak: usize,
@@ -306,6 +345,8 @@ impl<'t> Run<'t> {
             results: HashMap::new(),
             acc: GradAccumulator::new(m * e.schedule.chunks(), false)?,
             grads: None,
+            backwards_left: m * e.schedule.chunks(),
+            data_parallel: None,
             loss: 0.0,
             has_loss: false,
             peak: 0,
@@ -324,6 +365,7 @@ impl<'t> Run<'t> {
             busy: self.busy,
             started: self.started,
             finished: self.finished,
+            data_parallel: self.data_parallel.clone(),
         }
     }
 
@@ -400,11 +442,19 @@ impl<'t> Run<'t> {
                 let t0 = Instant::now();
                 let k = e.schedule.virtual_stage(s, chunk);
                 let (x, y) = self.stash.remove(&(mb, chunk)).expect("checked schedule");
-                let mut grads = if k == last_k {
-                    y.backward()?
+                let dy = if k == last_k {
+                    None
                 } else {
-                    let dy = self.received.remove(&(mb, chunk)).expect("checked schedule");
-                    y.backward_with(&dy)?
+                    Some(self.received.remove(&(mb, chunk)).expect("checked schedule"))
+                };
+                let backward = || match &dy {
+                    None => y.backward(),
+                    Some(dy) => y.backward_with(dy),
+                };
+                self.backwards_left -= 1;
+                let mut grads = match (&e.reducer, e.dp) {
+                    (Some(red), Some(dp)) => self.reduced_backward(e, red, dp, backward)?,
+                    _ => backward()?,
                 };
                 if k > 0 {
                     let dx = match grads.remove(&x) {
@@ -413,8 +463,10 @@ impl<'t> Run<'t> {
                     };
                     self.to_send.insert((mb, chunk), dx);
                 }
-                if let Some(sum) = self.acc.add(grads)? {
-                    self.grads = Some(sum);
+                if e.reducer.is_none() {
+                    if let Some(sum) = self.acc.add(grads)? {
+                        self.grads = Some(sum);
+                    }
                 }
                 self.pass_done(t0);
             }
@@ -427,13 +479,14 @@ impl<'t> Run<'t> {
                 }
             }
             Instr::ReduceGrads => {
-                if let Some(dp) = e.dp {
-                    let grads = self.grads.get_or_insert_with(Gradients::default);
-                    for p in e.stage.parameters().iter().filter(|p| p.requires_grad()) {
-                        let g = grad_or_zeros(grads, p)?;
-                        let avg = dp.all_reduce(&g, ReduceOp::Avg)?;
-                        insert(grads, p, avg);
-                    }
+                // With a data-parallel axis the reduction ran from the
+                // hooks of the last backward pass (its gradients are in
+                // `grads` already); this instruction only marks its place.
+                if e.dp.is_some() && self.data_parallel.is_none() {
+                    return Err(CommError::arg(
+                        "PipelineEngine",
+                        "the data-parallel reduction did not run before ReduceGrads",
+                    ));
                 }
             }
             Instr::OptimizerStep => {
@@ -444,6 +497,41 @@ impl<'t> Run<'t> {
             }
         }
         Ok(())
+    }
+
+    /// Runs a backward pass through the data-parallel reducer: the stage's
+    /// last backward of the batch all-reduces the buckets (overlapping the
+    /// pass) and installs the averaged gradients in `grads`; the others
+    /// only accumulate. Parameters a pass does not reach (another chunk's)
+    /// count as contributing zero. Returns the pass's gradients (for the
+    /// input's gradient).
+    fn reduced_backward(
+        &mut self,
+        e: &PipelineEngine<'_>,
+        red: &Mutex<Reducer>,
+        dp: &dyn Communicator,
+        backward: impl FnOnce() -> tessera_tensor::Result<Gradients>,
+    ) -> Result<Gradients> {
+        if self.backwards_left > 0 {
+            return local_backward(red, true, backward);
+        }
+        let (grads, stats) = synced_backward(red, dp, true, true, backward)?;
+        let red = lock(red);
+        let mut averaged = Gradients::default();
+        for (i, p) in e
+            .stage
+            .parameters()
+            .iter()
+            .filter(|p| p.requires_grad())
+            .enumerate()
+        {
+            if let (Some(id), Some(g)) = (p.id(), red.grad_view(i, &p.shape())?) {
+                averaged.insert(id, g);
+            }
+        }
+        self.grads = Some(averaged);
+        self.data_parallel = Some(stats);
+        Ok(grads)
     }
 
     fn pass_done(&mut self, t0: Instant) {

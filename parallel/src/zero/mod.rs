@@ -14,6 +14,13 @@
 //! reduces after backward and keeps the full buffers. [`ZeroOptimizer::step`]
 //! updates the partition and all-gathers the flat parameters.
 //!
+//! Gradient accumulation: the micro-batches before the last of a step go
+//! through [`ZeroOptimizer::backward_no_sync`], the last through
+//! [`ZeroOptimizer::backward`]. Stage 1 accumulates them locally in the
+//! buckets and reduces the sum once (PyTorch's `no_sync`); stage 2, whose
+//! full gradients do not outlive backward, reduces every micro-batch and
+//! accumulates the rank's partition (DeepSpeed's stage-2 accumulation).
+//!
 //! Stage 3 (parameter partitioning) is not implemented yet: asking for it is
 //! an error.
 
@@ -32,7 +39,7 @@ pub use partition::{FlatLayout, ALIGNMENT_FACTOR};
 pub use state::{consolidate_sharded, shard_file, INDEX_FILE};
 
 use crate::comm::{CommExt, Communicator};
-use crate::ddp::reducer::{self, lock, owned_ranges, synced_backward, ReduceKind, Reducer};
+use crate::ddp::reducer::{self, local_backward, lock, owned_ranges, synced_backward, ReduceKind, Reducer};
 use crate::ddp::{assign_buckets, broadcast_coalesced, verify_same_shapes, DdpStepStats};
 use crate::error::{CommError, Result};
 
@@ -111,6 +118,11 @@ pub struct ZeroOptimizer<'c> {
     inner: Box<dyn Optimizer>,
     last_backward: DdpStepStats,
     comm_elements: usize,
+    /// A backward or backward_no_sync ran since the last step (the next
+    /// one starts a new count of communicated elements).
+    in_step: bool,
+    /// The synchronising backward of this step ran.
+    synced: bool,
 }
 
 impl<'c> ZeroOptimizer<'c> {
@@ -253,6 +265,8 @@ impl<'c> ZeroOptimizer<'c> {
             inner,
             last_backward: DdpStepStats::default(),
             comm_elements: 0,
+            in_step: false,
+            synced: false,
         })
     }
 
@@ -279,18 +293,71 @@ impl<'c> ZeroOptimizer<'c> {
     }
 
     /// Runs the backward pass `run` with the gradient hooks armed; each
-    /// rank ends with the average over the ranks of its gradient partition.
-    /// Stage 2 reduces each bucket as soon as its gradients are final and
-    /// then frees the full buffers. Errors when backward fails, a parameter
-    /// got no gradient (naming it), or communication fails.
+    /// rank ends with the average over the ranks of its gradient partition
+    /// (of the sum over this pass and the `backward_no_sync` passes since
+    /// the last step). Stage 2 reduces each bucket as soon as its gradients
+    /// are final and then frees the full buffers. Errors when backward
+    /// fails, a parameter got no gradient (naming it), communication fails,
+    /// or a synchronising backward already ran since the last step (the
+    /// earlier micro-batches of a step go through `backward_no_sync`).
     pub fn backward_with(&mut self, run: impl FnOnce() -> tessera_tensor::Result<Gradients>) -> Result<()> {
+        self.start_micro_batch("ZeroOptimizer::backward")?;
+        self.reduce_now(run)?;
+        self.synced = true;
+        Ok(())
+    }
+
+    /// Runs `loss.backward()` for a micro-batch before the last of a step
+    /// (see [`ZeroOptimizer::backward_no_sync_with`]).
+    pub fn backward_no_sync(&mut self, loss: &Var) -> Result<()> {
+        self.backward_no_sync_with(|| loss.backward())
+    }
+
+    /// Runs the backward pass `run` of a micro-batch before the last of a
+    /// step (gradient accumulation, PyTorch's `no_sync`): stage 1 adds its
+    /// gradients to the local buckets without communicating; stage 2
+    /// reduces them onto their owners at once and adds the rank's partition
+    /// to what earlier micro-batches left. The step's synchronising
+    /// [`ZeroOptimizer::backward`] then completes the sum. Errors as
+    /// [`ZeroOptimizer::backward_with`].
+    pub fn backward_no_sync_with(
+        &mut self,
+        run: impl FnOnce() -> tessera_tensor::Result<Gradients>,
+    ) -> Result<()> {
+        self.start_micro_batch("ZeroOptimizer::backward_no_sync")?;
+        match self.config.stage {
+            ZeroStage::Two => self.reduce_now(run),
+            _ => local_backward(&self.reducer, false, run).map(drop),
+        }
+    }
+
+    /// Checks that the step's synchronising backward has not run yet, and
+    /// starts counting communication at the first micro-batch of a step.
+    fn start_micro_batch(&mut self, op: &'static str) -> Result<()> {
+        if self.synced {
+            return Err(CommError::arg(
+                op,
+                "a synchronising backward already ran since the last step: call step() first, or run the earlier micro-batches of a step through backward_no_sync",
+            ));
+        }
+        if !self.in_step {
+            self.in_step = true;
+            self.comm_elements = 0;
+        }
+        Ok(())
+    }
+
+    /// A backward pass whose buckets are reduced onto their owners; stage
+    /// 2 then adds the rank's partitions to its gradients and frees the
+    /// buckets.
+    fn reduce_now(&mut self, run: impl FnOnce() -> tessera_tensor::Result<Gradients>) -> Result<()> {
         let overlap = self.config.stage == ZeroStage::Two;
         let (grads, stats) = synced_backward(&self.reducer, self.comm, overlap, false, run)?;
         drop(grads);
-        self.comm_elements = self.buckets.iter().map(|&(_, _, n)| n).sum();
+        self.comm_elements += self.buckets.iter().map(|&(_, _, n)| n).sum::<usize>();
         self.last_backward = stats;
         if self.config.stage == ZeroStage::Two {
-            self.take_partitions()?;
+            self.add_partitions()?;
             lock(&self.reducer).release();
         }
         Ok(())
@@ -364,9 +431,7 @@ impl<'c> ZeroOptimizer<'c> {
         self.take_partitions()?;
         let mut grads = self.partition_grads()?;
         let stepped = scaler.step(self.inner.as_mut(), &mut grads)?;
-        for g in &mut self.groups {
-            g.grad = None;
-        }
+        self.end_step();
         if stepped {
             self.gather_params()?;
         }
@@ -380,11 +445,19 @@ impl<'c> ZeroOptimizer<'c> {
     pub fn step(&mut self) -> Result<()> {
         self.take_partitions()?;
         let grads = self.partition_grads()?;
+        self.end_step();
+        self.inner.step(&grads)?;
+        self.gather_params()
+    }
+
+    /// Drops the step's gradient partitions and starts the next step's
+    /// accumulation.
+    fn end_step(&mut self) {
         for g in &mut self.groups {
             g.grad = None;
         }
-        self.inner.step(&grads)?;
-        self.gather_params()
+        self.synced = false;
+        self.in_step = false;
     }
 
     /// The gradient partitions keyed by their master partitions, in the
@@ -425,9 +498,11 @@ impl<'c> ZeroOptimizer<'c> {
         Ok(())
     }
 
-    /// Elements communicated in the last backward and step, counted per
-    /// collective as the paper does: the reduces onto the owners count the
-    /// bucket sizes (a reduce-scatter, Ψ), the all-gather the flat length.
+    /// Elements communicated in the current (or last) step, from its first
+    /// backward to its parameter all-gather, counted per collective as the
+    /// paper does: the reduces onto the owners count the bucket sizes (a
+    /// reduce-scatter, Ψ, once per stage-2 micro-batch), the all-gather the
+    /// flat length.
     pub fn comm_elements(&self) -> usize {
         self.comm_elements
     }
@@ -460,12 +535,26 @@ impl<'c> ZeroOptimizer<'c> {
         m
     }
 
-    /// Copies this rank's averaged gradient partition of every group out of
-    /// the reduced buckets (once per backward).
+    /// Stage 1: copies this rank's averaged gradient partition of every
+    /// group out of the reduced buckets (once per step, after the
+    /// synchronising backward). Stage 2 took them during backward. Errors
+    /// when the step's synchronising backward has not run.
     fn take_partitions(&mut self) -> Result<()> {
+        if !self.synced {
+            return Err(CommError::arg(
+                "ZeroOptimizer::step",
+                "no gradients: run backward (the step's synchronising backward) before step",
+            ));
+        }
         if self.groups.iter().all(|g| g.grad.is_some()) {
             return Ok(());
         }
+        self.add_partitions()
+    }
+
+    /// Adds this rank's averaged gradient partition of every group, out of
+    /// the reduced buckets, to the group's gradient (or sets it).
+    fn add_partitions(&mut self) -> Result<()> {
         let rank = self.comm.rank();
         let red = lock(&self.reducer);
         for (gi, g) in self.groups.iter_mut().enumerate() {
@@ -489,7 +578,10 @@ impl<'c> ZeroOptimizer<'c> {
                     }
                 }, else unreachable!("groups are floating point"));
             }
-            g.grad = Some(shard);
+            g.grad = Some(match g.grad.take() {
+                Some(sum) => sum.add(&shard)?,
+                None => shard,
+            });
         }
         Ok(())
     }

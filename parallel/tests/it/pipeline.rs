@@ -21,7 +21,9 @@ use tessera_optim::{GradAccumulator, Optimizer, Sgd, SgdOptions};
 use tessera_parallel::pipeline::{
     LossFn, Partition, PipelineEngine, PipelineGrid, PipelineModule, Schedule, ScheduleKind,
 };
-use tessera_parallel::{tcp, CommConfig, CommError, Communicator, LocalGroup};
+use tessera_parallel::{
+    tcp, CommConfig, CommError, Communicator, DdpConfig, DistributedDataParallel, LocalGroup,
+};
 use tessera_tensor::{manual_seed, Tensor};
 
 const STEPS: usize = 2;
@@ -135,6 +137,8 @@ struct StageOut {
     params: Params,
     losses: Vec<Option<f64>>,
     peaks: Vec<usize>,
+    /// Bytes the data-parallel reduction all-reduced in the last step.
+    reduced_bytes: usize,
 }
 
 /// Trains `build`'s model as a pipeline over `comm` for [`STEPS`] steps.
@@ -158,11 +162,14 @@ fn train_stage(
         params: Params::new(),
         losses: Vec::new(),
         peaks: Vec::new(),
+        reduced_bytes: 0,
     };
     for _ in 0..STEPS {
         let r = engine.train_batch(x, y, &mut opt)?;
         out.losses.push(r.loss);
         out.peaks.push(r.peak_stashed);
+        assert_eq!(r.data_parallel.is_some(), dp.is_some());
+        out.reduced_bytes = r.data_parallel.map_or(0, |d| d.bytes_reduced);
     }
     out.params = values(engine.stage().named_parameters());
     Ok(out)
@@ -335,30 +342,73 @@ fn tied_weights_are_reduced_over_their_stages() {
     }
 }
 
-/// 2 stages × 2 replicas on 4 threads: each replica trains on its half of
-/// the batch, and the result is the full batch's.
+/// DDP over `world` ranks on the MLP, each rank on its share of the batch,
+/// accumulating `m` micro-batches under `no_sync` before the synchronising
+/// backward: the arithmetic a `pp × dp` grid must reproduce.
+fn ddp_accumulating(world: usize, x: &Tensor, y: &Tensor, m: usize) -> Params {
+    let outs = LocalGroup::run(world, |comm| -> Result<Params, CommError> {
+        let ddp = DistributedDataParallel::new(mlp(), comm, DdpConfig::default())?;
+        let mut opt = sgd(ddp.parameters());
+        let share = x.shape()[0] / world;
+        let rows = share / m;
+        for _ in 0..STEPS {
+            for mb in 0..m {
+                let at = comm.rank() * share + mb * rows;
+                let xb = Var::constant(x.narrow(0, at, rows)?);
+                let loss = loss_fn()(&ddp.forward(&xb)?, &y.narrow(0, at, rows)?)?;
+                let loss = loss.mul_scalar(1.0 / m as f64)?;
+                if mb + 1 < m {
+                    let _local = ddp.no_sync();
+                    ddp.backward(&loss)?;
+                } else {
+                    opt.step(&ddp.backward(&loss)?)?;
+                }
+            }
+        }
+        Ok(values(ddp.module().named_parameters()))
+    })
+    .unwrap();
+    outs.into_iter().next().unwrap().unwrap()
+}
+
+/// 2 stages × 2 replicas on 4 threads, every schedule: each replica trains
+/// on its half of the batch through DDP's reducer (which the step report
+/// shows), the replicas agree bitwise, the result is bitwise DDP with
+/// `no_sync` accumulation over the same micro-batches, and close to one
+/// process on the full batch.
 #[test]
 fn pipeline_by_data_parallel_grid_equals_the_full_batch() {
     let (x, y) = data(BATCH, false);
     let (want, _) = reference(mlp, &x, &y, 1);
-    let s = Schedule::one_f_one_b(2, 4).unwrap();
-    let outs = LocalGroup::run(4, |world| -> Result<(usize, Params), CommError> {
-        let grid = PipelineGrid::new(world, 2)?;
-        let half = BATCH / 2;
-        let xs = x.narrow(0, grid.dp_rank * half, half)?;
-        let ys = y.narrow(0, grid.dp_rank * half, half)?;
-        let o = train_stage(grid.pipe.as_ref(), Some(grid.data.as_ref()), mlp, &s, &xs, &ys)?;
-        Ok((grid.stage, o.params))
-    })
-    .unwrap();
-    let mut by_replica: Vec<Params> = vec![Params::new(), Params::new()];
-    for (rank, o) in outs.into_iter().enumerate() {
-        let (stage, params) = o.unwrap();
-        assert_eq!(stage, rank / 2, "Megatron order: rank = dp_rank + 2·stage");
-        by_replica[rank % 2].extend(params);
+    let m = 4;
+    let ddp = ddp_accumulating(2, &x, &y, m);
+    assert_close(&ddp, &want, 2e-6, "ddp reference");
+    for s in schedules(2, m) {
+        let what = format!("pp 2 x dp 2 {}", s.kind().name());
+        let outs = LocalGroup::run(4, |world| -> Result<(usize, Params, usize), CommError> {
+            let grid = PipelineGrid::new(world, 2)?;
+            let half = BATCH / 2;
+            let xs = x.narrow(0, grid.dp_rank * half, half)?;
+            let ys = y.narrow(0, grid.dp_rank * half, half)?;
+            let o = train_stage(grid.pipe.as_ref(), Some(grid.data.as_ref()), mlp, &s, &xs, &ys)?;
+            Ok((grid.stage, o.params, o.reduced_bytes))
+        })
+        .unwrap();
+        let mut by_replica: Vec<Params> = vec![Params::new(), Params::new()];
+        for (rank, o) in outs.into_iter().enumerate() {
+            let (stage, params, reduced) = o.unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(stage, rank / 2, "Megatron order: rank = dp_rank + 2·stage");
+            let bytes: usize = params.values().map(|v| v.len() * 4).sum();
+            assert_eq!(
+                reduced, bytes,
+                "{what}: the reducer all-reduced every gradient of stage {stage}"
+            );
+            by_replica[rank % 2].extend(params);
+        }
+        assert_eq!(by_replica[0], by_replica[1], "{what}: replicas agree bitwise");
+        assert_bitwise(&by_replica[0], &ddp, &what);
+        assert_close(&by_replica[0], &want, 2e-6, &what);
     }
-    assert_eq!(by_replica[0], by_replica[1], "replicas agree bitwise");
-    assert_close(&by_replica[0], &want, 2e-6, "pp 2 x dp 2");
 }
 
 /// Set (to the schedule's name) in the rank processes of
@@ -390,7 +440,7 @@ fn tcp_rank_child() {
 fn pipeline_over_tcp_processes_equals_single_process() {
     let (x, y) = data(BATCH, false);
     let (want, _) = reference(mlp, &x, &y, 4);
-    for name in ["1f1b", "interleaved"] {
+    for name in ["gpipe", "deepspeed", "1f1b", "interleaved"] {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()

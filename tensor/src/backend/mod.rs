@@ -216,10 +216,33 @@ impl std::ops::Deref for Dispatch {
 }
 
 /// The backend of the device every operand is on (the CPU without
-/// operands). Errors, naming `op`: operands on different devices (the error
-/// names both), or a GPU that cannot be opened.
-pub(crate) fn dispatch(op: &'static str, operands: &[&dyn Operands]) -> Result<Dispatch> {
-    on_device(op, same_device(op, operands)?.unwrap_or(Device::Cpu))
+/// operands), holding the op's profiler span ([`crate::profile`]) until it
+/// is dropped: at the end of the statement that calls the kernel. Errors,
+/// naming `op`: operands on different devices (the error names both), or a
+/// GPU that cannot be opened.
+pub(crate) fn dispatch(op: &'static str, operands: &[&dyn Operands]) -> Result<Spanned> {
+    let backend = on_device(op, same_device(op, operands)?.unwrap_or(Device::Cpu))?;
+    let span = crate::profile::span(op, || {
+        let mut shapes = Vec::new();
+        for o in operands {
+            o.each(&mut |t| shapes.push(t.shape().to_vec()));
+        }
+        shapes
+    });
+    Ok(Spanned { backend, _span: span })
+}
+
+/// A [`Dispatch`] with the profiler span of the op it serves.
+pub(crate) struct Spanned {
+    backend: Dispatch,
+    _span: crate::profile::Span,
+}
+
+impl std::ops::Deref for Spanned {
+    type Target = dyn Backend;
+    fn deref(&self) -> &(dyn Backend + 'static) {
+        &*self.backend
+    }
 }
 
 /// The backend of `device`, for ops that create tensors. Errors, naming
@@ -236,34 +259,34 @@ pub(crate) fn on_device(op: &'static str, device: Device) -> Result<Dispatch> {
 /// What an op can take as tensor operands: a tensor, an optional one, or a
 /// slice of them.
 pub(crate) trait Operands {
-    /// Calls `f` with the device of each tensor.
-    fn devices(&self, f: &mut dyn FnMut(Device));
+    /// Calls `f` with each tensor.
+    fn each(&self, f: &mut dyn FnMut(&Tensor));
 }
 
 impl Operands for Tensor {
-    fn devices(&self, f: &mut dyn FnMut(Device)) {
-        f(self.device());
+    fn each(&self, f: &mut dyn FnMut(&Tensor)) {
+        f(self);
     }
 }
 
 impl<T: Operands + ?Sized> Operands for &T {
-    fn devices(&self, f: &mut dyn FnMut(Device)) {
-        (**self).devices(f);
+    fn each(&self, f: &mut dyn FnMut(&Tensor)) {
+        (**self).each(f);
     }
 }
 
 impl Operands for Option<&Tensor> {
-    fn devices(&self, f: &mut dyn FnMut(Device)) {
+    fn each(&self, f: &mut dyn FnMut(&Tensor)) {
         if let Some(t) = self {
-            f(t.device());
+            f(t);
         }
     }
 }
 
 impl<T: Borrow<Tensor>> Operands for [T] {
-    fn devices(&self, f: &mut dyn FnMut(Device)) {
+    fn each(&self, f: &mut dyn FnMut(&Tensor)) {
         for t in self {
-            f(t.borrow().device());
+            f(t.borrow());
         }
     }
 }
@@ -274,9 +297,9 @@ pub(crate) fn same_device(op: &'static str, operands: &[&dyn Operands]) -> Resul
     let mut first = None;
     let mut other = None;
     for o in operands {
-        o.devices(&mut |d| match first {
-            None => first = Some(d),
-            Some(f) if f != d && other.is_none() => other = Some(d),
+        o.each(&mut |t| match (first, t.device()) {
+            (None, d) => first = Some(d),
+            (Some(f), d) if f != d && other.is_none() => other = Some(d),
             _ => {}
         });
     }

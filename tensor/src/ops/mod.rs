@@ -8,9 +8,13 @@
 /// [`crate::Error::Device`] from the enclosing op when the operands (a
 /// tensor, an `Option<&Tensor>` or a slice of tensors) are on a GPU, or on
 /// different devices.
+///
+/// The dispatch is bound to a local, so the op's profiler span
+/// ([`crate::profile`]) lasts until the end of the enclosing block.
 macro_rules! host_kernel {
     ($op:expr, $($t:expr),+ $(,)?) => {
-        $crate::backend::dispatch($op, &[$(&$t as &dyn $crate::backend::Operands),+])?.host_kernel($op)?;
+        let _span = $crate::backend::dispatch($op, &[$(&$t as &dyn $crate::backend::Operands),+])?;
+        _span.host_kernel($op)?;
     };
 }
 

@@ -5,11 +5,177 @@
 //! A slice's tail (fewer than a vector's lanes) goes through the same vector
 //! code via a padded stack buffer, so every element is computed by the same
 //! instructions wherever it sits in a row.
+//!
+//! The element math reaches the generic loops as [`Lane1`]/[`Lane2`] types,
+//! never as closures: a closure (or a function passed as `impl Fn`) is a
+//! function of its own, compiled without the caller's target features, so
+//! the intrinsics in it become out-of-line calls. A trait method marked
+//! `#[inline(always)]` is inlined into the `#[target_feature]` wrapper of
+//! [`simd_fn!`] before anything else happens, and its intrinsics with it
+//! (`scripts/check_inlined_intrinsics.sh` checks a release build for the
+//! symbols that would betray a call).
 
 use super::math;
 use super::vector::Vf32;
 use super::{simd_fn, ACC_LANES};
 use crate::backend::{BinaryOp, UnaryOp};
+
+/// An elementwise function of one vector.
+pub(crate) trait Lane1: Copy {
+    /// The function of `x`.
+    fn call<V: Vf32>(self, x: V) -> V;
+}
+
+/// An elementwise function of two vectors.
+pub(crate) trait Lane2: Copy {
+    /// The function of `a` and `b`.
+    fn call<V: Vf32>(self, a: V, b: V) -> V;
+}
+
+/// Unit types calling one vector function each, of one (`Lane1(x)`) or two
+/// (`Lane2(a, b)`) vectors.
+macro_rules! lane_fns {
+    (Lane1($x:ident) { $($name:ident => $f:expr;)* }) => {$(
+        #[derive(Clone, Copy)]
+        pub(crate) struct $name;
+        impl Lane1 for $name {
+            #[inline(always)]
+            fn call<V: Vf32>(self, $x: V) -> V {
+                $f
+            }
+        }
+    )*};
+    (Lane2($a:ident, $b:ident) { $($name:ident => $f:expr;)* }) => {$(
+        #[derive(Clone, Copy)]
+        pub(crate) struct $name;
+        impl Lane2 for $name {
+            #[inline(always)]
+            fn call<V: Vf32>(self, $a: V, $b: V) -> V {
+                $f
+            }
+        }
+    )*};
+}
+
+lane_fns!(Lane1(x) {
+    Relu => math::relu(x);
+    Exp => math::exp(x);
+    Sigmoid => math::sigmoid(x);
+    Tanh => math::tanh(x);
+    GeluErf => math::gelu_erf(x);
+    GeluTanh => math::gelu_tanh(x);
+    Silu => math::silu(x);
+});
+
+lane_fns!(Lane2(a, b) {
+    Add => a.add(b);
+    Sub => a.sub(b);
+    Mul => a.mul(b);
+    Div => a.div(b);
+    Max => b.max(a);
+    KeepNan => V::select(b.is_nan(), b, a);
+    GeluErfBackward => math::gelu_erf_backward(a, b);
+    GeluTanhBackward => math::gelu_tanh_backward(a, b);
+    SiluBackward => math::silu_backward(a, b);
+    ReluBackward => math::relu_backward(a, b);
+    SigmoidBackward => math::sigmoid_backward(a, b);
+    TanhBackward => math::tanh_backward(a, b);
+});
+
+/// `f(x, s)` for a fixed scalar `s`.
+#[derive(Clone, Copy)]
+struct ScalarRight<F>(F, f32);
+
+impl<F: Lane2> Lane1 for ScalarRight<F> {
+    #[inline(always)]
+    fn call<V: Vf32>(self, x: V) -> V {
+        self.0.call(x, V::splat(self.1))
+    }
+}
+
+/// `f(s, x)` for a fixed scalar `s`.
+#[derive(Clone, Copy)]
+struct ScalarLeft<F>(F, f32);
+
+impl<F: Lane2> Lane1 for ScalarLeft<F> {
+    #[inline(always)]
+    fn call<V: Vf32>(self, x: V) -> V {
+        self.0.call(V::splat(self.1), x)
+    }
+}
+
+/// The step `acc + (v − c)²` of [`sum_sq_dev`].
+#[derive(Clone, Copy)]
+struct SqDev(f32);
+
+impl Lane2 for SqDev {
+    #[inline(always)]
+    fn call<V: Vf32>(self, acc: V, v: V) -> V {
+        let d = v.sub(V::splat(self.0));
+        d.fma(d, acc)
+    }
+}
+
+/// The softmax backward step `y·(g − s)`.
+#[derive(Clone, Copy)]
+struct SoftmaxGrad(f32);
+
+impl Lane2 for SoftmaxGrad {
+    #[inline(always)]
+    fn call<V: Vf32>(self, y: V, g: V) -> V {
+        y.mul(g.sub(V::splat(self.0)))
+    }
+}
+
+/// Runs `$body` with `$f` bound to the [`Lane2`] value of the binary op
+/// `$op` (one of [`has_binary`]).
+macro_rules! with_binary {
+    ($op:expr, $f:ident => $body:expr) => {
+        match $op {
+            BinaryOp::Add => {
+                let $f = Add;
+                $body
+            }
+            BinaryOp::Sub => {
+                let $f = Sub;
+                $body
+            }
+            BinaryOp::Mul => {
+                let $f = Mul;
+                $body
+            }
+            BinaryOp::Div => {
+                let $f = Div;
+                $body
+            }
+            BinaryOp::GeluErfBackward => {
+                let $f = GeluErfBackward;
+                $body
+            }
+            BinaryOp::GeluTanhBackward => {
+                let $f = GeluTanhBackward;
+                $body
+            }
+            BinaryOp::SiluBackward => {
+                let $f = SiluBackward;
+                $body
+            }
+            BinaryOp::ReluBackward => {
+                let $f = ReluBackward;
+                $body
+            }
+            BinaryOp::SigmoidBackward => {
+                let $f = SigmoidBackward;
+                $body
+            }
+            BinaryOp::TanhBackward => {
+                let $f = TanhBackward;
+                $body
+            }
+            other => unreachable!("{other:?} has no SIMD kernel; callers check has_binary"),
+        }
+    };
+}
 
 /// True when `op` has a SIMD kernel (the others run the scalar CPU loops).
 pub(crate) fn has_unary(op: UnaryOp) -> bool {
@@ -25,59 +191,61 @@ pub(crate) fn has_unary(op: UnaryOp) -> bool {
     )
 }
 
-/// True when `op` has a SIMD kernel.
+/// True when `op` has a SIMD kernel: the arithmetic ops and the fused
+/// activation derivatives `(g, x)` / `(g, y)`.
 pub(crate) fn has_binary(op: BinaryOp) -> bool {
-    matches!(op, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div)
+    matches!(
+        op,
+        BinaryOp::Add
+            | BinaryOp::Sub
+            | BinaryOp::Mul
+            | BinaryOp::Div
+            | BinaryOp::GeluErfBackward
+            | BinaryOp::GeluTanhBackward
+            | BinaryOp::SiluBackward
+            | BinaryOp::ReluBackward
+            | BinaryOp::SigmoidBackward
+            | BinaryOp::TanhBackward
+    )
 }
 
-/// `op` (one of [`has_binary`]) on one pair of scalars (bitwise what the
-/// kernels compute).
-#[inline(always)]
+/// `op` (one of the arithmetic ops of [`has_binary`]) on one pair of
+/// scalars, bitwise what the kernels compute.
+#[cfg(test)]
 pub(crate) fn binary_scalar_op(op: BinaryOp, a: f32, b: f32) -> f32 {
     match op {
         BinaryOp::Add => a + b,
         BinaryOp::Sub => a - b,
         BinaryOp::Mul => a * b,
         BinaryOp::Div => a / b,
-        other => unreachable!("{other:?} has no SIMD kernel; callers check has_binary"),
-    }
-}
-
-#[inline(always)]
-fn apply<V: Vf32>(op: BinaryOp, a: V, b: V) -> V {
-    match op {
-        BinaryOp::Add => a.add(b),
-        BinaryOp::Sub => a.sub(b),
-        BinaryOp::Mul => a.mul(b),
-        BinaryOp::Div => a.div(b),
-        other => unreachable!("{other:?} has no SIMD kernel; callers check has_binary"),
+        other => unreachable!("{other:?} is not an arithmetic op"),
     }
 }
 
 /// `y[i] = f(x[i])` over equal-length slices.
 #[inline(always)]
-fn map1<V: Vf32>(x: &[f32], y: &mut [f32], f: impl Fn(V) -> V) {
+fn map1<V: Vf32>(x: &[f32], y: &mut [f32], f: impl Lane1) {
     assert_eq!(x.len(), y.len(), "kernel slices differ in length");
     let n = x.len();
     let full = n - n % V::N;
     let mut i = 0;
     while i < full {
         // SAFETY: i + N ≤ n for both slices.
-        unsafe { f(V::load(x.as_ptr().add(i))).store(y.as_mut_ptr().add(i)) };
+        unsafe { f.call(V::load(x.as_ptr().add(i))).store(y.as_mut_ptr().add(i)) };
         i += V::N;
     }
     if i < n {
         let mut buf = [0.0f32; 16];
         buf[..n - i].copy_from_slice(&x[i..]);
         // SAFETY: the buffer holds 16 ≥ N lanes.
-        unsafe { f(V::load(buf.as_ptr())).store(buf.as_mut_ptr()) };
+        unsafe { f.call(V::load(buf.as_ptr())).store(buf.as_mut_ptr()) };
         y[i..].copy_from_slice(&buf[..n - i]);
     }
 }
 
 /// `y[i] = f(a[i], b[i])` over equal-length slices.
 #[inline(always)]
-fn map2<V: Vf32>(a: &[f32], b: &[f32], y: &mut [f32], f: impl Fn(V, V) -> V) {
+fn map2<V: Vf32>(a: &[f32], b: &[f32], y: &mut [f32], f: impl Lane2) {
     assert!(
         a.len() == y.len() && b.len() == y.len(),
         "kernel slices differ in length"
@@ -87,15 +255,22 @@ fn map2<V: Vf32>(a: &[f32], b: &[f32], y: &mut [f32], f: impl Fn(V, V) -> V) {
     let mut i = 0;
     while i < full {
         // SAFETY: i + N ≤ n for all three slices.
-        unsafe { f(V::load(a.as_ptr().add(i)), V::load(b.as_ptr().add(i))).store(y.as_mut_ptr().add(i)) };
+        unsafe {
+            f.call(V::load(a.as_ptr().add(i)), V::load(b.as_ptr().add(i)))
+                .store(y.as_mut_ptr().add(i))
+        };
         i += V::N;
     }
     if i < n {
-        let (mut ba, mut bb) = ([0.0f32; 16], [0.0f32; 16]);
+        // Padding with 1 keeps a division's padding lanes finite.
+        let (mut ba, mut bb) = ([1.0f32; 16], [1.0f32; 16]);
         ba[..n - i].copy_from_slice(&a[i..]);
         bb[..n - i].copy_from_slice(&b[i..]);
         // SAFETY: the buffers hold 16 ≥ N lanes.
-        unsafe { f(V::load(ba.as_ptr()), V::load(bb.as_ptr())).store(ba.as_mut_ptr()) };
+        unsafe {
+            f.call(V::load(ba.as_ptr()), V::load(bb.as_ptr()))
+                .store(ba.as_mut_ptr())
+        };
         y[i..].copy_from_slice(&ba[..n - i]);
     }
 }
@@ -103,13 +278,13 @@ fn map2<V: Vf32>(a: &[f32], b: &[f32], y: &mut [f32], f: impl Fn(V, V) -> V) {
 #[inline(always)]
 fn unary_g<V: Vf32>(op: UnaryOp, x: &[f32], y: &mut [f32]) {
     match op {
-        UnaryOp::Relu => map1::<V>(x, y, math::relu),
-        UnaryOp::Exp => map1::<V>(x, y, math::exp),
-        UnaryOp::Sigmoid => map1::<V>(x, y, math::sigmoid),
-        UnaryOp::Tanh => map1::<V>(x, y, math::tanh),
-        UnaryOp::GeluErf => map1::<V>(x, y, math::gelu_erf),
-        UnaryOp::GeluTanh => map1::<V>(x, y, math::gelu_tanh),
-        UnaryOp::Silu => map1::<V>(x, y, math::silu),
+        UnaryOp::Relu => map1::<V>(x, y, Relu),
+        UnaryOp::Exp => map1::<V>(x, y, Exp),
+        UnaryOp::Sigmoid => map1::<V>(x, y, Sigmoid),
+        UnaryOp::Tanh => map1::<V>(x, y, Tanh),
+        UnaryOp::GeluErf => map1::<V>(x, y, GeluErf),
+        UnaryOp::GeluTanh => map1::<V>(x, y, GeluTanh),
+        UnaryOp::Silu => map1::<V>(x, y, Silu),
         other => unreachable!("{other:?} has no SIMD kernel; callers check has_unary"),
     }
 }
@@ -121,13 +296,7 @@ simd_fn!(
 
 #[inline(always)]
 fn binary_g<V: Vf32>(op: BinaryOp, a: &[f32], b: &[f32], y: &mut [f32]) {
-    match op {
-        BinaryOp::Add => map2::<V>(a, b, y, |a, b| a.add(b)),
-        BinaryOp::Sub => map2::<V>(a, b, y, |a, b| a.sub(b)),
-        BinaryOp::Mul => map2::<V>(a, b, y, |a, b| a.mul(b)),
-        BinaryOp::Div => map2::<V>(a, b, y, |a, b| a.div(b)),
-        other => unreachable!("{other:?} has no SIMD kernel; callers check has_binary"),
-    }
+    with_binary!(op, f => map2::<V>(a, b, y, f))
 }
 
 simd_fn!(
@@ -137,12 +306,11 @@ simd_fn!(
 
 #[inline(always)]
 fn binary_scalar_g<V: Vf32>(op: BinaryOp, a: &[f32], s: f32, scalar_first: bool, y: &mut [f32]) {
-    let sv = V::splat(s);
-    if scalar_first {
-        map1::<V>(a, y, |x| apply(op, sv, x))
+    with_binary!(op, f => if scalar_first {
+        map1::<V>(a, y, ScalarLeft(f, s))
     } else {
-        map1::<V>(a, y, |x| apply(op, x, sv))
-    }
+        map1::<V>(a, y, ScalarRight(f, s))
+    })
 }
 
 simd_fn!(
@@ -154,7 +322,7 @@ simd_fn!(
 /// of `ACC_LANES` going to partial `e % ACC_LANES` at every level; the tail
 /// is padded with `pad`. Returns the partials in lane order.
 #[inline(always)]
-fn fold_lanes<V: Vf32>(x: &[f32], pad: f32, init: f32, step: impl Fn(V, V) -> V) -> [f32; ACC_LANES] {
+fn fold_lanes<V: Vf32>(x: &[f32], pad: f32, init: f32, step: impl Lane2) -> [f32; ACC_LANES] {
     const MAX_VECS: usize = ACC_LANES / 8;
     let k = ACC_LANES / V::N;
     let mut acc = [V::splat(init); MAX_VECS];
@@ -164,7 +332,7 @@ fn fold_lanes<V: Vf32>(x: &[f32], pad: f32, init: f32, step: impl Fn(V, V) -> V)
     while i < full {
         for (j, a) in acc.iter_mut().enumerate().take(k) {
             // SAFETY: i + ACC_LANES ≤ n.
-            *a = step(*a, unsafe { V::load(x.as_ptr().add(i + j * V::N)) });
+            *a = step.call(*a, unsafe { V::load(x.as_ptr().add(i + j * V::N)) });
         }
         i += ACC_LANES;
     }
@@ -173,7 +341,7 @@ fn fold_lanes<V: Vf32>(x: &[f32], pad: f32, init: f32, step: impl Fn(V, V) -> V)
         buf[..n - i].copy_from_slice(&x[i..]);
         for (j, a) in acc.iter_mut().enumerate().take(k) {
             // SAFETY: the buffer holds ACC_LANES lanes.
-            *a = step(*a, unsafe { V::load(buf.as_ptr().add(j * V::N)) });
+            *a = step.call(*a, unsafe { V::load(buf.as_ptr().add(j * V::N)) });
         }
     }
     let mut out = [0.0f32; ACC_LANES];
@@ -199,7 +367,7 @@ pub(super) fn tree_sum(mut p: [f32; ACC_LANES]) -> f32 {
 
 #[inline(always)]
 fn sum_g<V: Vf32>(x: &[f32]) -> f32 {
-    tree_sum(fold_lanes::<V>(x, 0.0, 0.0, |a, v| a.add(v)))
+    tree_sum(fold_lanes::<V>(x, 0.0, 0.0, Add))
 }
 
 simd_fn!(
@@ -211,11 +379,11 @@ simd_fn!(
 #[inline(always)]
 fn max_g<V: Vf32>(x: &[f32]) -> f32 {
     // NaN lanes are tracked apart: x86 max drops a NaN first operand.
-    let nan = fold_lanes::<V>(x, 0.0, 0.0, |a, v| V::select(v.is_nan(), v, a));
+    let nan = fold_lanes::<V>(x, 0.0, 0.0, KeepNan);
     if nan.iter().any(|v| v.is_nan()) {
         return f32::NAN;
     }
-    let m = fold_lanes::<V>(x, f32::NEG_INFINITY, f32::NEG_INFINITY, |a, v| v.max(a));
+    let m = fold_lanes::<V>(x, f32::NEG_INFINITY, f32::NEG_INFINITY, Max);
     m.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b))
 }
 
@@ -227,12 +395,8 @@ simd_fn!(
 /// Σ (x − c)²: the second pass of a two-pass variance.
 #[inline(always)]
 fn sum_sq_dev_g<V: Vf32>(x: &[f32], c: f32) -> f32 {
-    let cv = V::splat(c);
     // Padding with c contributes exactly 0.
-    tree_sum(fold_lanes::<V>(x, c, 0.0, |a, v| {
-        let d = v.sub(cv);
-        d.fma(d, a)
-    }))
+    tree_sum(fold_lanes::<V>(x, c, 0.0, SqDev(c)))
 }
 
 simd_fn!(
@@ -240,9 +404,8 @@ simd_fn!(
     pub(crate) fn sum_sq_dev(x: &[f32], c: f32) -> f32 => sum_sq_dev_g
 );
 
-/// Σ exp(x − m) in the fixed lane structure of [`fold_lanes`], written out
-/// by hand: a closure holding exp would not inherit the target features, and
-/// its intrinsics would become calls.
+/// Σ exp(x − m) in the fixed lane structure of [`fold_lanes`] (whose step
+/// sees only the accumulator and the element).
 #[inline(always)]
 fn sum_exp_shifted<V: Vf32>(x: &[f32], m: f32) -> f32 {
     const MAX_VECS: usize = ACC_LANES / 8;
@@ -294,7 +457,7 @@ simd_fn!(
     pub(crate) fn max_sumexp(x: &[f32]) -> (f32, f32) => max_sumexp_g
 );
 
-/// `y = exp(x − m)·scale` by hand (see [`sum_exp_shifted`] on closures).
+/// `y = exp(x − m)·scale`.
 #[inline(always)]
 fn exp_shift_scale<V: Vf32>(x: &[f32], m: f32, scale: f32, y: &mut [f32]) {
     assert_eq!(x.len(), y.len(), "kernel slices differ in length");
@@ -328,8 +491,7 @@ fn exp_shift_scale<V: Vf32>(x: &[f32], m: f32, scale: f32, y: &mut [f32]) {
 fn softmax_g<V: Vf32>(x: &[f32], y: &mut [f32], log: bool) {
     let (m, s) = max_sumexp_g::<V>(x);
     if log {
-        let shift = V::splat(m + s.ln());
-        map1::<V>(x, y, |v| v.sub(shift));
+        map1::<V>(x, y, ScalarRight(Sub, m + s.ln()));
     } else {
         exp_shift_scale::<V>(x, m, 1.0 / s, y);
     }
@@ -380,8 +542,7 @@ fn softmax_backward_g<V: Vf32>(y: &[f32], dy: &[f32], dx: &mut [f32], log: bool)
         }
     } else {
         // dx = y·(dy − Σ dy·y)
-        let s = V::splat(dot_g::<V>(y, dy));
-        map2::<V>(y, dy, dx, |y, g| y.mul(g.sub(s)));
+        map2::<V>(y, dy, dx, SoftmaxGrad(dot_g::<V>(y, dy)));
     }
 }
 

@@ -111,24 +111,104 @@ pub(crate) fn gelu_tanh<V: Vf32>(x: V) -> V {
 /// |x/√2| ≥ 0.5 so both tails keep their accuracy.
 #[inline(always)]
 pub(crate) fn gelu_erf<V: Vf32>(x: V) -> V {
-    let z = x.mul(V::splat(std::f32::consts::FRAC_1_SQRT_2));
-    // Beyond 10.5, e^{−z²} is 0 in f32: clamping keeps inf out of the
-    // polynomials (so gelu(+∞) = +∞ and gelu(−∞) = −∞ · 0 = NaN, as the
-    // scalar form gives).
-    let az = V::splat(10.5).min(z.abs());
-    // ½ erfc(az) = q·e^{−z²}, with z² = x²/2 = hi + lo exactly (z itself
-    // is rounded, and e^{−z²} would amplify that in the tail).
-    let xc = V::splat(14.849_242).min(x.abs());
-    let (hi, lo) = xc.mul_err(xc);
-    let (hi, lo) = (hi.mul(V::splat(0.5)), lo.mul(V::splat(0.5)));
-    let q = erfc_scaled(az).mul(V::splat(1.0).sub(lo)).mul(V::splat(0.5));
-    let parts = exp_split(V::splat(0.0).sub(hi));
-    let e = parts.0.mul(parts.1).mul(parts.2);
-    let neg = times_exp(x.mul(q), parts, e);
-    let pos = x.mul(q.mul(e).fma(V::splat(-1.0), V::splat(1.0)));
+    let t = NormalTail::new(x);
+    let neg = times_exp(x.mul(t.q), t.parts, t.e);
+    let pos = x.mul(t.q.mul(t.e).fma(V::splat(-1.0), V::splat(1.0)));
     let big = V::select(x.lt(V::splat(0.0)), neg, pos);
-    let small = x.mul(erf_small(z).fma(V::splat(0.5), V::splat(0.5)));
-    V::select(az.lt(V::splat(0.5)), small, big)
+    let small = x.mul(erf_small(t.z).fma(V::splat(0.5), V::splat(0.5)));
+    V::select(t.az.lt(V::splat(0.5)), small, big)
+}
+
+/// The derivative of the exact GELU times `g`: g · (Φ(x) + x·φ(x)), with
+/// φ(x) = e^{−x²/2}/√(2π) from the same exact x²/2 as Φ's tail.
+#[inline(always)]
+pub(crate) fn gelu_erf_backward<V: Vf32>(g: V, x: V) -> V {
+    const FRAC_1_SQRT_2PI: f32 = 0.398_942_280_401_432_7;
+    let t = NormalTail::new(x);
+    let tail = t.q.mul(t.e);
+    let big = V::select(x.lt(V::splat(0.0)), tail, V::splat(1.0).sub(tail));
+    let small = erf_small(t.z).fma(V::splat(0.5), V::splat(0.5));
+    let cdf = V::select(t.az.lt(V::splat(0.5)), small, big);
+    let pdf = t.e.mul(V::splat(1.0).sub(t.lo)).mul(V::splat(FRAC_1_SQRT_2PI));
+    g.mul(x.fma(pdf, cdf))
+}
+
+/// The pieces of Φ(x) shared by the exact GELU and its derivative: z =
+/// x/√2, a = min(|z|, 10.5), e = e^{−hi} where hi + lo = x²/2 exactly (z
+/// itself is rounded, and e^{−z²} would amplify that in the tail), its
+/// [`exp_split`] parts, and q with ½ erfc(a) = q·e.
+struct NormalTail<V> {
+    z: V,
+    az: V,
+    lo: V,
+    parts: (V, V, V),
+    e: V,
+    q: V,
+}
+
+impl<V: Vf32> NormalTail<V> {
+    #[inline(always)]
+    fn new(x: V) -> Self {
+        let z = x.mul(V::splat(std::f32::consts::FRAC_1_SQRT_2));
+        // Beyond 10.5, e^{−z²} is 0 in f32: clamping keeps inf out of the
+        // polynomials (so gelu(+∞) = +∞ and gelu(−∞) = −∞ · 0 = NaN, as the
+        // scalar form gives).
+        let az = V::splat(10.5).min(z.abs());
+        let xc = V::splat(14.849_242).min(x.abs());
+        let (hi, lo) = xc.mul_err(xc);
+        let (hi, lo) = (hi.mul(V::splat(0.5)), lo.mul(V::splat(0.5)));
+        let q = erfc_scaled(az).mul(V::splat(1.0).sub(lo)).mul(V::splat(0.5));
+        let parts = exp_split(V::splat(0.0).sub(hi));
+        let e = parts.0.mul(parts.1).mul(parts.2);
+        NormalTail {
+            z,
+            az,
+            lo,
+            parts,
+            e,
+            q,
+        }
+    }
+}
+
+/// The derivative of the tanh GELU times `g`: with s = sigmoid(2u) =
+/// ½(1 + tanh u), g · (s + 2x·s(1 − s)·u′), u′ = √(2/π)(1 + 3·0.044715 x²).
+#[inline(always)]
+pub(crate) fn gelu_tanh_backward<V: Vf32>(g: V, x: V) -> V {
+    const K: f32 = 0.797_884_560_802_865_4; // √(2/π)
+    const C: f32 = 0.044_715;
+    let x2 = x.mul(x);
+    let u2 = x.mul(V::splat(2.0 * K)).mul(x2.fma(V::splat(C), V::splat(1.0)));
+    let s = sigmoid(u2);
+    let du = x2.fma(V::splat(3.0 * C * K), V::splat(K));
+    let ds = s.mul(V::splat(1.0).sub(s)).mul(x.add(x)).mul(du);
+    g.mul(s.add(ds))
+}
+
+/// The derivative of SiLU times `g`: g · σ(x)·(1 + x·(1 − σ(x))).
+#[inline(always)]
+pub(crate) fn silu_backward<V: Vf32>(g: V, x: V) -> V {
+    let s = sigmoid(x);
+    g.mul(s.mul(x.fma(V::splat(1.0).sub(s), V::splat(1.0))))
+}
+
+/// The derivative of ReLU from its output `y`, times `g`: g where y > 0,
+/// else 0 (also for NaN y).
+#[inline(always)]
+pub(crate) fn relu_backward<V: Vf32>(g: V, y: V) -> V {
+    V::select(V::splat(0.0).lt(y), g, V::splat(0.0))
+}
+
+/// The derivative of the sigmoid from its output `y`, times `g`.
+#[inline(always)]
+pub(crate) fn sigmoid_backward<V: Vf32>(g: V, y: V) -> V {
+    g.mul(y.mul(V::splat(1.0).sub(y)))
+}
+
+/// The derivative of tanh from its output `y`, times `g`.
+#[inline(always)]
+pub(crate) fn tanh_backward<V: Vf32>(g: V, y: V) -> V {
+    g.mul(V::splat(1.0).sub(y.mul(y)))
 }
 
 /// erf z for |z| < 0.5 (Cody's first rational function).

@@ -69,16 +69,22 @@ fn layer_norm_backward_row_g<V: Vf32>(
     const MAX_VECS: usize = ACC_LANES / 8;
     let k = ACC_LANES / V::N;
     let (mv, rv) = (V::splat(mean), V::splat(rstd));
+    // Plain functions, not closures: a closure would not inherit the target
+    // features and its intrinsics would become calls (see `kernels`).
     // SAFETY (every load and store below): offsets stay below n.
-    let g_at = |o: usize| unsafe {
-        let g = V::load(dy.as_ptr().add(o));
+    #[inline(always)]
+    unsafe fn g_at<V: Vf32>(dy: &[f32], w: &[f32], o: usize) -> V {
+        let g = unsafe { V::load(dy.as_ptr().add(o)) };
         if w.is_empty() {
             g
         } else {
-            g.mul(V::load(w.as_ptr().add(o)))
+            g.mul(unsafe { V::load(w.as_ptr().add(o)) })
         }
-    };
-    let xhat_at = |o: usize| unsafe { V::load(x.as_ptr().add(o)).sub(mv).mul(rv) };
+    }
+    #[inline(always)]
+    unsafe fn xhat_at<V: Vf32>(x: &[f32], mv: V, rv: V, o: usize) -> V {
+        unsafe { V::load(x.as_ptr().add(o)) }.sub(mv).mul(rv)
+    }
     // Pass 1: Σ g and Σ g·x̂ in the fixed lane structure.
     let (mut sg, mut sgx) = ([V::splat(0.0); MAX_VECS], [V::splat(0.0); MAX_VECS]);
     let full = n - n % ACC_LANES;
@@ -86,9 +92,9 @@ fn layer_norm_backward_row_g<V: Vf32>(
     while i < full {
         for j in 0..k {
             let o = i + j * V::N;
-            let g = g_at(o);
+            let (g, xh) = unsafe { (g_at::<V>(dy, w, o), xhat_at(x, mv, rv, o)) };
             sg[j] = sg[j].add(g);
-            sgx[j] = g.fma(xhat_at(o), sgx[j]);
+            sgx[j] = g.fma(xh, sgx[j]);
         }
         i += ACC_LANES;
     }
@@ -113,9 +119,9 @@ fn layer_norm_backward_row_g<V: Vf32>(
     let mut o = 0;
     while o < full {
         unsafe {
-            let xh = xhat_at(o);
+            let xh = xhat_at(x, mv, rv, o);
             let d = V::load(dy.as_ptr().add(o));
-            g_at(o)
+            g_at::<V>(dy, w, o)
                 .sub(av)
                 .sub(xh.mul(bv))
                 .mul(rv)

@@ -150,6 +150,75 @@ fn elementwise_functions_are_accurate_at_every_level() {
     }
 }
 
+/// d/dx of `op` at x (at y = op(x) for the ops whose rule takes the output).
+fn derivative(op: BinaryOp, x: f64) -> f64 {
+    let phi = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
+    match op {
+        BinaryOp::GeluErfBackward => {
+            0.5 * crate::special::erfc(-x * std::f64::consts::FRAC_1_SQRT_2) + x * phi
+        }
+        BinaryOp::GeluTanhBackward => {
+            let (k, c) = ((2.0 / std::f64::consts::PI).sqrt(), 0.044715);
+            let s = sigmoid64(2.0 * k * (x + c * x * x * x));
+            s + 2.0 * x * s * (1.0 - s) * k * (1.0 + 3.0 * c * x * x)
+        }
+        BinaryOp::SiluBackward => sigmoid64(x) * (1.0 + x * (1.0 - sigmoid64(x))),
+        BinaryOp::ReluBackward => f64::from(x > 0.0),
+        BinaryOp::SigmoidBackward => x * (1.0 - x),
+        BinaryOp::TanhBackward => 1.0 - x * x,
+        other => panic!("{other:?} is not a derivative rule"),
+    }
+}
+
+#[test]
+fn fused_activation_derivatives_match_f64_at_every_level() {
+    // Finite inputs over the range where the derivatives are not flat, the
+    // flat tails, and every slice-tail length.
+    let mut xs: Vec<f32> = (-12000..12000).map(|i| i as f32 * 0.001).collect();
+    xs.extend([-30.0, -15.0, -9.5, 9.5, 15.0, 30.0, 0.0, -0.0, 1e-30, -1e-30]);
+    let gs: Vec<f32> = rand_f64(7, xs.len())
+        .iter()
+        .map(|&g| (g * 4.0 - 2.0) as f32)
+        .collect();
+    let ops = [
+        BinaryOp::GeluErfBackward,
+        BinaryOp::GeluTanhBackward,
+        BinaryOp::SiluBackward,
+        BinaryOp::ReluBackward,
+        BinaryOp::SigmoidBackward,
+        BinaryOp::TanhBackward,
+    ];
+    for level in Level::available() {
+        for op in ops {
+            for n in [xs.len(), 1, 7, 17, 33] {
+                let mut dx = vec![0.0f32; n];
+                kernels::binary(level, op, &gs[..n], &xs[..n], &mut dx);
+                for i in 0..n {
+                    let d = derivative(op, xs[i] as f64);
+                    let want = gs[i] as f64 * d;
+                    // f32 rounds x, u and the products: a few ulps of the
+                    // terms, which may cancel where the derivative crosses 0
+                    // (the output-based rules grow as y² off their range).
+                    let tol =
+                        1e-6 * (1.0 + (xs[i] as f64).abs()) * (1.0 + d.abs()) * (gs[i] as f64).abs() + 1e-30;
+                    assert!(
+                        (dx[i] as f64 - want).abs() <= tol,
+                        "{op:?} at {}: g {} x {} got {} want {want}",
+                        level.name(),
+                        gs[i],
+                        xs[i],
+                        dx[i]
+                    );
+                }
+                let mut s = vec![0.0f32; n];
+                kernels::binary_scalar(level, op, &xs[..n], 1.5, true, &mut s);
+                kernels::binary(level, op, &vec![1.5; n], &xs[..n], &mut dx);
+                assert_eq!(s, dx, "{op:?} scalar g at {}", level.name());
+            }
+        }
+    }
+}
+
 #[test]
 fn every_slice_length_and_position_gives_the_same_bits() {
     let xs: Vec<f32> = rand_f64(3, 100).iter().map(|&x| (x * 8.0) as f32).collect();

@@ -484,3 +484,54 @@ fn ranks_with_different_shapes_are_refused() {
         assert!(e.contains("ZeroOptimizer::new") && e.contains("ranks [1]"), "{e}");
     }
 }
+
+/// Gradient accumulation: K micro-batches per step, the first K − 1
+/// through `backward_no_sync`, equal one process on the union of the K·N
+/// micro-batches with the loss scaled by K (the sum of K means), bitwise
+/// for N ∈ {1, 2, 4} on dyadic data, for both stages and SGD and Adam; a
+/// second synchronising backward in one step is an error.
+#[test]
+fn accumulation_over_micro_batches_equals_one_big_batch() {
+    const K: usize = 4;
+    const STEPS: usize = 2;
+    for world in [1, 2, 4] {
+        for adam in [false, true] {
+            let net = Net::new(11);
+            let mut opt = optimizer(adam, net.parameters());
+            for s in 0..STEPS {
+                let l = loss(&net, s, 0..K * world * B).mul_scalar(K as f64).unwrap();
+                opt.step(&l.backward().unwrap()).unwrap();
+            }
+            let want = net.values();
+            for stage in [ZeroStage::One, ZeroStage::Two] {
+                let got = LocalGroup::run(world, |comm| {
+                    let net = Net::new(11);
+                    let opt = optimizer(adam, net.parameters());
+                    let config = ZeroConfig {
+                        stage,
+                        reduce_bucket_size: 10,
+                    };
+                    let mut zero = ZeroOptimizer::new(opt.as_ref(), comm, config)?;
+                    let r = comm.rank();
+                    // Micro-batch k of rank r: rows of block k·N + r.
+                    let rows = |k: usize| (k * world + r) * B..(k * world + r + 1) * B;
+                    for s in 0..STEPS {
+                        for k in 0..K - 1 {
+                            zero.backward_no_sync(&loss(&net, s, rows(k)))?;
+                        }
+                        zero.backward(&loss(&net, s, rows(K - 1)))?;
+                        let again = zero.backward(&loss(&net, s, rows(0))).unwrap_err();
+                        assert!(again.to_string().contains("backward_no_sync"), "{again}");
+                        zero.step()?;
+                    }
+                    Ok::<_, CommError>(net.values())
+                })
+                .unwrap();
+                for (r, g) in got.into_iter().enumerate() {
+                    let what = format!("{stage:?} rank {r} of {world}, adam {adam}");
+                    assert_close(&g.unwrap(), &want, !adam, &what);
+                }
+            }
+        }
+    }
+}
