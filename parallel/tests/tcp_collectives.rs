@@ -476,13 +476,25 @@ fn launcher_help_exits_zero_and_the_program_needs_no_double_dash() {
 }
 
 /// Whether process `pid` is gone (no such process, or a zombie nobody reaped).
+/// Whether `pid` has exited (or is a zombie) within 5 s. A process the
+/// launcher signalled, SIGKILL included, takes a moment to die after the
+/// signal is sent, longer on a loaded machine; the launcher does not wait
+/// for its ranks' grandchildren.
 fn gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+    let dead = || match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
         Ok(stat) => stat
             .rsplit_once(')')
             .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !dead() {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
+    true
 }
 
 /// Starts a launcher with 2 ranks running `script` (which must write its
