@@ -429,15 +429,26 @@ fn launcher_stops_the_others_when_one_fails() {
 fn stray_clients_of_the_store_neither_block_nor_fail_the_job() {
     use std::io::Write;
     use std::net::TcpStream;
-    let port = free_port();
-    let mut children = spawn(3, &[0], "sum", port, 20.0);
     // Rank 0's store is up once a connection succeeds; this probe hangs up
-    // at once, the first stray client.
-    let t = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(t.elapsed() < Duration::from_secs(10), "the store never listened");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    // at once, the first stray client. A port from `free_port` can be taken
+    // (by another test's client socket) before rank 0 binds it; rank 0 then
+    // exits and the test starts over on another port.
+    let start_store = || {
+        let port = free_port();
+        let mut children = spawn(3, &[0], "sum", port, 20.0);
+        let t = Instant::now();
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if children[0].1.try_wait().unwrap().is_some() {
+                return None;
+            }
+            assert!(t.elapsed() < Duration::from_secs(10), "the store never listened");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Some((port, children))
+    };
+    let (port, mut children) = (0..3)
+        .find_map(|_| start_store())
+        .expect("rank 0 exited before listening, three times");
     // One client that connects and says nothing (held open to the end)...
     let _silent = TcpStream::connect(("127.0.0.1", port)).unwrap();
     // ...and one that speaks another protocol and stays connected.
