@@ -10,8 +10,9 @@ use tessera::data::transforms::{Mixup, ProgressiveResize, RandAugment};
 use tessera::data::{DataLoader, VecDataset};
 use tessera::nn::{state_dict, Module};
 use tessera::optim::{
-    clip_grad_norm, param_groups_weight_decay, AdamW, AdamWOptions, CosineLR, CosineOptions, GradAccumulator,
-    Lamb, LambOptions, Lars, LarsOptions, LrScheduler, OneCycleLR, OneCycleOptions, Optimizer,
+    clip_grad_norm, param_groups_weight_decay, AdamWOptions, AdamWRule, CosineLR, CosineOptions,
+    GradAccumulator, GroupOptimizer, LambOptions, LambRule, LarsOptions, LarsRule, LrScheduler, OneCycleLR,
+    OneCycleOptions, Optimizer, Parameter, Rule,
 };
 use tessera::tensor::{rng, Checkpoint, StateDict};
 
@@ -253,40 +254,42 @@ pub fn train(args: &Args) -> BoxResult<()> {
 /// decay on biases, norms, `pos_embed` and `cls_token` (timm's groups).
 fn optimizer(args: &Args, model: &dyn Module) -> BoxResult<Box<dyn Optimizer>> {
     let named = model.named_parameters();
-    let no_decay = ["pos_embed", "cls_token"];
-    Ok(match args.opt.as_str() {
-        "lamb" => {
-            let hyper = LambOptions {
+    match args.opt.as_str() {
+        "lamb" => grouped::<LambRule>(
+            &named,
+            LambOptions {
                 lr: args.lr,
                 weight_decay: args.weight_decay,
                 ..Default::default()
-            };
-            Box::new(Lamb::with_groups(param_groups_weight_decay(
-                &named, &hyper, &no_decay,
-            ))?)
-        }
-        "lars" => {
-            let hyper = LarsOptions {
+            },
+        ),
+        "lars" => grouped::<LarsRule>(
+            &named,
+            LarsOptions {
                 lr: args.lr,
                 momentum: args.momentum,
                 weight_decay: args.weight_decay,
                 ..Default::default()
-            };
-            Box::new(Lars::with_groups(param_groups_weight_decay(
-                &named, &hyper, &no_decay,
-            ))?)
-        }
-        _ => {
-            let hyper = AdamWOptions {
+            },
+        ),
+        _ => grouped::<AdamWRule>(
+            &named,
+            AdamWOptions {
                 lr: args.lr,
                 weight_decay: args.weight_decay,
                 ..Default::default()
-            };
-            Box::new(AdamW::with_groups(param_groups_weight_decay(
-                &named, &hyper, &no_decay,
-            ))?)
-        }
-    })
+            },
+        ),
+    }
+}
+
+/// The optimizer of rule `R` with `hyper`, in timm's two weight-decay groups.
+fn grouped<R: Rule + Default>(
+    named: &[(String, Parameter)],
+    hyper: R::Hyper,
+) -> BoxResult<Box<dyn Optimizer>> {
+    let groups = param_groups_weight_decay(named, &hyper, &["pos_embed", "cls_token"]);
+    Ok(Box::new(GroupOptimizer::<R>::with_groups(groups)?))
 }
 
 /// The schedule of `--sched` over `total` optimizer steps: timm's cosine

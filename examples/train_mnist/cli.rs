@@ -180,7 +180,11 @@ impl Args {
                 "--zero" => a.zero = Some(value.parse().map_err(|e| bad(format!("{e}")))?),
                 "--backend" => a.backend = value,
                 "--world" => a.world = value.parse().map_err(|e| bad(format!("{e}")))?,
-                "--device" => a.device = parse_device(&value).map_err(bad)?,
+                "--device" => {
+                    a.device = value
+                        .parse()
+                        .map_err(|e: tessera::tensor::Error| bad(format!("{e}")))?
+                }
                 "--optim" => a.optim = value,
                 "--freeze-step" => a.freeze_step = value.parse().map_err(|e| bad(format!("{e}")))?,
                 _ => unreachable!("every flag of VALUED has an arm"),
@@ -236,18 +240,5 @@ impl Args {
             return Err(format!("--lr must be a positive number, got {}", a.lr));
         }
         Ok(a)
-    }
-}
-
-/// `cpu`, `cuda` (GPU 0) or `cuda:N`.
-fn parse_device(s: &str) -> Result<Device, String> {
-    match s {
-        "cpu" => Ok(Device::Cpu),
-        "cuda" => Ok(Device::Cuda(0)),
-        _ => s
-            .strip_prefix("cuda:")
-            .and_then(|n| n.parse().ok())
-            .map(Device::Cuda)
-            .ok_or_else(|| "expected cpu, cuda or cuda:N".to_string()),
     }
 }

@@ -235,16 +235,7 @@ fn summary(run: &Run) -> String {
     }
     rows.push(("epochs logged", run.epochs.len().to_string()));
     rows.push(("step records", run.steps.len().to_string()));
-    let mut html = String::from("<h2>Summary</h2>\n<table>\n");
-    for (k, v) in rows {
-        html.push_str(&format!(
-            "<tr><th>{}</th><td>{}</td></tr>\n",
-            escape(k),
-            escape(&v)
-        ));
-    }
-    html.push_str("</table>\n");
-    html
+    table("Summary", rows.iter().map(|(k, v)| (*k, v.as_str())))
 }
 
 /// The configuration record, key by key (hardware fields included).
@@ -252,16 +243,28 @@ fn config_table(config: &Map<String, Value>) -> String {
     if config.is_empty() {
         return "<h2>Configuration</h2>\n<p>The log has no config record.</p>\n".to_owned();
     }
-    let mut html = String::from("<h2>Configuration and hardware</h2>\n<table>\n");
-    for (k, v) in config.iter().filter(|(k, _)| k.as_str() != "kind") {
-        let v = match v {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        };
+    let rows: Vec<(&str, String)> = config
+        .iter()
+        .filter(|(k, _)| k.as_str() != "kind")
+        .map(|(k, v)| match v {
+            Value::String(s) => (k.as_str(), s.clone()),
+            other => (k.as_str(), other.to_string()),
+        })
+        .collect();
+    table(
+        "Configuration and hardware",
+        rows.iter().map(|(k, v)| (*k, v.as_str())),
+    )
+}
+
+/// A titled two-column table of `(name, value)` rows, escaped.
+fn table<'a>(title: &str, rows: impl Iterator<Item = (&'a str, &'a str)>) -> String {
+    let mut html = format!("<h2>{}</h2>\n<table>\n", escape(title));
+    for (k, v) in rows {
         html.push_str(&format!(
             "<tr><th>{}</th><td>{}</td></tr>\n",
             escape(k),
-            escape(&v)
+            escape(v)
         ));
     }
     html.push_str("</table>\n");

@@ -45,3 +45,64 @@ impl std::fmt::Display for Device {
         }
     }
 }
+
+impl std::str::FromStr for Device {
+    type Err = Error;
+
+    /// Parses PyTorch's device strings: `cpu`, `cuda` (device 0) or
+    /// `cuda:N`. Errors name the string; `cuda` in a build without the
+    /// `cuda` feature is an error that says so.
+    fn from_str(s: &str) -> Result<Device> {
+        const OP: &str = "Device::from_str";
+        if s == "cpu" {
+            return Ok(Device::Cpu);
+        }
+        let ordinal = match s.strip_prefix("cuda") {
+            Some("") => Some(0),
+            Some(rest) => rest.strip_prefix(':').and_then(|n| n.parse::<usize>().ok()),
+            None => None,
+        };
+        match ordinal {
+            #[cfg(feature = "cuda")]
+            Some(n) => Ok(Device::Cuda(n)),
+            #[cfg(not(feature = "cuda"))]
+            Some(_) => Err(Error::device(
+                OP,
+                format!("{s:?} needs a build with the cargo feature `cuda`"),
+            )),
+            None => Err(Error::arg(
+                OP,
+                format!("{s:?} is not a device (expected cpu, cuda or cuda:N)"),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Device;
+
+    #[test]
+    fn parses_pytorch_device_strings() {
+        assert_eq!("cpu".parse::<Device>().unwrap(), Device::Cpu);
+        for bad in ["", "gpu", "cuda:", "cuda:x", "cuda1", "cpu:0"] {
+            let err = bad.parse::<Device>().unwrap_err().to_string();
+            assert!(err.contains(&format!("{bad:?}")), "{bad:?}: {err}");
+        }
+        #[cfg(feature = "cuda")]
+        {
+            assert_eq!("cuda".parse::<Device>().unwrap(), Device::Cuda(0));
+            assert_eq!("cuda:3".parse::<Device>().unwrap(), Device::Cuda(3));
+            assert_eq!(
+                Device::Cuda(3).to_string().parse::<Device>().unwrap(),
+                Device::Cuda(3)
+            );
+        }
+        #[cfg(not(feature = "cuda"))]
+        assert!("cuda:1"
+            .parse::<Device>()
+            .unwrap_err()
+            .to_string()
+            .contains("feature `cuda`"));
+    }
+}
