@@ -22,6 +22,21 @@ impl Device {
         matches!(self, Device::Cpu)
     }
 
+    /// `Ok(())` when tensors can be placed on this device, as PyTorch's
+    /// `torch.cuda.is_available()` but with the reason when not: always for
+    /// the CPU; for `cuda:N` when that GPU (or, with the feature `cuda-emu`,
+    /// its emulator) opens.
+    ///
+    /// Errors: [`Error::Device`] saying why the device cannot be used (no
+    /// driver, no such ordinal, the emulator not enabled).
+    pub fn available(self) -> Result<()> {
+        match self {
+            Device::Cpu => Ok(()),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(n) => crate::cuda::device("Device::available", n).map(|_| ()),
+        }
+    }
+
     /// `Ok(())` when `self` and `other` are the same device, else a
     /// [`Error::Device`] naming `op` and both devices.
     pub fn same_as(self, other: Device, op: &'static str) -> Result<()> {
