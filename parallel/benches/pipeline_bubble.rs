@@ -4,12 +4,16 @@
 //!
 //! Workload: the real engine (`PipelineEngine::train_batch` on `local`
 //! threads, real autograd, real point-to-point messages), with every
-//! virtual stage one layer whose forward and whose backward **sleep** a
-//! fixed time (`stage_ms / v` each, see [`stage_ms`]) instead of computing. Sleeping stages
-//! make the measurement reflect the schedule rather than how the machine's
-//! cores are shared (this machine has 2 cores for up to 4 stage threads and
-//! other jobs); a sleep overshoots by tens of microseconds, which counts as
-//! busy time, and message latency counts as idle time.
+//! virtual stage one layer whose forward and whose backward **wait** a
+//! fixed time (`stage_ms / v` each, see [`stage_ms`]) instead of computing:
+//! they sleep until [`SPIN_MARGIN`] before the end and spin the rest
+//! ([`hold`]). Waiting stages make the measurement reflect the schedule
+//! rather than how the machine's cores are shared (this machine has 2 cores
+//! for up to 4 stage threads and other jobs). The final spin makes every
+//! pass last its cost to the microsecond: a plain sleep overshoots by a
+//! random 50–150 µs, and the formula assumes equal passes — random ones
+//! lengthen the critical path beyond it. Message latency counts as idle
+//! time.
 //!
 //! Measured bubble: with `T` the span from the earliest stage's start to the
 //! latest stage's last pass and `busy_s` the time stage s spent in passes,
@@ -40,8 +44,25 @@ fn stage_ms() -> f64 {
 }
 const REPEATS: usize = 3;
 
-/// A layer of known cost: the identity, whose forward sleeps `fwd` and
-/// whose backward sleeps `bwd`. Its one parameter makes the output require
+/// How long before a pass's end [`hold`] stops sleeping and spins: above
+/// the timer's usual overshoot (the 50 µs default timer slack plus the
+/// wake-up).
+const SPIN_MARGIN: Duration = Duration::from_micros(400);
+
+/// Returns `d` after it was called, to within a microsecond or so on an
+/// idle machine: sleeps most of it, spins the last [`SPIN_MARGIN`].
+fn hold(d: Duration) {
+    let end = Instant::now() + d;
+    if let Some(nap) = d.checked_sub(SPIN_MARGIN) {
+        std::thread::sleep(nap);
+    }
+    while Instant::now() < end {
+        std::hint::spin_loop();
+    }
+}
+
+/// A layer of known cost: the identity, whose forward takes `fwd` and
+/// whose backward takes `bwd` ([`hold`]). Its one parameter makes the output require
 /// a gradient even on the first stage.
 #[derive(Module)]
 struct Sleep {
@@ -54,21 +75,21 @@ struct Sleep {
 
 impl Module for Sleep {
     fn forward(&self, x: &Var) -> tessera_tensor::Result<Var> {
-        std::thread::sleep(self.fwd);
+        hold(self.fwd);
         let (bwd, w_shape) = (self.bwd, self.w.shape());
         Ok(record(
-            "sleep",
+            "hold",
             x.tensor().clone(),
             &[x, &self.w.var()],
             move |g, _| {
-                std::thread::sleep(bwd);
+                hold(bwd);
                 Ok(vec![Some(g.clone()), Some(Tensor::zeros(&w_shape, DType::F32)?)])
             },
         ))
     }
 }
 
-fn run(schedule: &Schedule, stage_ms: f64) -> f64 {
+fn run(schedule: &Schedule, stage_ms: f64) -> Batch {
     let (p, v) = (schedule.stages(), schedule.chunks());
     let pass = Duration::from_secs_f64(stage_ms / 1e3 / v as f64);
     let x = Tensor::zeros(&[schedule.micro_batches(), 4], DType::F32).unwrap();
@@ -96,20 +117,27 @@ fn run(schedule: &Schedule, stage_ms: f64) -> f64 {
             .collect()
     })
     .unwrap();
-    let mut bubbles: Vec<f64> = (0..REPEATS)
+    let mut batches: Vec<Batch> = (0..REPEATS)
         .map(|i| {
             let start = reports.iter().map(|r| r[i].started).min().unwrap();
             let end = reports.iter().map(|r| r[i].finished).max().unwrap();
             let span = (end - start).as_secs_f64();
-            reports
-                .iter()
-                .map(|r| 1.0 - r[i].busy.as_secs_f64() / span)
-                .sum::<f64>()
-                / p as f64
+            let busy: Vec<f64> = reports.iter().map(|r| r[i].busy.as_secs_f64()).collect();
+            let bubble = busy.iter().map(|b| 1.0 - b / span).sum::<f64>() / p as f64;
+            Batch { bubble, span, busy }
         })
         .collect();
-    bubbles.sort_by(f64::total_cmp);
-    bubbles[REPEATS / 2]
+    batches.sort_by(|a, b| a.bubble.total_cmp(&b.bubble));
+    batches.swap_remove(REPEATS / 2)
+}
+
+/// One measured batch: the bubble, the span from the earliest stage's
+/// start to the latest stage's last pass, and each stage's time in passes
+/// (seconds).
+struct Batch {
+    bubble: f64,
+    span: f64,
+    busy: Vec<f64>,
 }
 
 /// The one-way time of a micro-batch-sized activation between two stage
@@ -144,7 +172,7 @@ fn main() {
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     let ms = stage_ms();
     println!(
-        "# workload: every virtual stage sleeps {ms} ms / v in forward and in backward (sleep, not compute: see the file's docs); median of {REPEATS} batches"
+        "# workload: every virtual stage waits {ms} ms / v in forward and in backward (sleep + spin, not compute: see the file's docs); median of {REPEATS} batches"
     );
     let t = Instant::now();
     let latency = p2p_latency_us(&Tensor::zeros(&[1, 4], DType::F32).unwrap());
@@ -162,8 +190,18 @@ fn main() {
                     _ => Schedule::interleaved(p, m, 2),
                 }
                 .unwrap();
-                let measured = run(&schedule, ms);
-                let theory = schedule.bubble_theory();
+                let batch = run(&schedule, ms);
+                let (measured, theory) = (batch.bubble, schedule.bubble_theory());
+                // Where an excess comes from: each stage's busy time, and
+                // the span the formula gives for the busiest stage.
+                let busiest = batch.busy.iter().copied().fold(0.0, f64::max);
+                let busy_ms: Vec<String> = batch.busy.iter().map(|b| format!("{:.2}", b * 1e3)).collect();
+                println!(
+                    "# {workload}: span {:.2} ms, formula span {:.2} ms, busy per stage [{}] ms",
+                    batch.span * 1e3,
+                    busiest / (1.0 - theory) * 1e3,
+                    busy_ms.join(", ")
+                );
                 println!("bench\t{workload}\ttessera\tmeasured\t{measured:.4}\tfraction");
                 println!("bench\t{workload}\ttessera\ttheory\t{theory:.4}\tfraction");
                 println!(
