@@ -1,6 +1,6 @@
 //! Communication-compressed data-parallel optimizers (DeepSpeed's
 //! `runtime/fp16/onebit`): [`OnebitAdam`] (Tang et al. 2021), [`OnebitLamb`]
-//! (Li et al. 2021), and the
+//! (Li et al. 2021), [`ZeroOneAdam`] (Lu et al. 2022), and the
 //! [`CompressedReducer`] they exchange their momentum through.
 //!
 //! # How they plug into data-parallel training
@@ -32,12 +32,14 @@
 mod adam;
 mod lamb;
 mod slots;
+mod zoadam;
 
 use tessera_tensor::{Error, Result};
 
 pub use adam::OnebitAdam;
 pub use lamb::{OnebitLamb, OnebitLambConfig};
 pub use slots::OnebitOptions;
+pub use zoadam::{ZeroOneAdam, ZeroOneAdamConfig, ZeroOneStep};
 
 /// Exchanges buffers as signs plus scales with error feedback, averaging
 /// them over the ranks of a data-parallel group (a collective: every rank
