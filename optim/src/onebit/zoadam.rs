@@ -100,9 +100,9 @@ impl Policy {
 /// both:  θ ← θ − γ(m/(√v+ε) + λθ)
 ///        var_interval doubles after every var_update_scaler variance updates
 /// t > var_freeze_step (g local, v frozen):
-///     m ← β1m + (1−β1)g ;  Σγ += γ ;  d = γ(m/(√v+ε) + λθ) ;  θ ← θ − d ;  u ← u − d
-///     if t % local_step_interval == 0:   (u: this rank's updates since the last sync)
-///         θ ← θ − u ;  u ← all_reduce₁(u·(√v+ε))⊙mask ;  m ← −u/Σγ ;  θ ← θ + u/(√v+ε) ;  u, Σγ ← 0
+///     m ← β1m + (1−β1)g ;  Σγ += γ ;  θ ← θ − γ(m/(√v+ε) + λθ)
+///     if t % local_step_interval == 0:   (θ₀: the parameters at the last sync)
+///         u ← all_reduce₁((θ − θ₀)·(√v+ε))⊙mask ;  m ← −u/Σγ ;  θ, θ₀ ← θ₀ + u/(√v+ε) ;  Σγ ← 0
 ///     local_step_interval doubles every local_step_scaler steps, up to local_step_clipper
 /// ```
 ///
@@ -118,11 +118,16 @@ impl Policy {
 ///
 /// Differences from DeepSpeed, all deliberate: no first-call dry run (as
 /// [`crate::OnebitAdam`]); the variance freezes after step
-/// `var_freeze_step` of this count; and a checkpoint keeps the schedule
-/// (intervals and counters), the accumulated update and `Σγ`, so a resumed
-/// run continues as the uninterrupted one would, where DeepSpeed restarts
-/// both intervals at 1 and drops the accumulator. As in DeepSpeed a load
-/// zeroes the error buffers and the freeze follows the saved step.
+/// `var_freeze_step` of this count; DeepSpeed accumulates the local
+/// updates in a buffer `u` and recovers θ₀ as `θ − u`, which differs from
+/// θ₀ by rounding, differently on each rank, so its ranks drift apart;
+/// here θ₀ is kept instead (the same memory) and `θ − θ₀` is exchanged,
+/// so the ranks are bitwise equal after every synchronisation; and a
+/// checkpoint keeps the schedule (intervals and counters), θ₀ and `Σγ`,
+/// so a resumed run continues as the uninterrupted one would, where
+/// DeepSpeed restarts both intervals at 1 and drops its accumulator. As in
+/// DeepSpeed a load zeroes the error buffers and the freeze follows the
+/// saved step.
 pub struct ZeroOneAdam<'r> {
     slots: Slots<'r>,
     config: ZeroOneAdamConfig,
@@ -131,8 +136,7 @@ pub struct ZeroOneAdam<'r> {
     last: Option<ZeroOneStep>,
 }
 
-const BUFFER_NAMES: [&str; 3] = ["exp_avg", "exp_avg_sq", "momentum_accumulator"];
-const BUFFERS: &[&str] = &BUFFER_NAMES;
+const BUFFERS: &[&str] = &["exp_avg", "exp_avg_sq", "sync_params"];
 const SCALARS: &[&str] = &["lrs"];
 
 impl<'r> ZeroOneAdam<'r> {
@@ -201,8 +205,9 @@ impl<'r> ZeroOneAdam<'r> {
         Some(&self.slots.state.get(group)?.get(index)?.errors)
     }
 
-    /// The buffer `name` (`exp_avg`, `exp_avg_sq`, `momentum_accumulator`)
-    /// of parameter `index` of group `group`, once created.
+    /// The buffer `name` (`exp_avg`, `exp_avg_sq`, `sync_params`: the
+    /// parameters at the last synchronisation) of parameter `index` of
+    /// group `group`, once created.
     pub fn state_buffer(&self, group: usize, index: usize, name: &str) -> Option<&[f32]> {
         let slot = self.slots.state.get(group)?.get(index)?;
         slot.bufs
@@ -300,7 +305,13 @@ impl Optimizer for ZeroOneAdam<'_> {
                 let numel = g.len();
                 let local = matches!(kind, ZeroOneStep::Local | ZeroOneStep::Sync);
                 let lrs = slot.scalar("lrs", 0.0) + if local { h.lr } else { 0.0 };
-                let ([m, v, u], errors) = slot.split(BUFFER_NAMES, numel);
+                if local && !slot.bufs.iter().any(|(n, _)| *n == "sync_params") {
+                    // The first local step: the parameters are the same on
+                    // every rank here.
+                    slot.bufs
+                        .push(("sync_params", p.tensor().contiguous()?.to_vec::<f32>()?));
+                }
+                let ([m, v], errors) = slot.split(["exp_avg", "exp_avg_sq"], numel);
                 if kind == ZeroOneStep::Variance {
                     for (vi, &gi) in v.iter_mut().zip(&g) {
                         *vi = *vi * b2 + w2 * gi * gi;
@@ -320,37 +331,30 @@ impl Optimizer for ZeroOneAdam<'_> {
                         if wd > 0.0 {
                             d += wd * x[i];
                         }
-                        let d = lr * d;
-                        x[i] -= d;
-                        if local {
-                            u[i] -= d;
-                        }
+                        x[i] -= lr * d;
                     }
                 })?;
                 if kind == ZeroOneStep::Sync {
-                    // Undo the local updates, average them compressed
-                    // (scaled by the frozen denominator, so that what is
-                    // exchanged is momentum-like), and apply the average.
-                    p.update_::<f32, _>(|x| x.iter_mut().zip(&*u).for_each(|(xi, &ui)| *xi -= ui))?;
-                    for (ui, &vi) in u.iter_mut().zip(&*v) {
-                        *ui *= vi.sqrt() + eps;
-                    }
+                    let ([m, v, base], errors) = slot.split(["exp_avg", "exp_avg_sq", "sync_params"], numel);
+                    // The local updates since the last sync, scaled by the
+                    // frozen denominator so that what is exchanged is
+                    // momentum-like, averaged compressed and applied to the
+                    // parameters of the last sync instead.
+                    let x = p.tensor().contiguous()?.to_vec::<f32>()?;
+                    let mut u: Vec<f32> = (0..numel)
+                        .map(|i| (x[i] - base[i]) * (v[i].sqrt() + eps))
+                        .collect();
                     if compress {
                         let r = reducer.as_mut().expect("compress implies a reducer");
-                        r.compressed_all_reduce(u, errors)?;
-                        apply_mask(masks, p, u);
+                        r.compressed_all_reduce(&mut u, errors)?;
+                        apply_mask(masks, p, &mut u);
                     }
                     let lrs = lrs as f32;
-                    for (mi, &ui) in m.iter_mut().zip(&*u) {
-                        *mi = -ui / lrs;
+                    for i in 0..numel {
+                        m[i] = -u[i] / lrs;
+                        base[i] += u[i] / (v[i].sqrt() + eps);
                     }
-                    let (ur, vr) = (&*u, &*v);
-                    p.update_::<f32, _>(|x| {
-                        for i in 0..x.len() {
-                            x[i] += ur[i] / (vr[i].sqrt() + eps);
-                        }
-                    })?;
-                    u.fill(0.0);
+                    p.update_::<f32, _>(|x| x.copy_from_slice(base))?;
                 }
                 if local {
                     slot.set_scalar("lrs", if kind == ZeroOneStep::Sync { 0.0 } else { lrs });

@@ -1,16 +1,24 @@
-"""An independent NumPy implementation of 1-bit LAMB as spec §4.3 states
-it (DeepSpeed's `onebit/lamb.py` without its first-call dry run), over the
-compressed all-reduce of §4.1, on the least-squares problem of
+"""Independent NumPy implementations of 1-bit LAMB (spec §4.3, DeepSpeed's
+`onebit/lamb.py`) and 0/1 Adam (spec §4.4, `onebit/zoadam.py`), without
+DeepSpeed's first-call dry run, over the compressed all-reduce of §4.1 with
+simulated ranks, on the least-squares problem of
 `parallel/tests/it/onebit.rs` (the same data, bit for bit: the test's
-splitmix-style hash, 16 rows a step split over the ranks, a linear lr decay
-from 0.02 to 0.002 over 600 steps, evaluation on 4096 rows of step
-1,000,000).
+splitmix-style hash, 16 rows a step split over the ranks, evaluation on
+4096 rows of step 1,000,000).
 
-It prints the final loss of exact LAMB (never frozen) and of 1-bit LAMB on
-2 ranks frozen at step 400 with DeepSpeed's default max_coeff (10), the
-reference figures of `lamb_early_freeze_matches_the_reference`.
+It prints
+* the parameters (weights, then bias) after 40 steps of 0/1 Adam at lr 0.02
+  with var_freeze_step 20, var_update_scaler 2, local_step_scaler 3,
+  local_step_clipper 4 (step 40 synchronises), for 2 and 4 ranks, as lines
+  `zero_one <n> <v0> ... <v8>`: the fixture
+  `parallel/tests/fixtures/onebit_zero_one_reference.txt` of
+  `zero_one_adam_matches_the_reference`;
+* the final loss of exact LAMB (never frozen) and of 1-bit LAMB on 2 ranks
+  frozen at step 400 with DeepSpeed's default max_coeff (10), over 600
+  steps of a linear lr decay from 0.02 to 0.002: the figures of
+  `lamb_early_freeze_matches_the_reference`.
 
-Usage: python3 scripts/onebit_lamb_reference.py   (NumPy only)
+Usage: python3 scripts/onebit_reference.py   (NumPy only)
 """
 import numpy as np
 
@@ -127,6 +135,75 @@ def onebit_lamb(n, freeze, lr0=0.02, b1=0.9, b2=0.999, eps=1e-8, max_coeff=10.0,
     return loss(*params)
 
 
+def zero_one_adam(n, steps=40, lr=0.02, var_freeze_step=20, var_update_scaler=2, local_step_scaler=3,
+                  local_step_clipper=4, b1=0.9, b2=0.999, eps=1e-8):
+    """Every rank's own parameters (they differ between synchronisations)."""
+    init = [np.array([0.1 - 0.025 * i for i in range(D)], f32), np.array([0.1], f32)]
+    params = [[p.copy() for p in init] for _ in range(n)]
+    m = [[np.zeros_like(p) for p in init] for _ in range(n)]
+    v = [[np.zeros_like(p) for p in init] for _ in range(n)]
+    base = None  # the parameters at the last synchronisation
+    unit_len = n * (n * 8 // np.gcd(n, 8))
+    sizes = [-(-p.size // unit_len) * unit_len for p in init]
+    errors = [([np.zeros(s, f32) for _ in range(n)], [np.zeros(s // n, f32) for _ in range(n)]) for s in sizes]
+    var_interval, var_counter, local_interval, local_counter = 1, 0, 1, 0
+    lrs, frozen, per = 0.0, False, ROWS // n
+    for t in range(1, steps + 1):
+        local = [grads(*params[r], *batch(t - 1, range(r * per, (r + 1) * per))) for r in range(n)]
+        if not frozen:
+            kind = "variance" if t % var_interval == 0 else "compressed"
+        else:
+            kind = "sync" if t % local_interval == 0 else "local"
+            lrs += lr
+            if base is None:
+                base = [p.copy() for p in params[0]]
+        for k in range(len(init)):
+            if kind == "variance":
+                g = [sum(gr[k] for gr in local) / f32(n)] * n
+            elif kind == "compressed":
+                g = [compressed_allreduce([gr[k] for gr in local], *errors[k])] * n
+            else:
+                g = [gr[k] for gr in local]
+            for r in range(n):
+                if kind == "variance":
+                    v[r][k] = b2 * v[r][k] + (1 - b2) * g[r] * g[r]
+                m[r][k] = b1 * m[r][k] + (1 - b1) * g[r]
+                d = f32(lr) * (m[r][k] / (np.sqrt(v[r][k]) + eps))
+                params[r][k] = params[r][k] - d
+            if kind == "sync":
+                # Spec §4.4's `p -= u; ...; p += u/(sqrt(v)+eps)` with the
+                # parameters of the last sync kept rather than recovered as
+                # p - u (the same in exact arithmetic).
+                bufs = [(params[r][k] - base[k]) * (np.sqrt(v[r][k]) + eps) for r in range(n)]
+                avg = compressed_allreduce(bufs, *errors[k])
+                base[k] = base[k] + avg / (np.sqrt(v[0][k]) + eps)
+                for r in range(n):
+                    m[r][k] = -avg / f32(lrs)
+                    params[r][k] = base[k].copy()
+        if kind == "sync":
+            lrs = 0.0
+        if not frozen:
+            if kind == "variance":
+                var_counter += 1
+                if var_counter == var_update_scaler:
+                    var_counter, var_interval = 0, var_interval * 2
+            if t >= var_freeze_step:
+                frozen = True
+                for worker, server in errors:
+                    for e in worker + server:
+                        e[:] = 0
+        else:
+            local_counter += 1
+            if local_counter == local_step_scaler:
+                local_counter, local_interval = 0, min(local_step_clipper, local_interval * 2)
+    return params
+
+
 if __name__ == "__main__":
+    for n in (2, 4):
+        ranks = zero_one_adam(n)
+        assert all(np.array_equal(np.concatenate(r), np.concatenate(ranks[0])) for r in ranks)
+        vals = " ".join(np.format_float_positional(x, unique=True, trim="-") for x in np.concatenate(ranks[0]))
+        print(f"zero_one {n} {vals}")
     print(f"exact LAMB (n = 1, never frozen): {onebit_lamb(1, STEPS + 1):.5f}")
     print(f"1-bit LAMB (n = 2, frozen at 400): {onebit_lamb(2, 400):.4f}")
