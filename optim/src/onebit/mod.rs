@@ -62,11 +62,6 @@ pub trait CompressedReducer: Send {
     /// communication fails (naming the call).
     fn compressed_all_reduce(&mut self, buf: &mut [f32], errors: &mut ErrorFeedback) -> Result<()>;
 
-    /// The exact average over the ranks, in place (0/1 Adam's variance
-    /// steps exchange exact gradients themselves). Errors as
-    /// [`CompressedReducer::compressed_all_reduce`].
-    fn all_reduce_mean(&mut self, buf: &mut [f32]) -> Result<()>;
-
     /// The bytes this rank put on the wire since the last call, and resets
     /// the counters.
     fn take_wire_stats(&mut self) -> WireStats;
@@ -79,8 +74,6 @@ pub struct WireStats {
     pub bit_bytes: u64,
     /// Worker and server scales.
     pub scale_bytes: u64,
-    /// Exact (uncompressed) all-reduces.
-    pub exact_bytes: u64,
     /// Compressed all-reduce calls.
     pub compressed_calls: u64,
 }
@@ -88,7 +81,7 @@ pub struct WireStats {
 impl WireStats {
     /// Every byte sent.
     pub fn total(&self) -> u64 {
-        self.bit_bytes + self.scale_bytes + self.exact_bytes
+        self.bit_bytes + self.scale_bytes
     }
 }
 

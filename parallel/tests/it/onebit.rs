@@ -566,7 +566,6 @@ fn zero_one_adam_exchanges_only_on_its_schedule() {
         );
         assert_eq!(stats.bit_bytes, stats.compressed_calls * per_call, "step {t}");
         assert_eq!(stats.scale_bytes, stats.compressed_calls * 8, "step {t}");
-        assert_eq!(stats.exact_bytes, 0);
         if *kind == ZeroOneStep::Local {
             local_differs |= hash != hash1;
         } else {
