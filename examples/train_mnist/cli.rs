@@ -9,7 +9,8 @@ pub const USAGE: &str = "usage: train_mnist [--epochs N] [--batch-size N] [--lr 
 [--threads N] [--data DIR] [--out DIR] [--resume] [--target PERCENT]
 [--pipeline-stages P --micro-batches M --schedule gpipe|1f1b|deepspeed|interleaved [--chunks V]]
 [--ddp | --zero 1|2] [--backend local|tcp] [--world N]
-[--optim sgd|adam|onebit-adam|onebit-lamb] [--freeze-step N] [--device cpu|cuda[:N]]
+[--optim sgd|adam|onebit-adam|onebit-lamb|zero-one-adam] [--freeze-step N]
+[--local-step-scaler N] [--device cpu|cuda[:N]]
 
   --epochs      epochs to train (10)
   --batch-size  samples per step (128)
@@ -48,9 +49,16 @@ pub const USAGE: &str = "usage: train_mnist [--epochs N] [--batch-size N] [--lr 
   --optim O     the optimizer under --ddp: sgd (Nesterov, the default),
                 adam (torch's), onebit-adam, onebit-lamb (DeepSpeed's 1-bit optimizers: exact for --freeze-step
                 steps, then the momentum is exchanged as signs and scales
-                instead of DDP's gradient all-reduce)
+                instead of DDP's gradient all-reduce), zero-one-adam (0/1
+                Adam: exact variance steps ever sparser until --freeze-step,
+                1-bit gradients between them, then local steps synchronised
+                1-bit)
   --freeze-step N
-                warm-up steps of onebit-adam / onebit-lamb (100)
+                warm-up steps of onebit-adam / onebit-lamb, the last
+                variance step of zero-one-adam (100)
+  --local-step-scaler N
+                zero-one-adam: local steps between doublings of the
+                synchronisation interval (DeepSpeed's 32678; at most 16)
   --device D    where the model trains: cpu (default) or cuda[:N] (a GPU,
                 or the CPU emulator of one in a `cuda-emu` build); the
                 single-process mode only";
@@ -81,6 +89,7 @@ pub struct Args {
     pub device: Device,
     pub optim: String,
     pub freeze_step: u64,
+    pub local_step_scaler: u64,
 }
 
 impl Args {
@@ -116,6 +125,7 @@ impl Args {
             device: Device::Cpu,
             optim: "sgd".into(),
             freeze_step: 100,
+            local_step_scaler: 32_678,
         };
         let mut it = args.flat_map(|s| match s.split_once('=') {
             Some((k, v)) if s.starts_with("--") => vec![k.to_string(), v.to_string()],
@@ -133,10 +143,11 @@ impl Args {
             if flag == "--help" || flag == "-h" {
                 return Err("help".into());
             }
-            const VALUED: [&str; 21] = [
+            const VALUED: [&str; 22] = [
                 "--device",
                 "--optim",
                 "--freeze-step",
+                "--local-step-scaler",
                 "--zero",
                 "--backend",
                 "--world",
@@ -187,6 +198,12 @@ impl Args {
                 }
                 "--optim" => a.optim = value,
                 "--freeze-step" => a.freeze_step = value.parse().map_err(|e| bad(format!("{e}")))?,
+                "--local-step-scaler" => {
+                    a.local_step_scaler = value.parse().map_err(|e| bad(format!("{e}")))?;
+                    if a.local_step_scaler == 0 {
+                        return Err(bad("must be positive".into()));
+                    }
+                }
                 _ => unreachable!("every flag of VALUED has an arm"),
             }
         }
@@ -227,9 +244,12 @@ impl Args {
                     .into(),
             );
         }
-        if !matches!(a.optim.as_str(), "sgd" | "adam" | "onebit-adam" | "onebit-lamb") {
+        if !matches!(
+            a.optim.as_str(),
+            "sgd" | "adam" | "onebit-adam" | "onebit-lamb" | "zero-one-adam"
+        ) {
             return Err(format!(
-                "--optim takes sgd, adam, onebit-adam or onebit-lamb, got {}",
+                "--optim takes sgd, adam, onebit-adam, onebit-lamb or zero-one-adam, got {}",
                 a.optim
             ));
         }

@@ -19,7 +19,7 @@ use tessera::autograd::{CrossEntropyOptions, Target, Var};
 use tessera::nn::{models::mnist_cnn, state_dict, Module, Sequential};
 use tessera::optim::{
     Adam, AdamOptions, LrScheduler, OneCycleLR, OneCycleOptions, OnebitAdam, OnebitLamb, OnebitLambConfig,
-    OnebitOptions, Optimizer,
+    OnebitOptions, Optimizer, ZeroOneAdam, ZeroOneAdamConfig,
 };
 use tessera::parallel::{
     tcp, Communicator, CompressedAllReduce, DdpConfig, DistributedDataParallel, LocalGroup, ZeroConfig,
@@ -97,7 +97,8 @@ impl Engine<'_> {
 }
 
 /// The optimizer `--optim` names, over `params`; the 1-bit ones exchange
-/// their momentum over `comm` after `--freeze-step` steps.
+/// their momentum over `comm` after `--freeze-step` steps (0/1 Adam its
+/// gradients between variance steps, then its synchronised updates).
 fn ddp_optimizer<'c>(
     args: &Args,
     params: Vec<Parameter>,
@@ -126,6 +127,14 @@ fn ddp_optimizer<'c>(
                 ..Default::default()
             };
             Box::new(OnebitLamb::new(params, hyper, cfg)?.with_reducer(CompressedAllReduce::new(comm)))
+        }
+        "zero-one-adam" => {
+            let cfg = ZeroOneAdamConfig {
+                var_freeze_step: args.freeze_step,
+                local_step_scaler: args.local_step_scaler,
+                ..Default::default()
+            };
+            Box::new(ZeroOneAdam::new(params, hyper, cfg)?.with_reducer(CompressedAllReduce::new(comm)))
         }
         _ => Box::new(optimizer(params, args.lr)?),
     })

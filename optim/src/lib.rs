@@ -74,7 +74,7 @@ pub use lars::{Lars, LarsOptions, LarsRule};
 pub use lr_find::{lr_find, lr_find_with, LrFindOptions, LrFindResult, LrFindTarget};
 pub use onebit::{
     padded_len, CompressedReducer, ErrorFeedback, OnebitAdam, OnebitLamb, OnebitLambConfig, OnebitOptions,
-    WireStats,
+    WireStats, ZeroOneAdam, ZeroOneAdamConfig, ZeroOneStep,
 };
 pub use optimizer::{param_groups_weight_decay, Optimizer, ParamGroup};
 pub use rmsprop::{RmsProp, RmsPropOptions, RmsPropRule};

@@ -1,6 +1,6 @@
 //! Communication-compressed data-parallel optimizers (DeepSpeed's
 //! `runtime/fp16/onebit`): [`OnebitAdam`] (Tang et al. 2021), [`OnebitLamb`]
-//! (Li et al. 2021), and the
+//! (Li et al. 2021), [`ZeroOneAdam`] (Lu et al. 2022), and the
 //! [`CompressedReducer`] they exchange their momentum through.
 //!
 //! # How they plug into data-parallel training
@@ -32,12 +32,14 @@
 mod adam;
 mod lamb;
 mod slots;
+mod zoadam;
 
 use tessera_tensor::{Error, Result};
 
 pub use adam::OnebitAdam;
 pub use lamb::{OnebitLamb, OnebitLambConfig};
 pub use slots::OnebitOptions;
+pub use zoadam::{ZeroOneAdam, ZeroOneAdamConfig, ZeroOneStep};
 
 /// Exchanges buffers as signs plus scales with error feedback, averaging
 /// them over the ranks of a data-parallel group (a collective: every rank
@@ -60,11 +62,6 @@ pub trait CompressedReducer: Send {
     /// communication fails (naming the call).
     fn compressed_all_reduce(&mut self, buf: &mut [f32], errors: &mut ErrorFeedback) -> Result<()>;
 
-    /// The exact average over the ranks, in place (0/1 Adam's variance
-    /// steps exchange exact gradients themselves). Errors as
-    /// [`CompressedReducer::compressed_all_reduce`].
-    fn all_reduce_mean(&mut self, buf: &mut [f32]) -> Result<()>;
-
     /// The bytes this rank put on the wire since the last call, and resets
     /// the counters.
     fn take_wire_stats(&mut self) -> WireStats;
@@ -77,8 +74,6 @@ pub struct WireStats {
     pub bit_bytes: u64,
     /// Worker and server scales.
     pub scale_bytes: u64,
-    /// Exact (uncompressed) all-reduces.
-    pub exact_bytes: u64,
     /// Compressed all-reduce calls.
     pub compressed_calls: u64,
 }
@@ -86,7 +81,7 @@ pub struct WireStats {
 impl WireStats {
     /// Every byte sent.
     pub fn total(&self) -> u64 {
-        self.bit_bytes + self.scale_bytes + self.exact_bytes
+        self.bit_bytes + self.scale_bytes
     }
 }
 

@@ -120,6 +120,8 @@ pub(crate) struct Slots<'r> {
     /// always equal there too).
     pub step: u64,
     pub reducer: Option<Box<dyn CompressedReducer + 'r>>,
+    /// Exp-avg masks by parameter (set by the caller, never saved).
+    pub masks: Vec<(Parameter, Vec<f32>)>,
 }
 
 impl<'r> Slots<'r> {
@@ -162,12 +164,43 @@ impl<'r> Slots<'r> {
             state,
             step: 0,
             reducer: None,
+            masks: Vec::new(),
         })
     }
 
     /// The number of ranks momentum is averaged over (1 without a reducer).
     pub fn world_size(&self) -> usize {
         self.reducer.as_ref().map_or(1, |r| r.world_size())
+    }
+
+    /// Multiplies `param`'s exchanged buffers by `mask` from now on
+    /// (DeepSpeed's `exp_avg_mask`). Errors when `param` is not optimized
+    /// here or `mask`'s shape differs from it.
+    pub fn set_exp_avg_mask(&mut self, param: &Parameter, mask: &Tensor) -> Result<()> {
+        if !self.groups.iter().flat_map(|g| &g.params).any(|p| p.same(param)) {
+            return Err(Error::arg(
+                "set_exp_avg_mask",
+                format!(
+                    "the parameter of shape {:?} is not optimized by {}",
+                    param.shape(),
+                    self.name
+                ),
+            ));
+        }
+        if mask.shape() != param.shape().as_slice() {
+            return Err(Error::shape(
+                "set_exp_avg_mask",
+                format!(
+                    "mask of shape {:?} for a parameter of shape {:?}",
+                    mask.shape(),
+                    param.shape()
+                ),
+            ));
+        }
+        let values = mask.to_dtype(DType::F32)?.to_vec::<f32>()?;
+        self.masks.retain(|(p, _)| !p.same(param));
+        self.masks.push((param.clone(), values));
+        Ok(())
     }
 
     /// Takes the reducer's byte counters (zeros without one).
@@ -333,6 +366,13 @@ fn validate(op: &'static str, h: &OnebitOptions) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Multiplies `buf` by `param`'s mask among `masks`, if it has one.
+pub(crate) fn apply_mask(masks: &[(Parameter, Vec<f32>)], param: &Parameter, buf: &mut [f32]) {
+    if let Some((_, mask)) = masks.iter().find(|(q, _)| q.same(param)) {
+        buf.iter_mut().zip(mask).for_each(|(b, &k)| *b *= k);
+    }
 }
 
 /// The L2 norm of `x`, accumulated in f64.

@@ -320,3 +320,178 @@ fn lamb_compression_factor_and_reload() {
         assert_eq!(&p.tensor().to_vec::<f32>().unwrap(), a);
     }
 }
+
+fn zero_one_config() -> ZeroOneAdamConfig {
+    ZeroOneAdamConfig {
+        var_freeze_step: 20,
+        var_update_scaler: 2,
+        local_step_scaler: 3,
+        local_step_clipper: 4,
+    }
+}
+
+/// Spec §4.4's policies, against the schedule worked out by hand for
+/// `var_update_scaler = 2`, `var_freeze_step = 20`, `local_step_scaler = 3`
+/// and `local_step_clipper = 4`: variance steps at t = 1, 2 (interval 1),
+/// 4, 6 (2), 8, 12 (4), 16 (8); local steps from t = 21, synchronising
+/// at 21, 22, 23 (interval 1), 24, 26 (2), then every 4th step (4 = the
+/// clipper, reached after t = 26).
+#[test]
+fn zero_one_policies_follow_the_hand_computed_schedule() {
+    use ZeroOneStep::*;
+    let p = param(21, &[5]);
+    let mut opt = ZeroOneAdam::new(vec![p.clone()], hyper(), zero_one_config()).unwrap();
+    let variance = [1, 2, 4, 6, 8, 12, 16];
+    let syncs = [21, 22, 23, 24, 26, 28, 32, 36, 40];
+    for t in 1..=40u64 {
+        let want = if t <= 20 {
+            if variance.contains(&t) {
+                Variance
+            } else {
+                Compressed
+            }
+        } else if syncs.contains(&t) {
+            Sync
+        } else {
+            Local
+        };
+        assert_eq!(opt.wants_averaged_grads(), want == Variance, "before step {t}");
+        opt.step(&grads_for(std::slice::from_ref(&p), t)).unwrap();
+        assert_eq!(opt.last_step(), Some(want), "step {t}");
+        assert_eq!(opt.frozen(), t >= 20, "step {t}");
+    }
+    assert_eq!(opt.intervals(), (8, 4));
+}
+
+/// One process, f64 reference of spec §4.4's formulas: the variance only
+/// moves on variance steps, the compressed steps update the momentum with
+/// the gradient (no exchange on one rank), and a synchronisation undoes
+/// the local updates and reapplies their average, leaving the momentum at
+/// `−u/Σγ` (here `u` is this rank's own sum, so the parameters come back
+/// to the local trajectory).
+#[test]
+fn zero_one_single_process_matches_the_formulas() {
+    let p = param(22, &[3, 4]);
+    let cfg = zero_one_config();
+    let mut opt = ZeroOneAdam::new(vec![p.clone()], hyper(), cfg).unwrap();
+    let h = hyper();
+    let mut x: Vec<f64> = p
+        .tensor()
+        .to_vec::<f32>()
+        .unwrap()
+        .iter()
+        .map(|&v| v as f64)
+        .collect();
+    let (mut m, mut v, mut u) = (vec![0f64; 12], vec![0f64; 12], vec![0f64; 12]);
+    let mut lrs = 0f64;
+    for t in 1..=30u64 {
+        let lr = h.lr * (1.0 + t as f64 / 30.0);
+        opt.set_lr(lr);
+        let grads = grads_for(std::slice::from_ref(&p), t);
+        let g: Vec<f64> = p
+            .grad(&grads)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .map(|&v| v as f64)
+            .collect();
+        let variance = opt.wants_averaged_grads();
+        let frozen = opt.frozen();
+        opt.step(&grads).unwrap();
+        for i in 0..12 {
+            if variance {
+                v[i] = h.beta2 * v[i] + (1.0 - h.beta2) * g[i] * g[i];
+            }
+            m[i] = h.beta1 * m[i] + (1.0 - h.beta1) * g[i];
+            let d = lr * (m[i] / (v[i].sqrt() + h.eps) + h.weight_decay * x[i]);
+            x[i] -= d;
+            if frozen {
+                u[i] -= d;
+            }
+        }
+        if frozen {
+            lrs += lr;
+            if opt.last_step() == Some(ZeroOneStep::Sync) {
+                for i in 0..12 {
+                    let denom = v[i].sqrt() + h.eps;
+                    m[i] = -u[i] * denom / lrs;
+                }
+                u.fill(0.0);
+                lrs = 0.0;
+            }
+        }
+        let got = p.tensor().to_vec::<f32>().unwrap();
+        let mg = opt.state_buffer(0, 0, "exp_avg").unwrap();
+        let vg = opt.state_buffer(0, 0, "exp_avg_sq").unwrap();
+        for i in 0..12 {
+            assert!(
+                (got[i] as f64 - x[i]).abs() < 1e-5,
+                "step {t} param [{i}]: {} vs {}",
+                got[i],
+                x[i]
+            );
+            assert!(
+                (mg[i] as f64 - m[i]).abs() < 1e-5 * m[i].abs().max(1e-2),
+                "step {t} exp_avg [{i}]"
+            );
+            assert!(
+                (vg[i] as f64 - v[i]).abs() < 1e-6 * v[i].abs().max(1e-3),
+                "step {t} exp_avg_sq [{i}]"
+            );
+        }
+    }
+    assert_eq!(
+        opt.take_wire_stats(),
+        WireStats::default(),
+        "no exchange on one process"
+    );
+}
+
+/// A reload mid-way through a local interval continues bitwise as the
+/// uninterrupted run (schedule, accumulated update and Σγ are kept), the
+/// freeze follows the saved step, and no error buffer is saved.
+#[test]
+fn zero_one_reload_continues_the_schedule() {
+    let params = vec![param(23, &[2, 3]), param(24, &[4])];
+    let cfg = zero_one_config();
+    for save_at in [5u64, 25, 29] {
+        let mut opt = ZeroOneAdam::new(params.clone(), hyper(), cfg).unwrap();
+        for t in 1..=save_at {
+            opt.step(&grads_for(&params, t)).unwrap();
+        }
+        let sd = opt.state_dict();
+        assert!(sd.keys().all(|k| !k.contains("error")));
+        let mut back = ZeroOneAdam::new(params.clone(), hyper(), cfg).unwrap();
+        back.load_state_dict(&sd).unwrap();
+        assert_eq!(back.frozen(), save_at >= cfg.var_freeze_step);
+        assert_eq!(back.intervals(), opt.intervals());
+        assert_eq!(back.wants_averaged_grads(), opt.wants_averaged_grads());
+        let start: Vec<Vec<f32>> = params.iter().map(|p| p.tensor().to_vec().unwrap()).collect();
+        let run = |o: &mut ZeroOneAdam| {
+            for (p, s) in params.iter().zip(&start) {
+                p.set(Tensor::from_vec(s.clone(), &p.shape()).unwrap()).unwrap();
+            }
+            let mut kinds = Vec::new();
+            for t in save_at + 1..=save_at + 12 {
+                o.step(&grads_for(&params, t)).unwrap();
+                kinds.push(o.last_step());
+            }
+            let x: Vec<Vec<f32>> = params.iter().map(|p| p.tensor().to_vec().unwrap()).collect();
+            (kinds, x)
+        };
+        assert_eq!(run(&mut back), run(&mut opt), "saved after step {save_at}");
+    }
+    let mut bad = ZeroOneAdam::new(params.clone(), hyper(), cfg).unwrap();
+    let adam = OnebitAdam::new(params.clone(), hyper(), 3).unwrap();
+    assert!(bad.load_state_dict(&adam.state_dict()).is_err());
+    for field in 0..3 {
+        let mut c = cfg;
+        match field {
+            0 => c.var_update_scaler = 0,
+            1 => c.local_step_scaler = 0,
+            _ => c.local_step_clipper = 0,
+        }
+        assert!(ZeroOneAdam::new(params.clone(), hyper(), c).is_err(), "{c:?}");
+    }
+}

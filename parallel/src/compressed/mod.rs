@@ -26,7 +26,6 @@ use tessera_tensor::{Error, Result};
 pub use bits::{packbits, unpackbits};
 
 use crate::comm::{CommExt, Communicator};
-use crate::element::ReduceOp;
 use crate::error::CommError;
 use bits::{pack_signs, sign_of};
 
@@ -162,14 +161,6 @@ impl CompressedReducer for CompressedAllReduce<'_> {
         self.stats.bit_bytes += 2 * peers * (words as u64) * 8;
         self.stats.scale_bytes += 2 * peers * 4;
         self.stats.compressed_calls += 1;
-        Ok(())
-    }
-
-    fn all_reduce_mean(&mut self, buf: &mut [f32]) -> Result<()> {
-        self.comm
-            .all_reduce_slice(buf, ReduceOp::Avg)
-            .map_err(|e| Error::io("all_reduce_mean", e.to_string()))?;
-        self.stats.exact_bytes += ring_all_reduce_bytes(4 * buf.len() as u64, self.comm.world_size());
         Ok(())
     }
 

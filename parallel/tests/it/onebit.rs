@@ -8,7 +8,7 @@ use tessera_autograd::{Parameter, Reduction, Var};
 use tessera_nn::{Linear, Module};
 use tessera_optim::{
     padded_len, Adam, AdamOptions, CompressedReducer, ErrorFeedback, OnebitAdam, OnebitLamb,
-    OnebitLambConfig, OnebitOptions, Optimizer,
+    OnebitLambConfig, OnebitOptions, Optimizer, ZeroOneAdam, ZeroOneAdamConfig, ZeroOneStep,
 };
 use tessera_parallel::compressed::{packbits, ring_all_reduce_bytes, unpackbits};
 use tessera_parallel::{
@@ -301,45 +301,81 @@ fn hyper() -> OnebitOptions {
 #[derive(Clone, Copy, Debug)]
 enum Opt {
     Adam,
-    Lamb,
+    /// Exact LAMB (1-bit LAMB never frozen) with `max_coeff`.
+    Lamb(f64),
     OnebitAdam,
-    OnebitLamb,
+    /// 1-bit LAMB frozen at a step with `max_coeff`.
+    OnebitLamb(u64, f64),
+    ZeroOneAdam,
 }
 
+impl Opt {
+    /// The peak learning rate: LAMB's steps are `lr·coeff·u` with the
+    /// coefficient capped at `max_coeff`.
+    fn lr(self) -> f64 {
+        match self {
+            Opt::Lamb(c) | Opt::OnebitLamb(_, c) if c < 1.0 => 0.05,
+            _ => 0.02,
+        }
+    }
+}
+
+/// 0/1 Adam's schedule for the 600 steps: variance steps until 300 (16
+/// at interval 1, then 2, 4, 8, 16), then local steps synchronising every
+/// 1, 2, 4 steps (doubling every 100).
+const ZERO_ONE: ZeroOneAdamConfig = ZeroOneAdamConfig {
+    var_freeze_step: 300,
+    var_update_scaler: 16,
+    local_step_scaler: 100,
+    local_step_clipper: 8,
+};
+
 fn optimizer<'c>(kind: Opt, params: Vec<Parameter>, comm: &'c dyn Communicator) -> Box<dyn Optimizer + 'c> {
+    let hyper = OnebitOptions {
+        lr: kind.lr(),
+        ..Default::default()
+    };
+    let lamb = |freeze_step, max_coeff| OnebitLambConfig {
+        freeze_step,
+        max_coeff,
+        ..Default::default()
+    };
     match kind {
         Opt::Adam => Box::new(
             Adam::new(
                 params,
                 AdamOptions {
-                    lr: hyper().lr,
+                    lr: kind.lr(),
                     ..Default::default()
                 },
             )
             .unwrap(),
         ),
         Opt::OnebitAdam => Box::new(
-            OnebitAdam::new(params, hyper(), 20)
+            OnebitAdam::new(params, hyper, 20)
                 .unwrap()
                 .with_reducer(CompressedAllReduce::new(comm)),
         ),
-        Opt::Lamb | Opt::OnebitLamb => {
-            let freeze_step = if matches!(kind, Opt::Lamb) { u64::MAX } else { 400 };
-            let cfg = OnebitLambConfig {
-                freeze_step,
-                ..Default::default()
-            };
-            Box::new(
-                OnebitLamb::new(params, hyper(), cfg)
-                    .unwrap()
-                    .with_reducer(CompressedAllReduce::new(comm)),
-            )
-        }
+        Opt::Lamb(c) => Box::new(
+            OnebitLamb::new(params, hyper, lamb(u64::MAX, c))
+                .unwrap()
+                .with_reducer(CompressedAllReduce::new(comm)),
+        ),
+        Opt::OnebitLamb(freeze, c) => Box::new(
+            OnebitLamb::new(params, hyper, lamb(freeze, c))
+                .unwrap()
+                .with_reducer(CompressedAllReduce::new(comm)),
+        ),
+        Opt::ZeroOneAdam => Box::new(
+            ZeroOneAdam::new(params, hyper, ZERO_ONE)
+                .unwrap()
+                .with_reducer(CompressedAllReduce::new(comm)),
+        ),
     }
 }
 
 /// Trains the least-squares model on `n` ranks under DDP; returns every
-/// rank's parameter bits and final full-batch loss.
+/// rank's parameter bits and final full-batch loss (on rank r's model).
 fn train_ls(n: usize, kind: Opt) -> Vec<(Vec<u32>, f32)> {
     LocalGroup::run(n, |comm| {
         let ddp = DistributedDataParallel::new(ls_model(), comm, DdpConfig::default())?;
@@ -349,7 +385,7 @@ fn train_ls(n: usize, kind: Opt) -> Vec<(Vec<u32>, f32)> {
         for s in 0..STEPS {
             // A linear decay to a tenth, so that every optimizer settles
             // near the noise floor.
-            opt.set_lr(hyper().lr * (1.0 - 0.9 * s as f64 / STEPS as f64));
+            opt.set_lr(kind.lr() * (1.0 - 0.9 * s as f64 / STEPS as f64));
             let grads = ddp.backward_for(&ls_loss(&ddp, s, r * per..(r + 1) * per), opt.as_ref())?;
             opt.step(&grads)
                 .map_err(|e| CommError::arg("step", e.to_string()))?;
@@ -368,21 +404,24 @@ fn train_ls(n: usize, kind: Opt) -> Vec<(Vec<u32>, f32)> {
     .collect()
 }
 
-/// Spec §4.5 items 4 and 9: after compressed steps every rank holds bitwise
-/// the same parameters, and the final loss of 1-bit Adam is within 5% of
-/// Adam's (measured: within 1%; both end near the noise floor, about
-/// 0.0033). 1-bit LAMB freezes late (step 400 of 600): its frozen trust ratio is the
-/// running average of the warm-up's, which on this problem climbs from
-/// 0.02 to the 10 of `max_coeff` over the first ~400 steps, and freezing
-/// it early stalls training (as it would in DeepSpeed).
+/// Spec §4.5 items 4 and 9: after the last step (a compressed exchange, or
+/// for 0/1 Adam a synchronisation: 600 is a multiple of 4) every rank
+/// holds bitwise the same parameters, and each compressed optimizer ends
+/// within 3% of its exact counterpart (Adam, or LAMB with the same
+/// `max_coeff`); all end near the noise floor, about 0.0034.
+///
+/// 1-bit LAMB runs as DeepSpeed's tutorial configures it (`max_coeff`
+/// 0.3), frozen at step 200 once the trust ratio has settled at its cap.
+/// `lamb_early_freeze_matches_the_reference` covers the other case.
 #[test]
-fn least_squares_converges_like_adam_with_equal_ranks() {
+fn least_squares_converges_like_the_exact_optimizers_with_equal_ranks() {
     let adam = train_ls(1, Opt::Adam)[0].1;
-    let lamb = train_ls(1, Opt::Lamb)[0].1;
-    // 1-bit LAMB does not yet get within a few % of exact LAMB here (it
-    // ends near 0.27 against 0.0035, from 3.8): only its descent is
-    // asserted until that is understood.
-    for (kind, exact, tol) in [(Opt::OnebitAdam, adam, 1.05), (Opt::OnebitLamb, lamb, 100.0)] {
+    let lamb = train_ls(1, Opt::Lamb(0.3))[0].1;
+    for (kind, exact) in [
+        (Opt::OnebitAdam, adam),
+        (Opt::OnebitLamb(200, 0.3), lamb),
+        (Opt::ZeroOneAdam, adam),
+    ] {
         for n in [2, 4] {
             let ranks = train_ls(n, kind);
             for (r, (hash, _)) in ranks.iter().enumerate() {
@@ -393,11 +432,31 @@ fn least_squares_converges_like_adam_with_equal_ranks() {
             }
             let loss = ranks[0].1;
             assert!(
-                loss <= exact * tol,
+                loss <= exact * 1.03,
                 "{kind:?} n {n}: loss {loss} vs exact {exact}"
             );
         }
     }
+}
+
+/// 1-bit LAMB with DeepSpeed's default `max_coeff` (10), frozen at step
+/// 400: here the warm-up's trust ratio is still climbing (its running
+/// average is about 0.8 at the freeze, exact LAMB's ratio ends at the cap
+/// of 10), so the frozen ratio makes the compression stage take steps
+/// about ten times shorter than exact LAMB's and the loss ends near 0.27
+/// against LAMB's 0.0035. That is DeepSpeed's algorithm, not a defect of
+/// this one: `scripts/onebit_reference.py`, an independent NumPy
+/// implementation of spec §4.3 on the same data, ends at 0.2716 (n = 2)
+/// and 0.00345 (exact).
+#[test]
+fn lamb_early_freeze_matches_the_reference() {
+    let exact = train_ls(1, Opt::Lamb(10.0))[0].1;
+    assert!((exact - 0.00345).abs() < 0.0001, "exact LAMB {exact}");
+    let onebit = train_ls(2, Opt::OnebitLamb(400, 10.0))[0].1;
+    assert!(
+        (onebit - 0.2716).abs() < 0.02,
+        "1-bit LAMB {onebit} vs the reference's 0.2716"
+    );
 }
 
 /// Spec §4.5 item 8 (DS `TestOneBitAdamExpAvgMask`): masked positions stay
@@ -451,5 +510,123 @@ fn exp_avg_mask_and_reload_zero_the_errors() {
             &p[3..6]
         );
         assert!(reset, "a reload zeroes the errors and keeps the freeze");
+    }
+}
+
+/// 0/1 Adam on two ranks under DDP, step by step: it asks for averaged
+/// gradients exactly before the variance steps; the compressed steps and the synchronisations
+/// (and only they) put bits on the wire, one compressed all-reduce per
+/// parameter of DeepSpeed's byte count; the ranks hold bitwise the same
+/// parameters after every step but the local ones, and the local steps
+/// do make them differ.
+#[test]
+fn zero_one_adam_exchanges_only_on_its_schedule() {
+    let cfg = ZeroOneAdamConfig {
+        var_freeze_step: 20,
+        var_update_scaler: 2,
+        local_step_scaler: 3,
+        local_step_clipper: 4,
+    };
+    let n = 2;
+    let per_rank = LocalGroup::run(n, |comm| {
+        let ddp = DistributedDataParallel::new(ls_model(), comm, DdpConfig::default())?;
+        let mut opt = ZeroOneAdam::new(ddp.parameters(), hyper(), cfg)
+            .unwrap()
+            .with_reducer(CompressedAllReduce::new(comm));
+        let r = comm.rank();
+        let mut log = Vec::new();
+        for s in 0..40 {
+            let exact = opt.wants_averaged_grads();
+            let grads = ddp.backward_for(&ls_loss(&ddp, s, r * 8..(r + 1) * 8), &opt)?;
+            opt.step(&grads)
+                .map_err(|e| CommError::arg("step", e.to_string()))?;
+            let hash: Vec<u32> = ddp
+                .parameters()
+                .iter()
+                .flat_map(|p| bits(&p.tensor().to_vec::<f32>().unwrap()))
+                .collect();
+            log.push((exact, opt.last_step().unwrap(), opt.take_wire_stats(), hash));
+        }
+        Ok::<_, CommError>(log)
+    })
+    .unwrap();
+    let logs: Vec<_> = per_rank.into_iter().map(|r| r.unwrap()).collect();
+    // Per parameter (8 weights, 1 bias: each pads to 16): two phases of one
+    // 8-byte word of bits and one 4-byte scale to the other rank.
+    let per_call = 2 * 8;
+    let mut local_differs = false;
+    for (t, ((exact, kind, stats, hash), (_, _, _, hash1))) in logs[0].iter().zip(&logs[1]).enumerate() {
+        let t = t + 1;
+        assert_eq!(*exact, *kind == ZeroOneStep::Variance, "step {t}");
+        let exchanges = matches!(kind, ZeroOneStep::Compressed | ZeroOneStep::Sync);
+        assert_eq!(
+            stats.compressed_calls,
+            if exchanges { 2 } else { 0 },
+            "step {t} {kind:?}"
+        );
+        assert_eq!(stats.bit_bytes, stats.compressed_calls * per_call, "step {t}");
+        assert_eq!(stats.scale_bytes, stats.compressed_calls * 8, "step {t}");
+        if *kind == ZeroOneStep::Local {
+            local_differs |= hash != hash1;
+        } else {
+            assert_eq!(hash, hash1, "step {t} ({kind:?}): the ranks differ");
+        }
+    }
+    assert!(local_differs, "local steps follow each rank's own gradients");
+}
+
+/// 0/1 Adam on the least-squares problem for 40 steps of the schedule of
+/// `zero_one_adam_exchanges_only_on_its_schedule` (7 variance steps, 13
+/// compressed ones, 20 local steps with 9 synchronisations), against
+/// `scripts/onebit_reference.py`, an independent NumPy implementation of
+/// spec §4.4 on the same data: the parameters after step 40 (a
+/// synchronisation) agree to 1e-4 on 2 and 4 ranks.
+#[test]
+fn zero_one_adam_matches_the_reference() {
+    let text = include_str!("../fixtures/onebit_zero_one_reference.txt");
+    for n in [2, 4] {
+        let prefix = format!("zero_one {n} ");
+        let want: Vec<f32> = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .expect("fixture line")
+            .split(' ')
+            .map(|v| v.parse().unwrap())
+            .collect();
+        let cfg = ZeroOneAdamConfig {
+            var_freeze_step: 20,
+            var_update_scaler: 2,
+            local_step_scaler: 3,
+            local_step_clipper: 4,
+        };
+        let ranks = LocalGroup::run(n, |comm| {
+            let ddp = DistributedDataParallel::new(ls_model(), comm, DdpConfig::default())?;
+            let mut opt = ZeroOneAdam::new(ddp.parameters(), hyper(), cfg)
+                .unwrap()
+                .with_reducer(CompressedAllReduce::new(comm));
+            let (r, per) = (comm.rank(), ROWS / n);
+            for s in 0..40 {
+                let grads = ddp.backward_for(&ls_loss(&ddp, s, r * per..(r + 1) * per), &opt)?;
+                opt.step(&grads)
+                    .map_err(|e| CommError::arg("step", e.to_string()))?;
+            }
+            let params: Vec<f32> = ddp
+                .parameters()
+                .iter()
+                .flat_map(|p| p.tensor().to_vec::<f32>().unwrap())
+                .collect();
+            Ok::<_, CommError>(params)
+        })
+        .unwrap();
+        for (r, got) in ranks.into_iter().enumerate() {
+            let got = got.unwrap();
+            assert_eq!(got.len(), want.len());
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (a - b).abs() < 1e-4,
+                    "n {n} rank {r} [{i}]: {a} vs the reference's {b}"
+                );
+            }
+        }
     }
 }
