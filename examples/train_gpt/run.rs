@@ -37,6 +37,9 @@ pub fn main(args: &Args) -> BoxResult<()> {
     let Some(trained) = train(args)? else {
         return Ok(());
     };
+    if let (Some(first), Some(last)) = (trained.losses.first(), trained.losses.last()) {
+        println!("loss {first:.4} at the first step, {last:.4} at the last");
+    }
     if let Some(path) = &args.save {
         trained.state_dict.save(path)?;
         println!("saved {path}");
