@@ -49,11 +49,14 @@ fn train_gpt_trains_saves_and_generates() {
         .unwrap()
         .expect("world rank 0 runs in this process");
     assert_eq!(trained.losses.len(), 40);
-    let head: f64 = trained.losses[..5].iter().sum::<f64>() / 5.0;
+    let first = trained.losses[0];
     let tail: f64 = trained.losses[35..].iter().sum::<f64>() / 5.0;
-    // ln 256 = 5.55 at the start; byte frequencies alone reach ~3.3.
-    assert!(head > 4.5, "first losses {:?}", &trained.losses[..5]);
-    assert!(tail < head - 1.0, "loss fell from {head:.3} to {tail:.3}");
+    // ln 256 = 5.55 for the near-uniform initial model.
+    assert!(first > 5.0, "first loss {first}");
+    assert!(
+        tail < first - 1.0,
+        "loss fell from {first:.3} to {tail:.3} (last five steps)"
+    );
     trained.state_dict.save(&path).unwrap();
 
     let g = cli::Args::parse(
