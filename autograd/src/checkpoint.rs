@@ -34,7 +34,7 @@ where
         return f(inputs);
     }
     let f = Arc::new(f);
-    let rng_state = rng::default_state();
+    let rng_state = rng::snapshot();
     let detached: Vec<Var> = inputs.iter().map(Var::detach).collect();
     let (outputs, captured) = collect_edges(|| no_grad(|| f(&detached)));
     let outputs: Vec<Tensor> = outputs?.into_iter().map(Var::into_tensor).collect();
@@ -52,7 +52,7 @@ where
     let refs: Vec<&Var> = node_inputs.iter().collect();
 
     record_op_multi(registry::CHECKPOINT, outputs, &refs, move |grads, needs| {
-        recompute_backward(&*f, &saved, &captured, rng_state, grads, &needs[..n_explicit])
+        recompute_backward(&*f, &saved, &captured, &rng_state, grads, &needs[..n_explicit])
     })
 }
 
@@ -98,7 +98,7 @@ fn recompute_backward<F>(
     f: &F,
     saved: &[Tensor],
     captured: &[Edge],
-    rng_state: rng::RngState,
+    rng_state: &rng::RngSnapshot,
     grads: &[Option<Tensor>],
     needs_explicit: &[bool],
 ) -> Result<Vec<Option<Tensor>>>
@@ -117,10 +117,10 @@ where
             }
         })
         .collect();
-    let outer_rng = rng::default_state();
-    rng::set_default_state(rng_state);
+    let outer_rng = rng::snapshot();
+    rng::restore(rng_state);
     let outputs = enable_grad(|| f(&fresh));
-    rng::set_default_state(outer_rng);
+    rng::restore(&outer_rng);
     let outputs = outputs?;
     if outputs.len() != grads.len() {
         return Err(Error::arg(

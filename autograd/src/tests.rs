@@ -141,16 +141,25 @@ fn run_twice<F: Fn() -> Result<Vec<f64>>>(f: F) -> (Vec<f64>, Vec<f64>) {
 }
 
 #[test]
-fn checkpoint_matches_plain_run_bitwise_with_randomness() {
+fn checkpoint_matches_plain_run_bitwise_with_randomness_on_every_stream() {
     let w1 = Var::leaf(t(&[0.5, -1.5, 2.0], &[3]));
     let w2 = Var::leaf(t(&[1.25, 0.75, -0.5], &[3]));
     let x = Var::leaf(t(&[1.0, 2.0, 3.0], &[3]));
     let segment = {
         let (w1, w2) = (w1.clone(), w2.clone());
-        move |xs: &[Var]| -> Result<Vec<Var>> { Ok(vec![mul(&noisy(&mul(&xs[0], &w1)), &w2)]) }
+        move |xs: &[Var]| -> Result<Vec<Var>> {
+            // One draw from the default generator, one from a named stream
+            // (tensor parallelism's model-parallel dropout): the replay must
+            // restore both.
+            let h = noisy(&mul(&xs[0], &w1));
+            let h = tessera_tensor::rng::fork("ckpt-test", || noisy(&h))?;
+            Ok(vec![mul(&h, &w2)])
+        }
     };
     let go = |ckpt: bool| -> Result<Vec<f64>> {
         tessera_tensor::rng::manual_seed(7);
+        tessera_tensor::rng::reset_tracked();
+        tessera_tensor::rng::add_tracked("ckpt-test", 8)?;
         let h = if ckpt {
             checkpoint(segment.clone(), std::slice::from_ref(&x))?.remove(0)
         } else {

@@ -2,7 +2,7 @@
 
 /// The usage text printed on a bad flag or `--help`.
 pub const USAGE: &str = "usage: train_gpt [generate] [--tp T] [--pp P] [--dp D] [--sp] [--micro-batches M]
-[--steps N] [--batch-size B] [--seq S] [--layers L] [--width H] [--heads N] [--lr F]
+[--steps N] [--batch-size B] [--seq S] [--layers L] [--width H] [--heads N] [--lr F] [--dropout P]
 [--seed N] [--data PATH] [--backend local|tcp] [--log-every N] [--save FILE]
 [--load FILE] [--generate N] [--prompt TEXT] [--temperature F]
 
@@ -17,6 +17,9 @@ pub const USAGE: &str = "usage: train_gpt [generate] [--tp T] [--pp P] [--dp D] 
   --layers/--width/--heads  model size (4, 128, 4); heads and the vocabulary (256)
                    must divide by T
   --lr             AdamW learning rate (3e-3)
+  --dropout P      dropout after the embeddings, on the attention probabilities
+                   and after each projection (0); with --tp, Megatron's
+                   model-parallel RNG (seed + 2718 + TP rank) inside the TP region
   --seed           seed of the init and the batches (0)
   --data           a text file or a directory of them (/usr/share/common-licenses)
   --log-every      steps between loss lines (10)
@@ -42,6 +45,7 @@ pub struct Args {
     pub width: usize,
     pub heads: usize,
     pub lr: f64,
+    pub dropout: f64,
     pub seed: u64,
     pub data: String,
     pub backend: String,
@@ -70,6 +74,7 @@ impl Args {
             width: 128,
             heads: 4,
             lr: 3e-3,
+            dropout: 0.0,
             seed: 0,
             data: "/usr/share/common-licenses".into(),
             backend: "local".into(),
@@ -107,6 +112,7 @@ impl Args {
                         "--width" => a.width = n()?,
                         "--heads" => a.heads = n()?,
                         "--lr" => a.lr = f()?,
+                        "--dropout" => a.dropout = f()?,
                         "--seed" => a.seed = v.parse().map_err(|e| bad(&e))?,
                         "--data" => a.data = v,
                         "--backend" if v == "local" || v == "tcp" => a.backend = v,
@@ -132,6 +138,9 @@ impl Args {
                 "--batch-size {} must divide into {} replicas × {} micro-batches",
                 a.batch_size, a.dp, a.micro_batches
             ));
+        }
+        if !(0.0..1.0).contains(&a.dropout) {
+            return Err(format!("--dropout {} must be in [0, 1)", a.dropout));
         }
         if a.prompt.is_empty() || a.temperature < 0.0 {
             return Err("--prompt must not be empty and --temperature must be ≥ 0".into());

@@ -15,9 +15,12 @@
 //! forward and 2 backward (`4L·a·B`), the vocabulary-parallel embedding
 //! one forward and the tied head's input one backward (`2·a·B`), and the
 //! cross-entropy 3 per-token scalars (`3·a·b·s·4`). With SP, each all-reduce
-//! becomes an all-gather plus a reduce-scatter of the same volume, and the
-//! replicated LayerNorm weights and row-parallel biases are all-reduced
-//! once per step (`a·(4L + 2)·h·4 + a·2L·h·4`). Lines:
+//! becomes an all-gather plus a reduce-scatter of the same volume (the
+//! embedding reduce-scatters its lookups along the sequence, Megatron's
+//! `reduce_scatter_embeddings`), and the gradients of the replicated
+//! parameters that see only `s/t` tokens are all-reduced once per step:
+//! LayerNorm weights and biases, row-parallel biases and the position
+//! table (`a·((4L + 2)·h + 2L·h + s·h)·4`). Lines:
 //! `bench\tgpt_tp2\ttessera\tbytes_measured_over_formula\t<x>\tratio`,
 //! `bench\tgpt_tp{1,2}\ttessera\tthroughput\t<x>\ttokens/s`, and the same for
 //! `gpt_tp2_sp`.
@@ -127,9 +130,7 @@ fn formula(t: usize, sp: bool) -> f64 {
     let act = B as f64 * s * h * 4.0;
     let mut bytes = 4.0 * l * a * act + 2.0 * a * act + 3.0 * a * B as f64 * s * 4.0;
     if sp {
-        // The embedding's sequence scatter all-gathers its gradient
-        // (Megatron avoids it by reduce-scattering the embedding itself).
-        bytes += a / 2.0 * act + a * (4.0 * l + 2.0) * h * 4.0 + a * 2.0 * l * h * 4.0;
+        bytes += a * ((4.0 * l + 2.0) * h + 2.0 * l * h + s * h) * 4.0;
     }
     bytes
 }

@@ -10,6 +10,7 @@ mod custom_module_example;
 mod mnist_mlp_e2e;
 mod prelude;
 mod train_example;
+mod train_gpt_example;
 mod train_mnist_example;
 mod train_mnist_onebit;
 mod train_mnist_pipeline;

@@ -18,10 +18,32 @@ use crate::element::ReduceOp;
 /// exponentials); backward is local: `softmax − onehot` on this rank's
 /// slice, times the incoming gradient.
 ///
+/// `label_smoothing` α (Megatron's argument of the same name) smooths the
+/// target as `torch.nn.functional.cross_entropy(label_smoothing=α)` does
+/// on the gathered logits: weight `1 − α + α/V` on the target and `α/V` on
+/// every class, so the loss is `(1 − α)·CE − α·mean_v log softmax(x)_v`
+/// and the gradient `softmax − (1 − α)·onehot − α/V`. The sum of the
+/// logits that the mean needs travels in the third all-reduce. (Megatron
+/// spreads α over the `K − 1` other classes instead, with `K` the size of
+/// its local partition and the mean over it, so its smoothed loss differs
+/// from torch's and, for t > 1, between ranks.)
+///
 /// Errors when the logits are not f32, the shapes do not fit, a target is
-/// outside `0 .. V`, or a collective fails.
-pub fn vocab_parallel_cross_entropy(logits: &Var, target: &Tensor, comm: &TpComm) -> Result<Var> {
+/// outside `0 .. V`, `label_smoothing` is outside `[0, 1]`, or a
+/// collective fails.
+pub fn vocab_parallel_cross_entropy(
+    logits: &Var,
+    target: &Tensor,
+    comm: &TpComm,
+    label_smoothing: f64,
+) -> Result<Var> {
     const OP: &str = "vocab_parallel_cross_entropy";
+    if !(0.0..=1.0).contains(&label_smoothing) {
+        return Err(Error::arg(
+            OP,
+            format!("label_smoothing must be in [0, 1], got {label_smoothing}"),
+        ));
+    }
     let x = logits.tensor();
     if x.dtype() != DType::F32 || target.dtype() != DType::I64 {
         return Err(Error::dtype(
@@ -74,11 +96,31 @@ pub fn vocab_parallel_cross_entropy(logits: &Var, target: &Tensor, comm: &TpComm
         .collect();
     let pred = all_reduce(comm, pred_local, &lead, ReduceOp::Sum)?;
 
+    // Per token Σ exp(z) and, for label smoothing, Σ z: one all-reduce.
+    let alpha = label_smoothing as f32;
+    let width = if alpha > 0.0 { 2 } else { 1 };
+    let sum_z: Vec<f32> = z.chunks(part).map(|row| row.iter().sum()).collect();
     z.iter_mut().for_each(|v| *v = v.exp());
-    let sum_local: Vec<f32> = z.chunks(part).map(|row| row.iter().sum()).collect();
-    let sum_exp = all_reduce(comm, sum_local, &lead, ReduceOp::Sum)?;
+    let mut sums_local = Vec::with_capacity(width * sum_z.len());
+    for (row, sz) in z.chunks(part).zip(&sum_z) {
+        sums_local.push(row.iter().sum::<f32>());
+        if width == 2 {
+            sums_local.push(*sz);
+        }
+    }
+    let n = sums_local.len();
+    let sums = all_reduce(comm, sums_local, &[n], ReduceOp::Sum)?;
+    let sum_exp: Vec<f32> = sums.iter().step_by(width).copied().collect();
 
-    let loss: Vec<f32> = sum_exp.iter().zip(&pred).map(|(s, p)| s.ln() - p).collect();
+    let inv_v = 1.0 / vocab as f32;
+    let loss: Vec<f32> = sums
+        .chunks(width)
+        .zip(&pred)
+        .map(|(s, p)| match s {
+            [se, sz] => se.ln() - (1.0 - alpha) * p - alpha * sz * inv_v,
+            _ => s[0].ln() - p,
+        })
+        .collect();
     let loss = Tensor::from_vec(loss, &lead)?;
     let shape = x.shape().to_vec();
     Ok(record(OP, loss, &[logits], move |g, _| {
@@ -86,8 +128,11 @@ pub fn vocab_parallel_cross_entropy(logits: &Var, target: &Tensor, comm: &TpComm
         let mut softmax = z;
         for (((row, s), &y), dl) in softmax.chunks_mut(part).zip(&sum_exp).zip(&tokens).zip(&g) {
             row.iter_mut().for_each(|v| *v /= s);
+            if alpha > 0.0 {
+                row.iter_mut().for_each(|v| *v -= alpha * inv_v);
+            }
             if let Some(k) = own(y) {
-                row[k] -= 1.0;
+                row[k] -= 1.0 - alpha;
             }
             row.iter_mut().for_each(|v| *v *= dl);
         }

@@ -4,15 +4,14 @@
 
 use tessera_autograd::{Parameter, Var};
 use tessera_nn::models::{Gpt, GptConfig};
-use tessera_nn::{Embedding, LayerNorm, Module};
+use tessera_nn::{Dropout, Embedding, LayerNorm, Module};
 use tessera_tensor::{DType, Error, Result, StateDict, Tensor};
 
 use super::blocks::{copy_norm, norm_role, ParallelTransformerLayer};
 use super::cross_entropy::vocab_parallel_cross_entropy;
 use super::layers::VocabParallelEmbedding;
-use super::mappings::{
-    copy_to_tensor_parallel_region, gather_from_sequence_parallel_region, scatter_to_sequence_parallel_region,
-};
+use super::mappings::{copy_to_tensor_parallel_region, gather_from_sequence_parallel_region};
+use super::random::region_dropout;
 use super::{TensorParallel, TpComm, TpRole};
 use crate::pipeline::LossFn;
 
@@ -53,9 +52,10 @@ pub struct GptParallelLayers {
 }
 
 impl GptParallel {
-    /// Slices `master` for this rank of `comm`. Errors when the vocabulary,
-    /// the heads or `4h` do not divide by the group size, or the master has
-    /// dropout.
+    /// Slices `master` for this rank of `comm` (dropout included: with
+    /// `p > 0`, training needs `model_parallel_manual_seed` on each rank's
+    /// thread). Errors when the vocabulary, the heads or `4h` do not divide
+    /// by the group size.
     pub fn from_master(master: &Gpt, comm: &TpComm, sequence_parallel: bool) -> Result<Self> {
         let wte = VocabParallelEmbedding::from_master(&master.wte, comm)?;
         let head_weight = wte.weight.clone();
@@ -71,6 +71,7 @@ impl GptParallel {
                     weight: Parameter::new(master.wpe.weight.tensor()),
                     padding_idx: None,
                 },
+                drop: master.drop.clone(),
                 comm: comm.clone(),
                 sequence_parallel,
             },
@@ -144,7 +145,7 @@ impl GptParallel {
     pub fn loss_fn(comm: TpComm) -> LossFn {
         Box::new(move |logits: &Var, targets: &Tensor| {
             let t = targets.transpose(0, 1)?.contiguous()?;
-            vocab_parallel_cross_entropy(logits, &t, &comm)?.mean(&[0, 1], false)
+            vocab_parallel_cross_entropy(logits, &t, &comm, 0.0)?.mean(&[0, 1], false)
         })
     }
 
@@ -208,15 +209,20 @@ impl TensorParallel for GptParallel {
     }
 }
 
-/// Token (vocabulary-parallel) plus position embedding, turned to
-/// `[s, b, h]` and, under sequence parallelism, cut to this rank's `s/t`
-/// positions.
+/// Token (vocabulary-parallel) plus position embedding and dropout, as
+/// `[s, b, h]`; under sequence parallelism only this rank's `s/t`
+/// positions: the token lookups are reduce-scattered along the sequence
+/// (Megatron's `reduce_scatter_embeddings`) and this rank adds its rows of
+/// the position table.
 #[derive(Clone, Module)]
 pub struct GptEmbedding {
     /// This rank's rows of the token embedding.
     pub wte: VocabParallelEmbedding,
     /// The position embedding (replicated).
     pub wpe: Embedding,
+    /// Dropout after the sum (default stream, or the model-parallel one
+    /// under sequence parallelism).
+    pub drop: Dropout,
     #[module(skip)]
     comm: TpComm,
     #[module(skip)]
@@ -225,13 +231,16 @@ pub struct GptEmbedding {
 
 impl Module for GptEmbedding {
     /// `tokens` `[b, s]` i64 → `[s, b, h]` (`[s/t, b, h]` with sequence
-    /// parallelism). Errors when `s` exceeds the position table.
+    /// parallelism). Errors when `s` exceeds the position table, does not
+    /// divide by the group size under sequence parallelism, or dropout
+    /// needs the model-parallel RNG and it was not seeded.
     fn forward(&self, tokens: &Var) -> Result<Var> {
+        const OP: &str = "GptEmbedding";
         let s = match tokens.shape() {
             &[_, s] if s <= self.wpe.weight.shape()[0] => s,
             other => {
                 return Err(Error::shape(
-                    "GptEmbedding",
+                    OP,
                     format!(
                         "tokens must be [b, s ≤ {}], got {other:?}",
                         self.wpe.weight.shape()[0]
@@ -239,20 +248,26 @@ impl Module for GptEmbedding {
                 ))
             }
         };
-        let pos = Var::constant(Tensor::arange_int(0, s as i64, 1, DType::I64)?);
-        let x = self.wte.forward(tokens)?.add(&self.wpe.forward(&pos)?)?;
-        let x = x.transpose(0, 1)?.contiguous()?;
-        match self.sequence_parallel {
-            true => scatter_to_sequence_parallel_region(&x, &self.comm),
-            false => Ok(x),
-        }
+        let x = if self.sequence_parallel {
+            let x = self.wte.forward_reduce_scatter(tokens)?;
+            let part = x.shape()[0];
+            let first = (self.comm.rank() * part) as i64;
+            let pos = Var::constant(Tensor::arange_int(first, first + part as i64, 1, DType::I64)?);
+            x.add(&self.wpe.forward(&pos)?.unsqueeze(1)?)?
+        } else {
+            let pos = Var::constant(Tensor::arange_int(0, s as i64, 1, DType::I64)?);
+            let x = self.wte.forward(tokens)?.add(&self.wpe.forward(&pos)?)?;
+            x.transpose(0, 1)?.contiguous()?
+        };
+        region_dropout(&self.drop, &x, self.sequence_parallel, OP)
     }
 }
 
 impl TensorParallel for GptEmbedding {
     fn tp_params(&self) -> Vec<(Parameter, TpRole)> {
         let mut out = self.wte.tp_params();
-        out.push((self.wpe.weight.clone(), TpRole::Replicated));
+        // Under sequence parallelism each rank adds only its positions' rows.
+        out.push((self.wpe.weight.clone(), norm_role(self.sequence_parallel)));
         out
     }
 }

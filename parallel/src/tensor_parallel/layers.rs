@@ -245,17 +245,32 @@ impl VocabParallelEmbedding {
     pub fn master_weight(&self) -> Result<Tensor> {
         unshard(&self.comm, &self.weight.tensor(), 0, 1)
     }
-}
 
-impl Module for VocabParallelEmbedding {
-    /// `ids` holds i64 token ids of any shape; returns `[*, h]`. Errors for
-    /// a non-i64 input, an id outside `0 .. V`, or a failed all-reduce.
-    fn forward(&self, ids: &Var) -> Result<Var> {
-        const OP: &str = "VocabParallelEmbedding";
+    /// The lookup for sequence parallelism (Megatron's
+    /// `reduce_scatter_embeddings=True`): `ids` `[b, s]` → this rank's
+    /// `s/t` positions `[s/t, b, h]`, the ranks' partial lookups
+    /// reduce-scattered along the sequence (and the gradient all-gathered
+    /// back) instead of all-reduced and then cut. Errors as
+    /// [`Module::forward`], for ids that are not `[b, s]`, and when `s`
+    /// does not divide by the group size.
+    pub fn forward_reduce_scatter(&self, ids: &Var) -> Result<Var> {
+        const OP: &str = "VocabParallelEmbedding::forward_reduce_scatter";
+        if ids.ndim() != 2 {
+            return Err(Error::shape(
+                OP,
+                format!("token ids must be [b, s], got {:?}", ids.shape()),
+            ));
+        }
+        let rows = self.partial_lookup(ids, OP)?.transpose(0, 1)?.contiguous()?;
+        reduce_scatter_to_sequence_parallel_region(&rows, &self.comm)
+    }
+
+    /// This rank's rows for the ids it owns, zeros for the others: `[*, h]`.
+    fn partial_lookup(&self, ids: &Var, op: &'static str) -> Result<Var> {
         let ids_t = ids.tensor();
         if ids_t.dtype() != DType::I64 {
             return Err(Error::dtype(
-                OP,
+                op,
                 format!("token ids must be i64, got {}", ids_t.dtype()),
             ));
         }
@@ -264,7 +279,7 @@ impl Module for VocabParallelEmbedding {
         let all = ids_t.to_vec::<i64>()?;
         if let Some(bad) = all.iter().find(|&&i| i < 0 || i as u64 >= vocab as u64) {
             return Err(Error::index(
-                OP,
+                op,
                 format!("token id {bad} outside the vocabulary 0..{vocab}"),
             ));
         }
@@ -278,7 +293,16 @@ impl Module for VocabParallelEmbedding {
         keep_shape.push(1);
         let local = Tensor::from_vec(local, ids_t.shape())?;
         let keep = Var::constant(Tensor::from_vec(keep, &keep_shape)?);
-        let rows = self.weight.var().embedding(&local, None)?.mul(&keep)?;
+        self.weight.var().embedding(&local, None)?.mul(&keep)
+    }
+}
+
+impl Module for VocabParallelEmbedding {
+    /// `ids` holds i64 token ids of any shape; returns `[*, h]`, the ranks'
+    /// partial lookups all-reduced. Errors for a non-i64 input, an id
+    /// outside `0 .. V`, or a failed all-reduce.
+    fn forward(&self, ids: &Var) -> Result<Var> {
+        let rows = self.partial_lookup(ids, "VocabParallelEmbedding")?;
         reduce_from_tensor_parallel_region(&rows, &self.comm)
     }
 }

@@ -12,6 +12,8 @@
 //!   parameter a [`TpRole`]): the TP all-reduce of sequence-parallel
 //!   gradients ([`SequenceParallelGradSync`]) and a global gradient norm
 //!   counting TP-duplicated parameters once ([`tp_grad_norm`]).
+//! * [`random`]: Megatron's model-parallel RNG for dropout inside and
+//!   outside the tensor-parallel region ([`model_parallel_manual_seed`]).
 //! * [`TrafficMeter`]: a communicator wrapper counting the bytes each rank
 //!   sends, to check the communication volume against the formulas.
 //!
@@ -31,6 +33,7 @@ mod gpt;
 mod grads;
 mod layers;
 pub mod mappings;
+pub mod random;
 mod shard;
 mod traffic;
 mod trainer;
@@ -42,6 +45,7 @@ pub use grads::{allreduce_sequence_parallel_grads, tp_grad_norm, SequenceParalle
 pub use layers::{
     ColumnOptions, ColumnParallelLinear, RowOptions, RowParallelLinear, VocabParallelEmbedding,
 };
+pub use random::{model_parallel_manual_seed, MODEL_PARALLEL_RNG};
 pub use shard::{shard, unshard};
 pub use traffic::TrafficMeter;
 pub use trainer::{train_gpt_3d, Gpt3dOptions, Gpt3dOutcome, MakeOptimizer};

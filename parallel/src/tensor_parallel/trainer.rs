@@ -8,6 +8,7 @@ use tessera_tensor::{StateDict, Tensor};
 
 use super::gpt::GptParallel;
 use super::grads::SequenceParallelGradSync;
+use super::random::model_parallel_manual_seed;
 use crate::comm::{CommExt, Communicator};
 use crate::error::{CommError, Result};
 use crate::grid::ParallelGrid;
@@ -24,6 +25,11 @@ pub struct Gpt3dOptions {
     pub schedule: Schedule,
     /// Sequence parallelism inside each tensor-parallel group.
     pub sequence_parallel: bool,
+    /// The dropout seed (Megatron's `--seed`): each rank's thread is seeded
+    /// with `model_parallel_manual_seed(seed + 100·pp_rank, tp_rank)`, as
+    /// Megatron's `_set_random_seed` does, so the replicas of the data axis
+    /// draw the same masks and the stages different ones.
+    pub seed: u64,
 }
 
 /// What [`train_gpt_3d`] returns on one rank.
@@ -45,7 +51,8 @@ pub type MakeOptimizer<'a> = &'a dyn Fn(Vec<Parameter>) -> tessera_tensor::Resul
 /// for its TP rank, ties the token embedding between the first and last
 /// stage, and for each step `0 .. steps` takes the global batch
 /// `batch(step) = (tokens [B, s], targets [B, s])`, keeps its replica's
-/// `B/d` rows and trains them through the schedule; gradients are averaged
+/// `B/d` rows and trains them through the schedule (dropout seeded as
+/// [`Gpt3dOptions::seed`] says); gradients are averaged
 /// over the DP group and the sequence-parallel ones summed over TP before
 /// `make_opt`'s optimizer steps. Calls `report(step, &report)` after each
 /// step. Returns this rank's parameters and, on world rank 0, the
@@ -63,6 +70,8 @@ pub fn train_gpt_3d(
 ) -> Result<Gpt3dOutcome> {
     let pp = opts.schedule.stages();
     let grid = ParallelGrid::new(world, opts.tp, pp, opts.dp)?;
+    let stage_seed = opts.seed.wrapping_add(100 * grid.coords.pp as u64);
+    model_parallel_manual_seed(stage_seed, grid.coords.tp)?;
     let model = GptParallel::from_master(master, &grid.tp, opts.sequence_parallel)?;
     // The same parameter handles as the pipeline's layers, kept whole for
     // consolidation at the end.

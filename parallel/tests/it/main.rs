@@ -13,3 +13,4 @@ mod nccl;
 mod onebit;
 mod pipeline;
 mod tensor_parallel;
+mod tp_dropout;

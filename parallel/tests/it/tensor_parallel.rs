@@ -259,52 +259,69 @@ fn column_and_row_parallel_linear_grads_are_slices_of_the_full_grads() {
 }
 
 /// Vocabulary-parallel CE equals the CE of the gathered logits (loss and
-/// grad), issues exactly three collectives, and with t = 1 is the standard
-/// cross-entropy.
+/// grad), with and without label smoothing (torch's definition, as the
+/// `nn` cross-entropy), issues exactly three collectives, and with t = 1 is
+/// the standard cross-entropy.
 #[test]
 fn vocab_parallel_cross_entropy_equals_ce_on_gathered_logits() {
     for t in [1, 2, 4] {
         let (s, b, v) = (5, 3, 8 * t);
         tp_run(t, t, |tp, r| {
-            let full = randn(&[s, b, v], 2.0, 9);
-            let target =
-                Tensor::from_vec((0..s * b).map(|i| ((i * 7 + 3) % v) as i64).collect(), &[s, b]).unwrap();
-            let dloss = rand(&[s, b], 10);
+            for alpha in [0.0, 0.1, 0.7] {
+                let full = randn(&[s, b, v], 2.0, 9);
+                let target =
+                    Tensor::from_vec((0..s * b).map(|i| ((i * 7 + 3) % v) as i64).collect(), &[s, b])
+                        .unwrap();
+                let dloss = rand(&[s, b], 10);
 
-            let whole = Var::leaf(full.clone());
-            let opts = tessera_autograd::CrossEntropyOptions {
-                reduction: tessera_autograd::Reduction::None,
-                ..Default::default()
-            };
-            let flat_t = target.reshape(vec![s * b]).unwrap();
-            let want = whole
-                .reshape(vec![s * b, v])
-                .unwrap()
-                .cross_entropy(Target::Indices(&flat_t), &opts)
-                .unwrap();
-            let want_grad = grad(
-                &want.backward_with(&dloss.reshape(vec![s * b]).unwrap()).unwrap(),
-                &whole,
-            );
+                let whole = Var::leaf(full.clone());
+                let opts = tessera_autograd::CrossEntropyOptions {
+                    reduction: tessera_autograd::Reduction::None,
+                    label_smoothing: alpha,
+                    ..Default::default()
+                };
+                let flat_t = target.reshape(vec![s * b]).unwrap();
+                let want = whole
+                    .reshape(vec![s * b, v])
+                    .unwrap()
+                    .cross_entropy(Target::Indices(&flat_t), &opts)
+                    .unwrap();
+                let want_grad = grad(
+                    &want.backward_with(&dloss.reshape(vec![s * b]).unwrap()).unwrap(),
+                    &whole,
+                );
 
-            let meter = TrafficMeter::new(tp.clone());
-            let counted: TpComm = Arc::new(meter.clone());
-            let mine = Var::leaf(full.narrow(2, r * 8, 8).unwrap().contiguous().unwrap());
-            let loss = vocab_parallel_cross_entropy(&mine, &target, &counted).unwrap();
-            assert_eq!(meter.collectives(), 3, "three all-reduces");
-            assert_close(
-                loss.tensor(),
-                &want.tensor().reshape(vec![s, b]).unwrap(),
-                1e-5,
-                "loss",
-            );
-            let g = grad(&loss.backward_with(&dloss).unwrap(), &mine);
-            assert_close(&g, &want_grad.narrow(2, r * 8, 8).unwrap(), 1e-6, "grad");
+                let meter = TrafficMeter::new(tp.clone());
+                let counted: TpComm = Arc::new(meter.clone());
+                let mine = Var::leaf(full.narrow(2, r * 8, 8).unwrap().contiguous().unwrap());
+                let loss = vocab_parallel_cross_entropy(&mine, &target, &counted, alpha).unwrap();
+                assert_eq!(meter.collectives(), 3, "three all-reduces");
+                let what = format!("t={t} label_smoothing={alpha}");
+                assert_close(
+                    loss.tensor(),
+                    &want.tensor().reshape(vec![s, b]).unwrap(),
+                    1e-5,
+                    &format!("{what} loss"),
+                );
+                let g = grad(&loss.backward_with(&dloss).unwrap(), &mine);
+                assert_close(
+                    &g,
+                    &want_grad.narrow(2, r * 8, 8).unwrap(),
+                    1e-6,
+                    &format!("{what} grad"),
+                );
+            }
+            let mine = Var::leaf(randn(&[s, b, 8], 1.0, 11));
             let bad = Tensor::from_vec(vec![v as i64; s * b], &[s, b]).unwrap();
             assert!(
-                vocab_parallel_cross_entropy(&mine, &bad, tp).is_err(),
+                vocab_parallel_cross_entropy(&mine, &bad, tp, 0.0).is_err(),
                 "target out of range"
             );
+            let ok = Tensor::from_vec(vec![0i64; s * b], &[s, b]).unwrap();
+            for alpha in [-0.1, 1.5, f64::NAN] {
+                let e = vocab_parallel_cross_entropy(&mine, &ok, tp, alpha).unwrap_err();
+                assert!(e.to_string().contains("label_smoothing"), "{e}");
+            }
         });
     }
 }
@@ -662,6 +679,7 @@ fn check_3d_rank(world: &dyn Communicator, tp: usize, pp: usize, dp: usize, sp: 
         dp,
         schedule: Schedule::one_f_one_b(pp, 2).unwrap(),
         sequence_parallel: sp,
+        seed: 1,
     };
     let mut losses = Vec::new();
     let outcome = train_gpt_3d(

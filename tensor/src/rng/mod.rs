@@ -23,15 +23,22 @@
 //! with [`Generator::set_state`] replays exactly the same tensors. The
 //! per-thread default generator (used by the methods without a `_with`
 //! suffix) is reseeded with [`manual_seed`] and saved/restored with
-//! [`default_state`] / [`set_default_state`].
+//! [`default_state`] / [`set_default_state`]. Named streams beside it
+//! (Megatron's RNG tracker, for tensor parallelism) live in this thread's
+//! table: [`add_tracked`], [`fork`], and [`snapshot`] / [`restore`] for all
+//! streams at once.
 
 mod philox;
+mod tracker;
 
 use std::cell::RefCell;
 
 use rayon::prelude::*;
 
 pub use philox::philox4x32_10;
+pub use tracker::{
+    add_tracked, fork, reset_tracked, restore, set_tracked_states, snapshot, tracked_states, RngSnapshot,
+};
 
 /// The seed of the default generator before any [`manual_seed`] call
 /// (PyTorch's default seed).
