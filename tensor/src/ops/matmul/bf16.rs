@@ -94,7 +94,7 @@ impl Bf16Path {
         match self {
             Bf16Path::Amx => Some(PairPacking {
                 kernel: kern::amx_kernel(),
-                a_layout: ALayout::RowMajor,
+                a_layout: ALayout::Tiles,
                 unit_align: kern::AMX_DEPTH_UNITS,
             }),
             Bf16Path::Avx512Bf16 => Some(PairPacking {
@@ -194,8 +194,12 @@ enum ALayout {
     /// Unit `(p, i)` (depth pair `p`, row `i`) at `p*mr + i`: one broadcast
     /// per row and depth pair for the vector kernels.
     PairMajor,
-    /// Unit `(i, p)` at `i*units + p`: rows of pairs, as AMX tiles load them.
-    RowMajor,
+    /// Unit `(i, p)` at `(p/16)*16*mr + i*16 + p%16`: per step of 16 depth
+    /// pairs, `mr` rows of 64 bytes, so each AMX tile (16 rows of a step)
+    /// is one contiguous kilobyte and a step's tiles follow each other (a
+    /// row stride of `units*4` bytes would map a tile's rows to a few L1
+    /// sets).
+    Tiles,
 }
 
 /// Packing into bf16 pairs for one bf16 kernel. B panels are pair-major
@@ -218,7 +222,7 @@ impl PairPacking {
                 run,
                 ..kern::amx_kernel()
             },
-            a_layout: ALayout::RowMajor,
+            a_layout: ALayout::Tiles,
             unit_align: kern::AMX_DEPTH_UNITS,
         }
     }
@@ -248,13 +252,31 @@ impl Packing<bf16> for PairPacking {
             let i0 = rows.start + r * mr;
             let live = mr.min(m - i0);
             match self.a_layout {
-                ALayout::RowMajor => {
-                    for (i, row) in out.chunks_mut(u).enumerate() {
-                        if i < live {
-                            line_pairs(a.data, a.at(i0 + i, p0), a.cs, kc, |p, v| row[p] = v);
-                            row[kc.div_ceil(2)..].fill(0);
+                ALayout::Tiles => {
+                    const S: usize = kern::AMX_DEPTH_UNITS;
+                    if live < mr || kc.div_ceil(2) < u {
+                        out.fill(0);
+                    }
+                    for i in 0..live {
+                        if a.cs == 1 {
+                            // A row is already pairs in order: copy it in
+                            // runs of one tile row (16 pairs).
+                            let line = &a.data[a.at(i0 + i, p0)..][..kc];
+                            for (step, src) in line.chunks(2 * S).enumerate() {
+                                let dst = &mut out[step * S * mr + i * S..][..S];
+                                for (d, two) in dst.iter_mut().zip(src.chunks_exact(2)) {
+                                    *d = pair(two[0], two[1]);
+                                }
+                                if let [.., last] = src {
+                                    if src.len() % 2 == 1 {
+                                        dst[src.len() / 2] = pair(*last, bf16::ZERO);
+                                    }
+                                }
+                            }
                         } else {
-                            row.fill(0);
+                            line_pairs(a.data, a.at(i0 + i, p0), a.cs, kc, |p, v| {
+                                out[(p / S) * S * mr + i * S + p % S] = v
+                            });
                         }
                     }
                 }

@@ -50,7 +50,7 @@ fn run(
     }
 }
 
-/// The AMX kernel's contract in plain code: A as rows of `kc` pairs, B as
+/// The AMX kernel's contract in plain code: A as 32×16-pair tiles, B as
 /// `kc` rows of 32 column pairs, four 16×16 tiles, each sum from zero in
 /// depth order (even product, then odd, per pair), then added to C.
 unsafe fn tdpbf16ps_emulated(kc: usize, a: *const u32, b: *const u32, c: *mut f32, ldc: usize, add: bool) {
@@ -68,7 +68,7 @@ unsafe fn tdpbf16ps_emulated(kc: usize, a: *const u32, b: *const u32, c: *mut f3
         for j in 0..32 {
             let mut acc = 0f32;
             for p in 0..kc {
-                let (x, y) = (a[i * kc + p], b[p * 32 + j]);
+                let (x, y) = (a[(p / 16) * 512 + i * 16 + p % 16], b[p * 32 + j]);
                 acc += lo(x) * lo(y);
                 acc += hi(x) * hi(y);
             }
@@ -227,4 +227,83 @@ fn paths_parse_and_widen_always_runs() {
     let avail = Bf16Path::available();
     assert!(avail.contains(&Bf16Path::Widen) && avail.contains(&Bf16Path::Portable));
     assert!(avail.contains(&Bf16Path::best()));
+}
+
+/// Whether `/proc/cpuinfo` lists AMX-BF16 tiles: an oracle independent of
+/// the path's own CPUID probe.
+fn cpuinfo_lists_amx() -> bool {
+    std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|s| {
+        s.lines()
+            .any(|l| l.starts_with("flags") && l.split_whitespace().any(|f| f == "amx_bf16"))
+    })
+}
+
+/// Where the CPU has AMX-BF16 the AMX path must run (the tile permission
+/// granted, so the proptests above really execute `tdpbf16ps`), on every
+/// rayon worker at once, and agree with the f64 product; elsewhere it says
+/// why it is skipped.
+#[test]
+fn amx_path_runs_where_the_cpu_has_it() {
+    let why = Bf16Path::Amx.unsupported_reason();
+    if let Some(why) = &why {
+        assert!(
+            !cpuinfo_lists_amx(),
+            "the CPU lists amx_bf16 but the AMX path refuses: {why}"
+        );
+        eprintln!("AMX path skipped: {why}");
+        return;
+    }
+    assert_eq!(
+        Bf16Path::best(),
+        Bf16Path::Amx,
+        "AMX is the fastest path where it runs"
+    );
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(4).build().unwrap();
+    let (m, k, n) = (96, 70, 160);
+    let a = pick(&rand_f64(51, m * k), &[m, k], 0);
+    let b = pick(&rand_f64(52, k * n), &[k, n], 0);
+    let want = naive(&values_f64(&a), &values_f64(&b), m, k, n);
+    let results: Vec<Vec<f32>> = pool.install(|| {
+        use rayon::prelude::*;
+        (0..8)
+            .into_par_iter()
+            .map(|_| {
+                let mut c = vec![f32::NAN; m * n];
+                let shape = GemmShape {
+                    m,
+                    n,
+                    k,
+                    alpha: 1.0,
+                    beta: 0.0,
+                };
+                let out = MatMut {
+                    data: &mut c,
+                    off: 0,
+                    rs: n as isize,
+                    cs: 1,
+                };
+                gemm_bf16(
+                    shape,
+                    mat(&a),
+                    mat(&b),
+                    out,
+                    Epilogue::none(),
+                    Bf16Path::Amx,
+                    false,
+                );
+                c
+            })
+            .collect()
+    });
+    for c in &results {
+        assert!(
+            c.iter().zip(&want).all(|(&g, &w)| within(g as f64, w, k)),
+            "AMX result off"
+        );
+        assert_eq!(c, &results[0]);
+    }
+    eprintln!(
+        "AMX path ran: {} concurrent {m}x{k}x{n} products on tdpbf16ps",
+        results.len()
+    );
 }

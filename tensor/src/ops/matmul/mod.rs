@@ -4,8 +4,9 @@
 //! cache-blocked, multi-threaded GEMM (the `gemm`, `pack` and `kernel`
 //! submodules: a BLIS-style driver, panel packing, register-tile kernels).
 //!
-//! Dtypes: f32 and f64 compute natively; f16 and bf16 are converted to f32
-//! while packing, accumulate in f32 and round once at the end. Operands of
+//! Dtypes: f32 and f64 compute natively; bf16 runs on the bf16 GEMM of
+//! [`bf16`] (bf16 products, f32 sums); f16 is converted to f32 while packing
+//! and runs on the f32 kernels. Both round once at the end. Operands of
 //! different dtypes are an error asking for an explicit cast (as in
 //! PyTorch's matmul); integer and bool operands are an error.
 
@@ -329,6 +330,10 @@ where
     out.to_dtype(S::DTYPE)
 }
 
+/// Multiply-adds below which a batch of at least as many products as
+/// threads runs one product per task rather than each on all threads.
+const BATCH_FLOPS: usize = 1 << 22;
+
 /// The batched product of `a` seen through `la` (`[batch.., m, k]`) and `b`
 /// through `lb` (`[batch.., k, n]`) into a fresh contiguous
 /// `[batch.., m, n]` tensor of `dtype`. Many small products run one per
@@ -410,8 +415,14 @@ where
         if m * n == 0 {
             return;
         }
-        let small = m.saturating_mul(n).saturating_mul(k) < gemm::PAR_FLOPS;
-        if count > 1 && small {
+        // One product per task when a product alone would not keep the
+        // threads busy (attention heads: 18 × 65×64×65): the per-product
+        // fork-join and packing handoffs cost more than they spread. Every
+        // product sums in the same order either way.
+        let work = m.saturating_mul(n).saturating_mul(k);
+        let per_task =
+            work < gemm::PAR_FLOPS || (count >= rayon::current_num_threads() && work < BATCH_FLOPS);
+        if count > 1 && per_task {
             c.par_chunks_mut(m * n)
                 .enumerate()
                 .for_each(|(i, ci)| one(i, ci, false));

@@ -135,6 +135,27 @@ proptest! {
         }
     }
 
+    /// f16 operands on every micro-kernel this CPU runs (widened to f32
+    /// while packing, contiguous runs by the SIMD conversion), against the
+    /// f64 product of the f16 values: f32 accumulation, no f16 rounding.
+    #[test]
+    fn every_kernel_runs_f16_operands(m in 1usize..150, k in 1usize..300, n in 1usize..150,
+                                      sa in 0usize..5, sb in 0usize..5, seed in 0u64..1000) {
+        let a = pick::<f16>(&rand_f64(seed, m * k), &[m, k], sa);
+        let b = pick::<f16>(&rand_f64(seed + 1, k * n), &[k, n], sb);
+        let want = naive(&values_f64(&a), &values_f64(&b), 1, m, k, n);
+        fn ref_of(t: &Tensor) -> MatRef<'_, f16> {
+            super::mat_ref(t, t.layout())
+        }
+        for isa in Isa::available() {
+            let mut c = vec![f32::NAN; m * n];
+            let shape = GemmShape { m, n, k, alpha: 1.0, beta: 0.0 };
+            gemm::<f16>(shape, ref_of(&a), ref_of(&b), MatMut { data: &mut c, off: 0, rs: n as isize, cs: 1 }, Epilogue::none(), isa, true);
+            let got: Vec<f64> = c.iter().map(|&x| x as f64).collect();
+            close(&got, &want, k, DType::F32).map_err(|e| TestCaseError::fail(format!("{isa:?}: {e}")))?;
+        }
+    }
+
     /// Every micro-kernel into a row-major output with a padded row stride,
     /// where whole tiles take the kernel's in-place path: against the naive
     /// product, and bitwise against the same product into a column-major
