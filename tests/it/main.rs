@@ -11,6 +11,5 @@ mod mnist_mlp_e2e;
 mod prelude;
 mod train_example;
 mod train_mnist_example;
-mod train_mnist_onebit;
 mod train_mnist_pipeline;
 mod train_mnist_resume;
