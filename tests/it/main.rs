@@ -12,6 +12,5 @@ mod prelude;
 mod train_example;
 mod train_gpt_example;
 mod train_mnist_example;
-mod train_mnist_onebit;
 mod train_mnist_pipeline;
 mod train_mnist_resume;

@@ -116,6 +116,16 @@ impl Policy {
 /// and the compressed steps update the momentum with the local gradient
 /// (DeepSpeed leaves the momentum unchanged there).
 ///
+/// Coordinates whose gradient is 0 on the variance steps (a ReLU unit that
+/// has not fired) keep `v ≈ 0`, but the 1-bit exchanges never send 0, so
+/// their momentum becomes `±s` and they move by about `γ·s/ε`: the same
+/// hazard as [`crate::OnebitAdam`]'s short warm-up, here from the first
+/// compressed step (after `var_update_scaler` variance steps). On
+/// `train_mnist`'s CNN it blows up within the first epoch (NaN at 4
+/// epochs with `--freeze-step 150`); mask coordinates that are 0 by
+/// construction with [`ZeroOneAdam::set_exp_avg_mask`]. DeepSpeed behaves
+/// the same.
+///
 /// Differences from DeepSpeed, all deliberate: no first-call dry run (as
 /// [`crate::OnebitAdam`]); the variance freezes after step
 /// `var_freeze_step` of this count; DeepSpeed accumulates the local
