@@ -22,7 +22,7 @@
 //! `tessera-run --nproc-per-node P train_mnist --pipeline-stages P ...`
 //! (same bits); see `train_mnist/pipeline.rs`.
 //!
-//! `--ddp` or `--zero 1|2` trains with data parallelism over `--world N`
+//! `--ddp` or `--zero 1|2|3` trains with data parallelism over `--world N`
 //! threads (`--backend local`) or over the processes of `tessera-run
 //! --nproc-per-node N -- train_mnist --zero 2 --backend tcp`; see
 //! `train_mnist/data_parallel.rs`.

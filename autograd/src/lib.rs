@@ -14,7 +14,9 @@
 //!   its activations.
 //! - New differentiable ops are written with [`record`] / [`record_multi`].
 //! - [`Parameter`] is a shared handle to a trainable leaf: the module that
-//!   reads it and the optimizer that updates it in place see one value.
+//!   reads it and the optimizer that updates it in place see one value;
+//!   it can be released and fetched back on demand (ZeRO-3), and ops keep
+//!   such a parameter for backward as a [`Saved`] reference.
 
 mod checkpoint;
 mod engine;
@@ -24,6 +26,7 @@ mod node;
 pub mod ops;
 mod param;
 mod record;
+mod saved;
 mod var;
 
 pub use checkpoint::{checkpoint, checkpoint_sequential};
@@ -35,8 +38,9 @@ pub use ops::attention::{scaled_dot_product_attention, AttnMask, AttnOptions};
 pub use ops::loss::{CrossEntropyOptions, Reduction, Target};
 pub use ops::registry::DIFFERENTIABLE_OPS;
 pub use ops::sum_to;
-pub use param::{Parameter, ValueMut};
+pub use param::{FetchHook, Parameter, ValueMut};
 pub use record::{record, record_multi};
+pub use saved::Saved;
 pub use tessera_tensor::BatchNormOutput;
 pub use var::{Var, VarId};
 

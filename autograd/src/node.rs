@@ -4,9 +4,11 @@
 //! and backward can walk nodes by descending id without a topological sort.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use tessera_tensor::{DType, Result, Tensor};
+
+use crate::param::Slot;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -53,6 +55,10 @@ pub(crate) enum NodeKind {
     Leaf {
         meta: Meta,
         hooks: Mutex<Vec<Hook>>,
+        /// The parameter whose value ops save by reference, read when
+        /// their backward runs (see [`crate::Saved`]); `None` for leaves
+        /// saved by value.
+        by_ref: Mutex<Option<Weak<Slot>>>,
     },
     Op {
         name: &'static str,
@@ -69,6 +75,7 @@ impl Node {
             kind: NodeKind::Leaf {
                 meta,
                 hooks: Mutex::new(Vec::new()),
+                by_ref: Mutex::new(None),
             },
         })
     }

@@ -1,11 +1,98 @@
 //! [`Parameter`]: a shared handle to a trainable leaf, so the module that
 //! reads it and the optimizer that updates it see one value.
+//!
+//! A parameter can also be *released* (its value freed, its shape kept)
+//! and fetched back on demand: ZeRO stage 3 keeps only a shard of each
+//! parameter between uses. The ops that save such a parameter for backward
+//! keep a reference to it instead of its value ([`crate::Saved`]), so
+//! releasing it after forward really frees the memory, and the fetch hook
+//! brings the value back when a node reads it during backward (what
+//! DeepSpeed gets from PyTorch by swapping `param.data`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use tessera_tensor::{DType, Element, Error, Result, Tensor};
 
+use crate::node::NodeKind;
 use crate::{Gradients, Var, VarId};
+
+/// Called whenever a parameter's value is read (by [`Parameter::var`],
+/// [`Parameter::tensor`], or a backward node that saved it by reference),
+/// so its owner sees the order of use (ZeRO-3 records it to prefetch): a
+/// released value must be put back with [`Parameter::set`] (or the hook
+/// fails, leaving it released). The error it returns is what a backward
+/// node reading the parameter reports.
+pub type FetchHook = Arc<dyn Fn() -> Result<()> + Send + Sync + 'static>;
+
+/// What every handle of one parameter shares.
+pub(crate) struct Slot {
+    var: RwLock<Var>,
+    /// The value's shape, also while it is released.
+    shape: Vec<usize>,
+    released: AtomicBool,
+    fetch: RwLock<Option<FetchHook>>,
+}
+
+impl Slot {
+    fn read(&self) -> RwLockReadGuard<'_, Var> {
+        // A panic while the lock was held cannot leave a Var half-updated
+        // (its fields are replaced whole), so a poisoned lock is still usable.
+        self.var.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Var> {
+        self.var.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn hook(&self) -> Option<FetchHook> {
+        self.fetch.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Runs the fetch hook, if any, before a read; errors when the hook
+    /// fails or leaves the value released.
+    fn ensure_available(&self) -> Result<()> {
+        let Some(hook) = self.hook() else {
+            return Ok(());
+        };
+        hook()?;
+        if self.released.load(Ordering::Acquire) {
+            return Err(Error::arg(
+                "Parameter",
+                format!(
+                    "the fetch hook of the released parameter of shape {:?} did not restore it",
+                    self.shape
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The current value for a backward node that saved it by reference.
+    pub(crate) fn value_for_backward(&self) -> Result<Tensor> {
+        self.ensure_available().map_err(|e| {
+            Error::arg(
+                "backward",
+                format!(
+                    "a node reads the parameter of shape {:?}, which is released: {e}",
+                    self.shape
+                ),
+            )
+        })?;
+        Ok(self.read().tensor().clone())
+    }
+
+    /// Points the current leaf at this slot when a fetch hook is set (its
+    /// ops then save it by reference), or clears the pointer.
+    fn link(self: &Arc<Self>) {
+        let by_ref = self.hook().is_some().then(|| Arc::downgrade(self));
+        if let Some(e) = self.read().edge() {
+            if let NodeKind::Leaf { by_ref: slot, .. } = &e.node.kind {
+                *slot.lock().unwrap_or_else(|e| e.into_inner()) = by_ref;
+            }
+        }
+    }
+}
 
 /// A trainable value shared by handle: every clone of a `Parameter` refers
 /// to the same leaf [`Var`], so an optimizer step made through one clone is
@@ -18,14 +105,23 @@ use crate::{Gradients, Var, VarId};
 /// [`Gradients`]) survives updates.
 #[derive(Clone)]
 pub struct Parameter {
-    leaf: Arc<RwLock<Var>>,
+    slot: Arc<Slot>,
 }
 
 impl Parameter {
     /// A parameter holding `tensor`, requiring a gradient.
     pub fn new(tensor: Tensor) -> Parameter {
+        Parameter::wrap(Var::leaf(tensor))
+    }
+
+    fn wrap(var: Var) -> Parameter {
         Parameter {
-            leaf: Arc::new(RwLock::new(Var::leaf(tensor))),
+            slot: Arc::new(Slot {
+                shape: var.shape().to_vec(),
+                var: RwLock::new(var),
+                released: AtomicBool::new(false),
+                fetch: RwLock::new(None),
+            }),
         }
     }
 
@@ -38,20 +134,24 @@ impl Parameter {
                 "a parameter must be a leaf; detach() the op result first",
             ));
         }
-        Ok(Parameter {
-            leaf: Arc::new(RwLock::new(var)),
-        })
+        Ok(Parameter::wrap(var))
     }
 
     /// The current value as a leaf `Var` to compute with (a cheap clone
-    /// sharing the tensor and the gradient key).
+    /// sharing the tensor and the gradient key). The fetch hook, if any,
+    /// runs first (a released parameter is fetched); when its fetch hook fails the value stays empty
+    /// (shape `[0]`), so the op that uses it fails with a shape error, and
+    /// the hook's owner reports the cause.
     pub fn var(&self) -> Var {
+        // The hook's error is its owner's to report (see above).
+        let _ = self.slot.ensure_available();
         self.read().clone()
     }
 
-    /// The current value (a cheap clone sharing the storage).
+    /// The current value (a cheap clone sharing the storage), fetched
+    /// first when released, as [`Parameter::var`].
     pub fn tensor(&self) -> Tensor {
-        self.read().tensor().clone()
+        self.var().into_tensor()
     }
 
     /// The key of this parameter's gradient in [`Gradients`]; `None` while
@@ -73,7 +173,9 @@ impl Parameter {
     /// Freezes (`false`) or unfreezes (`true`) the parameter for every
     /// holder. Unfreezing gives it a new id, as [`Var::requires_grad_`] does.
     pub fn requires_grad_(&self, requires: bool) -> Result<()> {
-        self.write().requires_grad_(requires)
+        self.write().requires_grad_(requires)?;
+        self.slot.link();
+        Ok(())
     }
 
     /// Runs `f` on the elements as one mutable row-major slice, in place when
@@ -95,25 +197,80 @@ impl Parameter {
         ValueMut(self.write())
     }
 
-    /// Replaces the value (PyTorch's `p.data = t`), keeping the id. Errors,
-    /// changing nothing, when the shape or dtype differ.
+    /// Replaces the value (PyTorch's `p.data = t`), keeping the id; a
+    /// released parameter becomes available again. Errors, changing
+    /// nothing, when the shape or dtype differ.
     pub fn set(&self, tensor: Tensor) -> Result<()> {
-        self.write().set_tensor_(tensor)
+        let mut var = self.write();
+        if tensor.shape() != self.slot.shape.as_slice() || tensor.dtype() != var.dtype() {
+            return Err(Error::shape(
+                "Parameter::set",
+                format!(
+                    "cannot replace a value of shape {:?} ({}) by one of shape {:?} ({})",
+                    self.slot.shape,
+                    var.dtype(),
+                    tensor.shape(),
+                    tensor.dtype()
+                ),
+            ));
+        }
+        *var.tensor_mut() = tensor;
+        self.slot.released.store(false, Ordering::Release);
+        Ok(())
     }
 
-    /// The value's shape.
+    /// Installs (`Some`) or removes (`None`) the hook run before every read
+    /// of the value, which must fetch it back when released ([`FetchHook`]).
+    /// While a hook is installed,
+    /// ops that save this parameter for backward keep a reference to it
+    /// instead of its value and read it when their backward runs, so
+    /// releasing it frees the memory. Such a node reads the value current
+    /// at backward time: the parameter must not be updated between a
+    /// forward and its backward (PyTorch reports that as an error too).
+    pub fn set_fetch_hook(&self, hook: Option<FetchHook>) {
+        *self.slot.fetch.write().unwrap_or_else(|e| e.into_inner()) = hook;
+        self.slot.link();
+    }
+
+    /// Frees the value, keeping shape, dtype, id and hooks (DeepSpeed's
+    /// `param.data = empty` of ZeRO-3): the next read runs the fetch hook.
+    /// Errors, changing nothing, when no fetch hook is installed (nothing
+    /// could bring the value back).
+    pub fn release_(&self) -> Result<()> {
+        if self.slot.hook().is_none() {
+            return Err(Error::arg(
+                "Parameter::release_",
+                format!(
+                    "the parameter of shape {:?} has no fetch hook: its value could not be brought back",
+                    self.slot.shape
+                ),
+            ));
+        }
+        let mut var = self.write();
+        let empty = Tensor::zeros(&[0], var.dtype())?.to_device(var.device())?;
+        *var.tensor_mut() = empty;
+        self.slot.released.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// True while the value is released (see [`Parameter::release_`]).
+    pub fn is_released(&self) -> bool {
+        self.slot.released.load(Ordering::Acquire)
+    }
+
+    /// The value's shape (also while released).
     pub fn shape(&self) -> Vec<usize> {
-        self.read().shape().to_vec()
+        self.slot.shape.clone()
     }
 
     /// The number of dimensions.
     pub fn ndim(&self) -> usize {
-        self.read().ndim()
+        self.slot.shape.len()
     }
 
-    /// The number of elements.
+    /// The number of elements (also while released).
     pub fn numel(&self) -> usize {
-        self.read().numel()
+        self.slot.shape.iter().product()
     }
 
     /// The element type.
@@ -123,17 +280,15 @@ impl Parameter {
 
     /// True when `self` and `other` are handles to the same parameter.
     pub fn same(&self, other: &Parameter) -> bool {
-        Arc::ptr_eq(&self.leaf, &other.leaf)
+        Arc::ptr_eq(&self.slot, &other.slot)
     }
 
-    // A panic while the lock was held cannot leave a Var half-updated (its
-    // fields are replaced whole), so a poisoned lock is still usable.
     fn read(&self) -> RwLockReadGuard<'_, Var> {
-        self.leaf.read().unwrap_or_else(|e| e.into_inner())
+        self.slot.read()
     }
 
     fn write(&self) -> RwLockWriteGuard<'_, Var> {
-        self.leaf.write().unwrap_or_else(|e| e.into_inner())
+        self.slot.write()
     }
 }
 
@@ -208,5 +363,89 @@ mod tests {
         assert_eq!(p.id(), None);
         p.requires_grad_(true).unwrap();
         assert!(q.id().is_some());
+    }
+
+    /// The graph keeps a parameter with a fetch hook by reference: releasing
+    /// it after forward frees its storage, and backward fetches it back and
+    /// gives the same gradients as a parameter saved by value.
+    #[test]
+    fn a_released_parameter_is_freed_and_fetched_back_for_backward() {
+        use std::sync::atomic::AtomicUsize;
+        let values = vec![1.0f64, 2.0, -3.0, 0.5];
+        let fresh = {
+            let v = values.clone();
+            move || Tensor::from_vec(v.clone(), &[2, 2]).unwrap()
+        };
+        let x = || Var::leaf(Tensor::from_vec(vec![1.0f64, -2.0, 0.25, 4.0], &[2, 2]).unwrap());
+        let plain = Parameter::new(fresh());
+        let (x0, p0) = (x(), plain.var());
+        let want = x0
+            .linear(&p0, None)
+            .unwrap()
+            .square()
+            .unwrap()
+            .sum(&[], false)
+            .unwrap()
+            .backward()
+            .unwrap();
+
+        let p = Parameter::new(fresh());
+        assert!(p.release_().is_err(), "no hook: the value could not come back");
+        let fetches = Arc::new(AtomicUsize::new(0));
+        let (q, n, make) = (p.clone(), fetches.clone(), fresh.clone());
+        p.set_fetch_hook(Some(Arc::new(move || {
+            if !q.is_released() {
+                return Ok(());
+            }
+            n.fetch_add(1, Ordering::SeqCst);
+            q.set(make())
+        })));
+        let x1 = x();
+        let loss = x1
+            .linear(&p.var(), None)
+            .unwrap()
+            .square()
+            .unwrap()
+            .sum(&[], false)
+            .unwrap();
+        let storage = Arc::downgrade(p.tensor().storage());
+        p.release_().unwrap();
+        assert!(p.is_released());
+        assert_eq!(p.shape(), vec![2, 2]);
+        assert!(
+            storage.upgrade().is_none(),
+            "the graph kept the released value alive"
+        );
+        let got = loss.backward().unwrap();
+        assert_eq!(fetches.load(Ordering::SeqCst), 1);
+        assert!(!p.is_released());
+        assert_eq!(
+            got.get(&x1).unwrap().to_vec::<f64>().unwrap(),
+            want.get(&x0).unwrap().to_vec::<f64>().unwrap()
+        );
+        assert_eq!(
+            p.grad(&got).unwrap().to_vec::<f64>().unwrap(),
+            plain.grad(&want).unwrap().to_vec::<f64>().unwrap()
+        );
+
+        // A hook that fails makes the backward that needs the value fail.
+        let x2 = x();
+        let loss = x2.linear(&p.var(), None).unwrap().sum(&[], false).unwrap();
+        p.set_fetch_hook(Some(Arc::new(|| Err(Error::io("fetch", "peer gone")))));
+        p.release_().unwrap();
+        let err = loss
+            .backward()
+            .err()
+            .expect("the value cannot be fetched")
+            .to_string();
+        assert!(err.contains("peer gone") && err.contains("[2, 2]"), "{err}");
+
+        // Without a hook the parameter is saved by value again.
+        p.set_fetch_hook(Some(Arc::new({
+            let (q, make) = (p.clone(), fresh.clone());
+            move || q.set(make())
+        })));
+        p.set_fetch_hook(None);
+        assert!(!p.var().saved().is_reference());
     }
 }

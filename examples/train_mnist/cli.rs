@@ -8,7 +8,7 @@ use tessera::tensor::Device;
 pub const USAGE: &str = "usage: train_mnist [--epochs N] [--batch-size N] [--lr F] [--seed N] \
 [--threads N] [--data DIR] [--out DIR] [--resume] [--target PERCENT]
 [--pipeline-stages P --micro-batches M --schedule gpipe|1f1b|deepspeed|interleaved [--chunks V]]
-[--ddp | --zero 1|2] [--backend local|tcp] [--world N]
+[--ddp | --zero 1|2|3] [--backend local|tcp] [--world N]
 [--optim sgd|adam|onebit-adam|onebit-lamb|zero-one-adam] [--freeze-step N]
 [--local-step-scaler N] [--device cpu|cuda[:N]]
 
@@ -42,7 +42,9 @@ pub const USAGE: &str = "usage: train_mnist [--epochs N] [--batch-size N] [--lr 
   --ddp         data parallelism: DistributedDataParallel over the ranks;
                 each batch is split into equal row blocks, one per rank
   --zero S      data parallelism with ZeRO stage S (1: optimizer state,
-                2: also gradients partitioned over the ranks)
+                2: also gradients, 3: also parameters, gathered per
+                module for its forward and backward, partitioned over
+                the ranks)
   --backend B   local: --world ranks as threads of this process (default);
                 tcp: one rank per process, from tessera-run's environment
   --world N     ranks of the local backend (2)
@@ -225,8 +227,8 @@ impl Args {
             }
         }
         if a.data_parallel() {
-            if !matches!(a.zero, None | Some(1) | Some(2)) || (a.ddp && a.zero.is_some()) {
-                return Err("--zero takes 1 or 2 (stage 3 is not implemented), and excludes --ddp".into());
+            if !matches!(a.zero, None | Some(1) | Some(2) | Some(3)) || (a.ddp && a.zero.is_some()) {
+                return Err("--zero takes 1, 2 or 3, and excludes --ddp".into());
             }
             if !matches!(a.backend.as_str(), "local" | "tcp") || a.world == 0 {
                 return Err(format!(

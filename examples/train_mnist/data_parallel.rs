@@ -2,7 +2,9 @@
 //! init, optimizer, schedule, batches) with data parallelism: every batch
 //! is split into `N` equal row blocks, rank r trains on block r, and the
 //! gradients are averaged over the ranks by `DistributedDataParallel` or
-//! partitioned by `ZeroOptimizer` (stage 1 or 2), so the arithmetic is
+//! partitioned by `ZeroOptimizer` (stage 1 or 2) or `Zero3` (stage 3,
+//! whose parameters are gathered on every rank for rank 0's evaluation
+//! and checkpoint), so the arithmetic is
 //! single-process training on the whole batch up to the reduction order.
 //! `--backend local --world N` runs N ranks as threads of this process;
 //! `--backend tcp` joins the group `tessera-run` (or `srun`) describes in
@@ -22,8 +24,8 @@ use tessera::optim::{
     OnebitOptions, Optimizer, ZeroOneAdam, ZeroOneAdamConfig,
 };
 use tessera::parallel::{
-    tcp, Communicator, CompressedAllReduce, DdpConfig, DistributedDataParallel, LocalGroup, ZeroConfig,
-    ZeroOptimizer, ZeroStage,
+    tcp, Communicator, CompressedAllReduce, DdpConfig, DistributedDataParallel, LocalGroup, Zero3,
+    ZeroConfig, ZeroOptimizer, ZeroStage,
 };
 use tessera::tensor::{rng, Tensor};
 
@@ -58,20 +60,35 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
 enum Engine<'c> {
     Ddp(DistributedDataParallel<'c, Sequential>, Box<dyn Optimizer + 'c>),
     Zero(Sequential, ZeroOptimizer<'c>),
+    Zero3(Sequential, Zero3),
 }
 
 impl Engine<'_> {
     fn model(&self) -> &Sequential {
         match self {
             Engine::Ddp(ddp, _) => ddp.module(),
-            Engine::Zero(m, _) => m,
+            Engine::Zero(m, _) | Engine::Zero3(m, _) => m,
         }
+    }
+
+    /// The model with full parameters for rank 0 to evaluate and save: a
+    /// copy loaded from the gathered state under ZeRO-3 (a collective:
+    /// every rank calls this), the model itself otherwise.
+    fn full_model(&self) -> BoxResult<Option<Sequential>> {
+        let Engine::Zero3(_, zero) = self else {
+            return Ok(None);
+        };
+        let sd = zero.consolidated_model_state_dict()?;
+        let copy = mnist_cnn()?;
+        copy.load_state_dict(&sd, true)?;
+        Ok(Some(copy))
     }
 
     fn optimizer(&mut self) -> &mut dyn Optimizer {
         match self {
             Engine::Ddp(_, opt) => opt.as_mut(),
             Engine::Zero(_, zero) => zero.inner(),
+            Engine::Zero3(_, zero) => zero.inner(),
         }
     }
 
@@ -87,6 +104,12 @@ impl Engine<'_> {
                 Ok(logits)
             }
             Engine::Zero(model, zero) => {
+                let logits = model.forward(x)?;
+                zero.backward(&logits.cross_entropy(Target::Indices(y), ce)?)?;
+                zero.step()?;
+                Ok(logits)
+            }
+            Engine::Zero3(model, zero) => {
                 let logits = model.forward(x)?;
                 zero.backward(&logits.cross_entropy(Target::Indices(y), ce)?)?;
                 zero.step()?;
@@ -158,6 +181,11 @@ fn run_rank(
             let opt = ddp_optimizer(args, ddp.parameters(), comm)?;
             (Engine::Ddp(ddp, opt), format!("ddp_{}", args.optim))
         }
+        Some(3) => {
+            let opt = optimizer(model.parameters(), args.lr)?;
+            let zero = Zero3::new(&model, &opt, comm)?;
+            (Engine::Zero3(model, zero), "zero3".to_string())
+        }
         Some(s) => {
             let opt = optimizer(model.parameters(), args.lr)?;
             let stage = if s == 1 { ZeroStage::One } else { ZeroStage::Two };
@@ -206,8 +234,9 @@ fn run_rank(
             seen += rows;
         }
         let train_secs = epoch_start.elapsed().as_secs_f64();
+        let full = engine.full_model()?;
         if let Some(log) = &mut log {
-            let test_acc = 100.0 * evaluate(engine.model(), test, 1000)?;
+            let test_acc = 100.0 * evaluate(full.as_ref().unwrap_or(engine.model()), test, 1000)?;
             // Rank 0's share of the batches: the training figures of 1/N
             // of the data.
             let (train_loss, train_acc) = (loss_sum / seen as f64, 100.0 * correct as f64 / seen as f64);
@@ -234,8 +263,12 @@ fn run_rank(
         }
         comm.barrier()?;
     }
+    let full = engine.full_model()?;
     if rank == 0 {
-        state_dict::save(engine.model(), args.out.join("model.safetensors"))?;
+        state_dict::save(
+            full.as_ref().unwrap_or(engine.model()),
+            args.out.join("model.safetensors"),
+        )?;
         match reached {
             Some((epoch, secs)) => {
                 println!("reached {target:.1}% test accuracy after epoch {epoch} in {secs:.1}s wall time ({mode} n{n})")

@@ -14,3 +14,4 @@ mod train_gpt_example;
 mod train_mnist_example;
 mod train_mnist_pipeline;
 mod train_mnist_resume;
+mod train_mnist_zero;

@@ -3,23 +3,27 @@
 //! promotion: each gradient comes back in its input's dtype); gradients are
 //! summed back to each input's shape with [`sum_to`].
 
+use std::sync::Arc;
+
 use tessera_tensor::{Result, Tensor};
 
 use super::registry::{self as reg, Op};
 use super::{check_same, record_op, sum_to};
-use crate::Var;
+use crate::{Saved, Var};
 
 /// Saves `t` only when `keep` (the input whose gradient reads it requires
 /// one), so a frozen operand's partner is not kept alive.
-fn keep_if(keep: bool, t: &Var) -> Option<Tensor> {
-    keep.then(|| t.tensor().clone())
+fn keep_if(keep: bool, t: &Var) -> Option<Saved> {
+    keep.then(|| t.saved())
 }
 
-/// The saved tensor a backward relies on being present whenever the
-/// gradient that reads it is requested.
-fn saved(t: &Option<Tensor>) -> &Tensor {
+/// The saved value a backward relies on being present whenever the
+/// gradient that reads it is requested. Errors when a parameter saved by
+/// reference cannot be read back.
+fn saved(t: &Option<Saved>) -> Result<Tensor> {
     t.as_ref()
         .expect("saved when the input that reads it required grad")
+        .get()
 }
 
 /// Records a binary op; `ga`/`gb` compute the gradient of each input (before
@@ -87,8 +91,8 @@ impl Var {
             y,
             self,
             other,
-            move |g| g.mul(saved(&b)),
-            move |g| g.mul(saved(&a)),
+            move |g| g.mul(&saved(&b)?),
+            move |g| g.mul(&saved(&a)?),
         )
     }
 
@@ -97,7 +101,7 @@ impl Var {
     pub fn div(&self, other: &Var) -> Result<Var> {
         check_same(reg::DIV, self, other)?;
         let y = self.tensor().div(other.tensor())?;
-        let b = other.tensor().clone();
+        let b = Arc::new(other.saved());
         let a = keep_if(other.requires_grad(), self);
         let b2 = b.clone();
         binary(
@@ -105,8 +109,8 @@ impl Var {
             y,
             self,
             other,
-            move |g| g.div(&b),
-            move |g| g.mul(saved(&a))?.div(&b2.square()?)?.neg(),
+            move |g| g.div(&b.get()?),
+            move |g| g.mul(&saved(&a)?)?.div(&b2.get()?.square()?)?.neg(),
         )
     }
 
@@ -165,7 +169,7 @@ impl Var {
                 g.mul(&d)
             },
             move |g| {
-                let d = saved(&y_saved).mul(&a.log()?)?;
+                let d = saved(&y_saved)?.mul(&a.log()?)?;
                 let zero_base = a.eq_scalar(0.0)?.logical_and(&b.ge_scalar(0.0)?)?;
                 let d = Tensor::where_(&zero_base, &d.zeros_like(None)?, &d)?;
                 g.mul(&d)

@@ -28,12 +28,14 @@ impl Var {
             check_same(reg::CONV2D, self, b)?;
         }
         let y = self.tensor().conv2d(weight.tensor(), bias.map(Var::tensor), p)?;
-        let x = weight.requires_grad().then(|| self.tensor().clone());
-        let w = self.requires_grad().then(|| weight.tensor().clone());
+        let x = weight.requires_grad().then(|| self.saved());
+        let w = self.requires_grad().then(|| weight.saved());
         let (x_shape, w_shape, p) = (self.shape().to_vec(), weight.shape().to_vec(), *p);
         let mut inputs = vec![self, weight];
         inputs.extend(bias);
         record_op(reg::CONV2D, y, &inputs, move |g, needs| {
+            let x = x.map(|s| s.get()).transpose()?;
+            let w = w.map(|s| s.get()).transpose()?;
             let gx = match (needs[0], &w) {
                 (true, Some(w)) => Some(conv2d_backward_input(g, w, &x_shape, &p)?),
                 _ => None,

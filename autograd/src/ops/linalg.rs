@@ -20,10 +20,12 @@ impl Var {
         check_same(reg::MATMUL, self, other)?;
         let y = self.tensor().matmul(other.tensor())?;
         // Each operand's gradient reads only the other operand.
-        let a = other.requires_grad().then(|| self.tensor().clone());
-        let b = self.requires_grad().then(|| other.tensor().clone());
+        let a = other.requires_grad().then(|| self.saved());
+        let b = self.requires_grad().then(|| other.saved());
         let (sa, sb) = (self.shape().to_vec(), other.shape().to_vec());
         record_op(reg::MATMUL, y, &[self, other], move |g, needs| {
+            let a = a.map(|s| s.get()).transpose()?;
+            let b = b.map(|s| s.get()).transpose()?;
             matmul_backward(g, a, b, &sa, &sb, needs)
         })
     }
@@ -39,12 +41,14 @@ impl Var {
             check_same(reg::LINEAR, self, b)?;
         }
         let y = self.tensor().linear(weight.tensor(), bias.map(Var::tensor))?;
-        let x = weight.requires_grad().then(|| self.tensor().clone());
-        let w = self.requires_grad().then(|| weight.tensor().clone());
+        let x = weight.requires_grad().then(|| self.saved());
+        let w = self.requires_grad().then(|| weight.saved());
         let (x_shape, w_shape) = (self.shape().to_vec(), weight.shape().to_vec());
         let mut inputs = vec![self, weight];
         inputs.extend(bias);
         record_op(reg::LINEAR, y, &inputs, move |g, needs| {
+            let x = x.map(|s| s.get()).transpose()?;
+            let w = w.map(|s| s.get()).transpose()?;
             let (out_f, in_f) = (w_shape[0], w_shape[1]);
             let rows = x_shape[..x_shape.len().saturating_sub(1)]
                 .iter()

@@ -7,12 +7,12 @@ use tessera_tensor::{BatchNormOutput, Result, Tensor};
 
 use super::registry::{self as reg, Op};
 use super::{check_same, record_op};
-use crate::Var;
+use crate::{Saved, Var};
 
 /// The inputs of a normalization node: x, then weight and bias when given.
 struct Params<'a> {
     inputs: Vec<&'a Var>,
-    weight: Option<Tensor>,
+    weight: Option<Saved>,
     has_weight: bool,
     has_bias: bool,
 }
@@ -26,7 +26,7 @@ impl<'a> Params<'a> {
         }
         Ok(Params {
             inputs,
-            weight: weight.map(|w| w.tensor().clone()),
+            weight: weight.map(Var::saved),
             has_weight: weight.is_some(),
             has_bias: bias.is_some(),
         })
@@ -78,6 +78,7 @@ impl Var {
         let ns = normalized_shape.to_vec();
         let (w, hw, hb) = (p.weight, p.has_weight, p.has_bias);
         record_op(reg::LAYER_NORM, y, &p.inputs, move |g, needs| {
+            let w = w.map(|s| s.get()).transpose()?;
             let grads = Tensor::layer_norm_backward(g, &x, &mean, &rstd, &ns, w.as_ref())?;
             Ok(Params::route(hw, hb, needs, grads))
         })
@@ -114,6 +115,7 @@ impl Var {
         let (mean, invstd) = (out.mean, out.invstd);
         let (w, hw, hb) = (p.weight, p.has_weight, p.has_bias);
         let y = record_op(reg::BATCH_NORM, out.y, &p.inputs, move |g, needs| {
+            let w = w.map(|s| s.get()).transpose()?;
             let grads = Tensor::batch_norm_backward(g, &x, &mean, &invstd, w.as_ref(), training)?;
             Ok(Params::route(hw, hb, needs, grads))
         })?;
@@ -145,6 +147,7 @@ impl Var {
         let x = self.tensor().clone();
         let (w, hw, hb) = (p.weight, p.has_weight, p.has_bias);
         record_op(reg::GROUP_NORM, y, &p.inputs, move |g, needs| {
+            let w = w.map(|s| s.get()).transpose()?;
             let grads = Tensor::group_norm_backward(g, &x, &mean, &rstd, num_groups, w.as_ref())?;
             Ok(Params::route(hw, hb, needs, grads))
         })

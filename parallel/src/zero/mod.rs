@@ -21,11 +21,14 @@
 //! full gradients do not outlive backward, reduces every micro-batch and
 //! accumulates the rank's partition (DeepSpeed's stage-2 accumulation).
 //!
-//! Stage 3 (parameter partitioning) is not implemented yet: asking for it is
-//! an error.
+//! Stage 3 partitions the parameters too and needs the model: see
+//! [`Zero3`].
 
+mod fetch;
 mod model;
 mod partition;
+mod stage3;
+mod stage3_state;
 mod state;
 
 use std::sync::{Arc, Mutex};
@@ -36,6 +39,8 @@ use tessera_tensor::{with_float_dtype, DType, Device, Tensor};
 
 pub use model::{comm_model, memory_model, memory_model_with, ZeroStage};
 pub use partition::{FlatLayout, ALIGNMENT_FACTOR};
+pub use stage3::Zero3;
+pub use stage3_state::{zero3_shard_file, ZERO3_INDEX_FILE};
 pub use state::{consolidate_sharded, shard_file, INDEX_FILE};
 
 use crate::comm::{CommExt, Communicator};
@@ -138,7 +143,7 @@ impl<'c> ZeroOptimizer<'c> {
             return Err(CommError::arg(
                 OP,
                 format!(
-                    "stage {:?} is not available: ZeRO stages One and Two are implemented (use DistributedDataParallel for the baseline)",
+                    "stage {:?} is not available here: ZeroOptimizer implements stages One and Two (use Zero3 for stage Three, DistributedDataParallel for the baseline)",
                     config.stage
                 ),
             ));

@@ -5,6 +5,7 @@
 
 mod ddp;
 mod zero;
+mod zero3;
 
 use tessera_autograd::{Gradients, Parameter, Reduction, Var};
 use tessera_nn::{Linear, Module};
