@@ -12,4 +12,5 @@ mod prelude;
 mod train_example;
 mod train_mnist_example;
 mod train_mnist_pipeline;
+mod train_mnist_precision;
 mod train_mnist_resume;
