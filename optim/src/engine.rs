@@ -466,6 +466,7 @@ fn load_param_state<R: Rule>(sd: &StateDict, k: usize, p: &Parameter) -> Result<
             0
         },
         bufs: Vec::new(),
+        master: None,
     };
     let prefix = format!("state.{k}.");
     for (key, t) in sd.iter() {
