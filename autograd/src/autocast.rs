@@ -66,9 +66,9 @@ pub fn cast_policy(op: Op) -> CastPolicy {
     use reg::*;
     match op {
         MATMUL | LINEAR | CONV2D | SCALED_DOT_PRODUCT_ATTENTION => CastPolicy::LowerPrecision,
-        EXP | LOG | LOG1P | EXPM1 | RSQRT | RECIP | POW | POW_SCALAR | RPOW_SCALAR | SOFTMAX | LOG_SOFTMAX
-        | LOGSUMEXP | SUM | MEAN | PROD | CUMSUM | NORM | LAYER_NORM | BATCH_NORM | GROUP_NORM | CROSS_ENTROPY
-        | NLL_LOSS | MSE_LOSS | BCE_WITH_LOGITS => CastPolicy::Fp32,
+        EXP | LOG | LOG1P | EXPM1 | RSQRT | RECIP | POW | POW_SCALAR | RPOW_SCALAR | SOFTMAX
+        | LOG_SOFTMAX | LOGSUMEXP | SUM | MEAN | PROD | CUMSUM | NORM | LAYER_NORM | BATCH_NORM
+        | GROUP_NORM | CROSS_ENTROPY | NLL_LOSS | MSE_LOSS | BCE_WITH_LOGITS => CastPolicy::Fp32,
         ADD | SUB | MUL | DIV | MAXIMUM | MINIMUM | WHERE | CAT | STACK | SCATTER_ADD => CastPolicy::Promote,
         _ => CastPolicy::Unchanged,
     }

@@ -3,7 +3,9 @@ use tessera_tensor::profile::{profile, Phase};
 use tessera_tensor::{DType, Result, Tensor};
 
 use super::*;
-use crate::{checkpoint, no_grad, scaled_dot_product_attention, AttnOptions, CrossEntropyOptions, Reduction, Target};
+use crate::{
+    checkpoint, no_grad, scaled_dot_product_attention, AttnOptions, CrossEntropyOptions, Reduction, Target,
+};
 
 /// Deterministic values in (−1, 1) of `shape`, different per `seed`.
 fn data(shape: &[usize], seed: u64, dtype: DType) -> Tensor {
@@ -49,7 +51,10 @@ fn cases() -> Vec<(CastPolicy, OpCase)> {
     let sdpa = |a: &Var, b: &Var| scaled_dot_product_attention(a, b, b, &AttnOptions::default());
     vec![
         (CastPolicy::LowerPrecision, ("matmul", |a, b| a.matmul(b))),
-        (CastPolicy::LowerPrecision, ("linear", |a, b| a.linear(b, Some(&b.select(0, 0)?)))),
+        (
+            CastPolicy::LowerPrecision,
+            ("linear", |a, b| a.linear(b, Some(&b.select(0, 0)?))),
+        ),
         (CastPolicy::LowerPrecision, ("conv2d", conv)),
         (CastPolicy::LowerPrecision, ("scaled_dot_product_attention", sdpa)),
         (CastPolicy::Fp32, ("exp", |a, _| a.exp())),
@@ -69,39 +74,67 @@ fn cases() -> Vec<(CastPolicy, OpCase)> {
         (CastPolicy::Fp32, ("prod", |a, _| a.prod(&[1], false))),
         (CastPolicy::Fp32, ("cumsum", |a, _| a.cumsum(1))),
         (CastPolicy::Fp32, ("norm", |a, _| a.norm(2.0, &[], false))),
-        (CastPolicy::Fp32, ("layer_norm", |a, b| {
-            a.layer_norm(&[4], Some(&b.select(0, 0)?), Some(&b.select(0, 1)?), 1e-5)
-        })),
-        (CastPolicy::Fp32, ("batch_norm", |a, b| {
-            let w = b.select(0, 0)?;
-            a.batch_norm(None, None, Some(&w), None, true, 0.1, 1e-5).map(|o| o.y)
-        })),
-        (CastPolicy::Fp32, ("group_norm", |a, b| {
-            a.group_norm(2, Some(&b.select(0, 0)?), None, 1e-5)
-        })),
+        (
+            CastPolicy::Fp32,
+            ("layer_norm", |a, b| {
+                a.layer_norm(&[4], Some(&b.select(0, 0)?), Some(&b.select(0, 1)?), 1e-5)
+            }),
+        ),
+        (
+            CastPolicy::Fp32,
+            ("batch_norm", |a, b| {
+                let w = b.select(0, 0)?;
+                a.batch_norm(None, None, Some(&w), None, true, 0.1, 1e-5)
+                    .map(|o| o.y)
+            }),
+        ),
+        (
+            CastPolicy::Fp32,
+            ("group_norm", |a, b| {
+                a.group_norm(2, Some(&b.select(0, 0)?), None, 1e-5)
+            }),
+        ),
         (CastPolicy::Fp32, ("cross_entropy", ce)),
-        (CastPolicy::Fp32, ("nll_loss", |a, _| {
-            let y = Tensor::from_vec(vec![3i64, 2, 1, 0], &[4])?;
-            a.log_softmax(-1)?.nll_loss(&y, -100, Reduction::Mean)
-        })),
-        (CastPolicy::Fp32, ("mse_loss", |a, b| a.mse_loss(b, Reduction::Mean))),
-        (CastPolicy::Fp32, ("bce_with_logits", |a, _| {
-            a.bce_with_logits(&Tensor::full(&[4, 4], 0.5, DType::F32)?, None, Reduction::Mean)
-        })),
+        (
+            CastPolicy::Fp32,
+            ("nll_loss", |a, _| {
+                let y = Tensor::from_vec(vec![3i64, 2, 1, 0], &[4])?;
+                a.log_softmax(-1)?.nll_loss(&y, -100, Reduction::Mean)
+            }),
+        ),
+        (
+            CastPolicy::Fp32,
+            ("mse_loss", |a, b| a.mse_loss(b, Reduction::Mean)),
+        ),
+        (
+            CastPolicy::Fp32,
+            ("bce_with_logits", |a, _| {
+                a.bce_with_logits(&Tensor::full(&[4, 4], 0.5, DType::F32)?, None, Reduction::Mean)
+            }),
+        ),
         (CastPolicy::Promote, ("add", |a, b| a.add(b))),
         (CastPolicy::Promote, ("sub", |a, b| a.sub(b))),
         (CastPolicy::Promote, ("mul", |a, b| a.mul(b))),
         (CastPolicy::Promote, ("div", |a, b| a.div(b))),
         (CastPolicy::Promote, ("maximum", |a, b| a.maximum(b))),
         (CastPolicy::Promote, ("minimum", |a, b| a.minimum(b))),
-        (CastPolicy::Promote, ("where", |a, b| Var::where_(&a.tensor().gt_scalar(0.0)?, a, b))),
+        (
+            CastPolicy::Promote,
+            ("where", |a, b| Var::where_(&a.tensor().gt_scalar(0.0)?, a, b)),
+        ),
         (CastPolicy::Promote, ("cat", |a, b| Var::cat(&[a, b], 0))),
         (CastPolicy::Promote, ("stack", |a, b| Var::stack(&[a, b], 0))),
-        (CastPolicy::Promote, ("scatter_add", |a, b| {
-            a.scatter_add(0, &Tensor::zeros(&[4, 4], DType::I64)?, b)
-        })),
+        (
+            CastPolicy::Promote,
+            ("scatter_add", |a, b| {
+                a.scatter_add(0, &Tensor::zeros(&[4, 4], DType::I64)?, b)
+            }),
+        ),
         (CastPolicy::Unchanged, ("relu", |a, _| a.relu())),
-        (CastPolicy::Unchanged, ("gelu", |a, _| a.gelu(tessera_tensor::GeluApprox::None))),
+        (
+            CastPolicy::Unchanged,
+            ("gelu", |a, _| a.gelu(tessera_tensor::GeluApprox::None)),
+        ),
         (CastPolicy::Unchanged, ("transpose", |a, _| a.t())),
     ]
 }
@@ -122,7 +155,12 @@ fn the_table_gives_each_op_its_policy_and_output_dtype() {
     for (_, (name, _)) in cases() {
         let op = crate::ops::registry::DIFFERENTIABLE_OPS
             .iter()
-            .chain(&["scaled_dot_product_attention", "nll_loss", "mse_loss", "bce_with_logits"])
+            .chain(&[
+                "scaled_dot_product_attention",
+                "nll_loss",
+                "mse_loss",
+                "bce_with_logits",
+            ])
             .find(|n| **n == name);
         assert!(op.is_some(), "{name} is not an op name");
     }
@@ -209,13 +247,23 @@ fn a_weight_is_cast_once_per_forward() {
         h.sum(&[], false)
     })
     .unwrap();
-    assert_eq!(CACHE.with(|c| c.borrow().len()), 0, "emptied when the scope exits");
+    assert_eq!(
+        CACHE.with(|c| c.borrow().len()),
+        0,
+        "emptied when the scope exits"
+    );
     assert_eq!(cast_nodes(&loss), 2, "one cast of w, one for the sum");
     // A view of the weight is not a leaf: it is cast where it is used.
-    let viewed = autocast(DType::BF16, || x.linear(&w, None)?.matmul(&w.t()?)?.sum(&[], false)).unwrap();
+    let viewed = autocast(DType::BF16, || {
+        x.linear(&w, None)?.matmul(&w.t()?)?.sum(&[], false)
+    })
+    .unwrap();
     assert_eq!(cast_nodes(&viewed), 3);
     // The cache is per scope: a second forward casts the weight again.
-    let again = autocast(DType::BF16, || x.linear(&w, None)?.linear(&w, None)?.sum(&[], false)).unwrap();
+    let again = autocast(DType::BF16, || {
+        x.linear(&w, None)?.linear(&w, None)?.sum(&[], false)
+    })
+    .unwrap();
     assert_eq!(cast_nodes(&again), 2);
     // Nested scopes share the cache; another dtype is another entry.
     let nested = autocast(DType::BF16, || {
@@ -248,7 +296,10 @@ fn mlp_grads(low: Option<DType>) -> (f32, Vec<(DType, Vec<f32>)>) {
     let y = Tensor::from_vec(vec![0i64, 4, 2, 1], &[4]).unwrap();
     let forward = || -> Result<Var> {
         let h = x.conv2d(&conv_w, None, &Conv2dParams::default())?.relu()?;
-        let h = h.reshape([4, 48])?.linear(&w1, Some(&b1))?.gelu(tessera_tensor::GeluApprox::None)?;
+        let h = h
+            .reshape([4, 48])?
+            .linear(&w1, Some(&b1))?
+            .gelu(tessera_tensor::GeluApprox::None)?;
         let logits = h.linear(&w2, None)?;
         let loss = logits.cross_entropy(Target::Indices(&y), &CrossEntropyOptions::default())?;
         Ok(loss)
@@ -263,7 +314,10 @@ fn mlp_grads(low: Option<DType>) -> (f32, Vec<(DType, Vec<f32>)>) {
         .iter()
         .map(|p| {
             let g = grads.get(p).unwrap();
-            (g.dtype(), g.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap())
+            (
+                g.dtype(),
+                g.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap(),
+            )
         })
         .collect();
     (loss.tensor().to_scalar::<f32>().unwrap(), gs)
@@ -280,7 +334,10 @@ fn gradients_reach_f32_parameters_in_f32_and_match_the_f32_run() {
     for (low, u) in [(DType::BF16, 2f32.powi(-8)), (DType::F16, 2f32.powi(-11))] {
         let tol = 20.0 * u;
         let (loss, g) = mlp_grads(Some(low));
-        assert!((loss - loss32).abs() <= tol * loss32.abs(), "{low}: loss {loss} vs {loss32}");
+        assert!(
+            (loss - loss32).abs() <= tol * loss32.abs(),
+            "{low}: loss {loss} vs {loss32}"
+        );
         for ((d, a), (_, b)) in g.iter().zip(&g32) {
             assert_eq!(*d, DType::F32, "{low}: gradients of f32 parameters are f32");
             let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use tessera_tensor::{rng, Error, Result, Tensor};
 
-use crate::engine::run;
 use crate::autocast::{self, autocast_dtype};
+use crate::engine::run;
 use crate::mode::{collect_edges, enable_grad, is_grad_enabled, no_grad};
 use crate::node::{id_watermark, Edge};
 use crate::ops::{record_op_multi, registry};

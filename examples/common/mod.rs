@@ -51,7 +51,12 @@ pub(crate) fn count_correct(logits: &Tensor, labels: &Tensor) -> tessera::tensor
 
 /// Accuracy of `model` (already in eval mode, run at `precision`) on `split`, in batches of
 /// `batch` moved to the model's device.
-pub(crate) fn evaluate(model: &dyn Module, split: &Split, batch: usize, precision: Precision) -> BoxResult<f64> {
+pub(crate) fn evaluate(
+    model: &dyn Module,
+    split: &Split,
+    batch: usize,
+    precision: Precision,
+) -> BoxResult<f64> {
     let n = split.labels.shape()[0];
     let device = model
         .parameters()

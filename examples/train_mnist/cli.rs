@@ -248,7 +248,9 @@ impl Args {
                     .into(),
             );
         }
-        if (a.precision != Precision::F32 || a.overflow_at.is_some()) && (a.pipeline_stages > 1 || a.data_parallel()) {
+        if (a.precision != Precision::F32 || a.overflow_at.is_some())
+            && (a.pipeline_stages > 1 || a.data_parallel())
+        {
             return Err(
                 "--precision and --overflow-at train in the single-process mode only (no --pipeline-stages, --ddp, --zero)"
                     .into(),

@@ -128,7 +128,10 @@ fn half_precision_parameters_follow_f32_within_rounding() {
         }
         assert_eq!(o16.state_buffer(0, 0, "exp_avg").unwrap().dtype(), DType::F32);
         let master = o16.master_weight(0, 0).unwrap();
-        assert_eq!(master.to_vec::<f32>().unwrap(), p32.tensor().to_vec::<f32>().unwrap());
+        assert_eq!(
+            master.to_vec::<f32>().unwrap(),
+            p32.tensor().to_vec::<f32>().unwrap()
+        );
         let as_f32 = |t: Tensor| t.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
         assert_eq!(as_f32(p16.tensor()), as_f32(master.to_dtype(dtype).unwrap()));
         let a = p16

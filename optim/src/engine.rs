@@ -237,7 +237,8 @@ impl ParamState {
         for &name in names {
             if !self.bufs.iter().any(|(n, _)| *n == name) {
                 let dtype = master::state_dtype(p.dtype());
-                self.bufs.push((name, p.tensor().full_like(init(h, name), dtype)?));
+                self.bufs
+                    .push((name, p.tensor().full_like(init(h, name), dtype)?));
                 fresh = true;
             }
         }

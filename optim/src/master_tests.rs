@@ -7,7 +7,10 @@ use tessera_tensor::{DType, Tensor};
 use crate::{Adam, AdamOptions, GradScaler, GradScalerOptions, Optimizer, Sgd, SgdOptions};
 
 fn tensor(v: &[f32], dtype: DType) -> Tensor {
-    Tensor::from_vec(v.to_vec(), &[v.len()]).unwrap().to_dtype(dtype).unwrap()
+    Tensor::from_vec(v.to_vec(), &[v.len()])
+        .unwrap()
+        .to_dtype(dtype)
+        .unwrap()
 }
 
 fn f32s(t: &Tensor) -> Vec<f32> {
@@ -37,7 +40,14 @@ fn f16_flushes_below_2_pow_minus_24_and_bf16_keeps_those_values() {
 fn quadratic_grads(p: &Parameter, target: &[f32]) -> Gradients {
     let t = Var::constant(tensor(target, p.dtype()));
     let d = p.var().sub(&t).unwrap();
-    d.mul(&d).unwrap().sum(&[], false).unwrap().mul_scalar(0.5).unwrap().backward().unwrap()
+    d.mul(&d)
+        .unwrap()
+        .sum(&[], false)
+        .unwrap()
+        .mul_scalar(0.5)
+        .unwrap()
+        .backward()
+        .unwrap()
 }
 
 #[test]
@@ -65,7 +75,11 @@ fn an_f16_model_with_f32_masters_follows_the_f32_run_where_pure_f16_stalls() {
     // Pure f16: the same SGD step with the weight rounded to f16 each time.
     let mut pure: Vec<f32> = f32s(&tensor(&w0, DType::F16));
     for _ in 0..500 {
-        let next: Vec<f32> = pure.iter().zip(&target).map(|(w, t)| w - 0.002 * (w - t)).collect();
+        let next: Vec<f32> = pure
+            .iter()
+            .zip(&target)
+            .map(|(w, t)| w - 0.002 * (w - t))
+            .collect();
         pure = f32s(&tensor(&next, DType::F16));
     }
     for i in 0..16 {
@@ -103,10 +117,7 @@ fn adam_keeps_f32_master_and_state_for_bf16_and_f16_parameters_and_saves_them() 
         // and 12 of optimizer state (f32 master, m and v).
         assert_eq!(p.tensor().dtype().size_in_bytes(), 2);
         let sd = opt.state_dict();
-        let state: Vec<(String, DType)> = sd
-            .iter()
-            .map(|(k, t)| (k.to_string(), t.dtype()))
-            .collect();
+        let state: Vec<(String, DType)> = sd.iter().map(|(k, t)| (k.to_string(), t.dtype())).collect();
         assert_eq!(
             state,
             vec![
@@ -116,7 +127,10 @@ fn adam_keeps_f32_master_and_state_for_bf16_and_f16_parameters_and_saves_them() 
             ],
             "{dtype}"
         );
-        let state_bytes: usize = sd.iter().map(|(_, t)| t.numel() * t.dtype().size_in_bytes()).sum();
+        let state_bytes: usize = sd
+            .iter()
+            .map(|(_, t)| t.numel() * t.dtype().size_in_bytes())
+            .sum();
         assert_eq!(state_bytes, 12 * 8);
 
         // A resumed optimizer continues from the saved master, bit for bit.
@@ -142,7 +156,14 @@ fn adam_keeps_f32_master_and_state_for_bf16_and_f16_parameters_and_saves_them() 
 #[test]
 fn an_overflowing_f16_step_is_skipped_and_the_scale_backs_off() {
     let p = Parameter::new(tensor(&[1.0, -2.0, 0.5, 3.0], DType::F16));
-    let mut opt = Sgd::new(vec![p.clone()], SgdOptions { lr: 0.1, ..Default::default() }).unwrap();
+    let mut opt = Sgd::new(
+        vec![p.clone()],
+        SgdOptions {
+            lr: 0.1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let mut scaler = GradScaler::new(GradScalerOptions::default()).unwrap();
     let target = [0.0f32; 4];
     let loss = |p: &Parameter| {
@@ -174,6 +195,10 @@ fn an_overflowing_f16_step_is_skipped_and_the_scale_backs_off() {
     assert_eq!((skipped, scaler.scale()), (3, 8192.0));
     let after = f32s(&p.tensor());
     for (a, b) in after.iter().zip(&before) {
-        assert!((a - b * 0.8).abs() <= 2e-3 * b.abs().max(1.0), "{a} vs {}", b * 0.8);
+        assert!(
+            (a - b * 0.8).abs() <= 2e-3 * b.abs().max(1.0),
+            "{a} vs {}",
+            b * 0.8
+        );
     }
 }

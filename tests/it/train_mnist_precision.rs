@@ -56,7 +56,10 @@ fn bf16_and_f16_train_and_a_forced_f16_overflow_is_skipped_and_logged() {
         assert_eq!(r.len(), 2);
         // The loss falls from ln 10 and the second epoch is better than the
         // first, close to the f32 run of the same seed.
-        assert!(r[0].train_loss < 2.2 && r[1].train_loss < r[0].train_loss, "{precision}: {r:?}");
+        assert!(
+            r[0].train_loss < 2.2 && r[1].train_loss < r[0].train_loss,
+            "{precision}: {r:?}"
+        );
         assert!(r[1].test_acc > 70.0, "{precision}: {r:?}");
         assert!(
             (r[1].train_loss - f32_run[1].train_loss).abs() < 0.15,
@@ -71,7 +74,11 @@ fn bf16_and_f16_train_and_a_forced_f16_overflow_is_skipped_and_logged() {
             assert!(scale <= 32768.0, "the scale backed off: {scale}");
         } else {
             assert_eq!(r[0].skipped_steps + r[1].skipped_steps, 0);
-            assert_eq!(log[1]["loss_scale"].as_f64(), Some(1.0), "bf16 needs no loss scaling");
+            assert_eq!(
+                log[1]["loss_scale"].as_f64(),
+                Some(1.0),
+                "bf16 needs no loss scaling"
+            );
         }
         std::fs::remove_dir_all(dir).unwrap();
     }
@@ -86,5 +93,8 @@ fn bad_precision_values_and_unsupported_modes_are_errors() {
     assert!(err.contains("--precision") && err.contains("f8"), "{err}");
     let err = parse(&["--precision", "bf16", "--ddp"]).unwrap_err();
     assert!(err.contains("--precision"), "{err}");
-    assert_eq!(parse(&["--precision", "f16"]).unwrap().precision.autocast_dtype(), Some(tessera::tensor::DType::F16));
+    assert_eq!(
+        parse(&["--precision", "f16"]).unwrap().precision.autocast_dtype(),
+        Some(tessera::tensor::DType::F16)
+    );
 }

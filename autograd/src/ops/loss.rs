@@ -71,7 +71,11 @@ impl Var {
     ///
     /// Errors as [`Var::cross_entropy`].
     pub fn nll_loss(&self, target: &Tensor, ignore_index: i64, reduction: Reduction) -> Result<Var> {
-        autocast_entry!(reg::NLL_LOSS, [self], |c| c[0].nll_loss(target, ignore_index, reduction));
+        autocast_entry!(reg::NLL_LOSS, [self], |c| c[0].nll_loss(
+            target,
+            ignore_index,
+            reduction
+        ));
         const OP: &str = "nll_loss";
         let logp = classes_last(OP, self)?;
         weighted_nll(
@@ -108,7 +112,8 @@ impl Var {
         pos_weight: Option<&Tensor>,
         reduction: Reduction,
     ) -> Result<Var> {
-        autocast_entry!(reg::BCE_WITH_LOGITS, [self], |c| c[0].bce_with_logits(target, pos_weight, reduction));
+        autocast_entry!(reg::BCE_WITH_LOGITS, [self], |c| c[0]
+            .bce_with_logits(target, pos_weight, reduction));
         const OP: &str = "bce_with_logits";
         let dtype = self.dtype();
         if !dtype.is_float() {

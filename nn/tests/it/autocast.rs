@@ -14,7 +14,12 @@ use crate::models::{randn, small_models};
 /// ‖a − b‖ / ‖b‖ of two tensors of one shape, in f32.
 fn rel_err(a: &Tensor, b: &Tensor) -> f32 {
     let (a, b) = (
-        a.to_dtype(DType::F32).unwrap().contiguous().unwrap().to_vec::<f32>().unwrap(),
+        a.to_dtype(DType::F32)
+            .unwrap()
+            .contiguous()
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap(),
         b.contiguous().unwrap().to_vec::<f32>().unwrap(),
     );
     let d: f32 = a.iter().zip(&b).map(|(x, y)| (x - y) * (x - y)).sum();
@@ -37,7 +42,12 @@ fn every_model_family_trains_under_autocast_with_f32_gradients() {
     for low in [DType::BF16, DType::F16] {
         // The low dtype's rounding error u: logits of a few layers stay
         // within some tens of u of the f32 forward.
-        let tol = 64.0 * if low == DType::BF16 { 2f32.powi(-8) } else { 2f32.powi(-11) };
+        let tol = 64.0
+            * if low == DType::BF16 {
+                2f32.powi(-8)
+            } else {
+                2f32.powi(-11)
+            };
         let mut models = small_models(0.0);
         models.push(("mnist_cnn", Box::new(mnist_cnn().unwrap()), 28));
         for (name, model, side) in models {
@@ -48,7 +58,10 @@ fn every_model_family_trains_under_autocast_with_f32_gradients() {
             // The head is a linear layer: its output is in the low dtype.
             assert_eq!(logits.dtype(), low, "{name}");
             let err = rel_err(logits.tensor(), reference.tensor());
-            assert!(err < tol, "{name} under {low}: logits differ by {err} (tolerance {tol})");
+            assert!(
+                err < tol,
+                "{name} under {low}: logits differ by {err} (tolerance {tol})"
+            );
             let w = Var::constant(randn(&[2, 10], 2));
             let loss = autocast(low, || logits.mul(&w)?.sum(&[0, 1], false)).unwrap();
             assert_eq!(loss.dtype(), DType::F32, "{name}: sums run in f32");
