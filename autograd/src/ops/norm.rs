@@ -9,14 +9,12 @@ use super::registry::{self as reg, Op};
 use super::{check_same, record_op};
 use crate::Var;
 
+/// A normalization's input, weight and bias.
+type NormInputs = (Var, Option<Var>, Option<Var>);
+
 /// `x`, `weight` and `bias` cast as autocast's policy for `op` says, or
 /// `None` when they stay as they are.
-fn autocast_norm(
-    op: Op,
-    x: &Var,
-    weight: Option<&Var>,
-    bias: Option<&Var>,
-) -> Result<Option<(Var, Option<Var>, Option<Var>)>> {
+fn autocast_norm(op: Op, x: &Var, weight: Option<&Var>, bias: Option<&Var>) -> Result<Option<NormInputs>> {
     let mut all = vec![x];
     all.extend(weight);
     all.extend(bias);
