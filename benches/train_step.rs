@@ -6,6 +6,9 @@
 //! bench lines, and, when `TESSERA_TORCH_PYTHON` names a Python with torch,
 //! the same figures for PyTorch eager (`benches/train_step_torch.py`) and
 //! the ratio. The ViT is also run on one thread, for its thread scaling.
+//! `train_step_{mlp,cnn}_bf16` are the MLP and CNN steps under bf16
+//! autocast (f32 parameters, matmul/linear/conv in bf16, the loss in f32),
+//! beside PyTorch's `torch.autocast("cpu", torch.bfloat16)` step.
 //!
 //! Each figure is the best of 3 rounds of N steps (after 3 warm-up steps):
 //! the machines we measure on are shared, and the best round is the one
@@ -21,7 +24,7 @@
 use std::process::Command;
 use std::time::Instant;
 
-use tessera::autograd::{CrossEntropyOptions, Parameter, Target, Var};
+use tessera::autograd::{autocast, CrossEntropyOptions, Parameter, Target, Var};
 use tessera::nn::models::{mnist_cnn, mnist_mlp};
 use tessera::nn::{
     init, Activation, Conv2d, Conv2dOptions, LayerNorm, Linear, Module, TransformerEncoderLayer,
@@ -106,10 +109,12 @@ fn main() {
     let torch_python = std::env::var("TESSERA_TORCH_PYTHON").ok();
     let only = std::env::args().skip_while(|a| a != "--only").nth(1);
     let profile_dir = std::env::args().skip_while(|a| a != "--profile").nth(1);
-    let workloads: [(&str, &[usize]); 3] = [
+    let workloads: [(&str, &[usize]); 5] = [
         ("train_step_mlp", &[BATCH, 784]),
         ("train_step_cnn", &[BATCH, 1, 28, 28]),
         ("train_step_vit", &[BATCH, 3, 32, 32]),
+        ("train_step_mlp_bf16", &[BATCH, 784]),
+        ("train_step_cnn_bf16", &[BATCH, 1, 28, 28]),
     ];
     for (name, input) in workloads {
         if only.as_deref().is_some_and(|o| o != name) {
@@ -141,24 +146,29 @@ fn main() {
 }
 
 /// Builds workload `name`'s model and optimizer (fresh, seeded) and
-/// measures it as [`measure`] does.
+/// measures it as [`measure`] does; a `_bf16` suffix runs the model's
+/// forward and loss under bf16 autocast.
 fn run_workload(name: &str, input: &[usize], steps: usize, profile_dir: Option<&str>) -> (f64, [f64; 5]) {
     manual_seed(0);
+    let (model_name, low) = match name.strip_suffix("_bf16") {
+        Some(base) => (base, Some(DType::BF16)),
+        None => (name, None),
+    };
     let sgd = SgdOptions {
         lr: 0.01,
         momentum: 0.9,
         ..Default::default()
     };
-    match name {
+    match model_name {
         "train_step_mlp" => {
             let model = mnist_mlp(&[512, 512]).expect("model builds");
             let mut opt = Sgd::new(model.parameters(), sgd).expect("optimizer");
-            measure(name, &model, &mut opt, input, steps, profile_dir)
+            measure(name, &model, &mut opt, input, steps, low, profile_dir)
         }
         "train_step_cnn" => {
             let model = mnist_cnn().expect("model builds");
             let mut opt = Sgd::new(model.parameters(), sgd).expect("optimizer");
-            measure(name, &model, &mut opt, input, steps, profile_dir)
+            measure(name, &model, &mut opt, input, steps, low, profile_dir)
         }
         _ => {
             let model = Vit::new().expect("model builds");
@@ -169,7 +179,7 @@ fn run_workload(name: &str, input: &[usize], steps: usize, profile_dir: Option<&
                 ..Default::default()
             };
             let mut opt = AdamW::new(model.parameters(), hyper).expect("optimizer");
-            measure(name, &model, &mut opt, input, steps, profile_dir)
+            measure(name, &model, &mut opt, input, steps, low, profile_dir)
         }
     }
 }
@@ -178,25 +188,27 @@ fn run_workload(name: &str, input: &[usize], steps: usize, profile_dir: Option<&
 /// steps on random inputs of `shape`, after 3 warm-up steps; and the time
 /// per step of its phases (forward, loss, backward, optimizer step, freeing
 /// the graph and gradients) in ms, from the best of [`ROUNDS`] further
-/// rounds timed phase by phase. With `profile_dir`, then profiles one step
-/// (see the module docs).
+/// rounds timed phase by phase. With `low`, the forward pass and the loss
+/// run under autocast to that dtype. With `profile_dir`, then profiles one
+/// step (see the module docs).
 fn measure(
     name: &str,
     model: &dyn Module,
     opt: &mut dyn Optimizer,
     shape: &[usize],
     steps: usize,
+    low: Option<DType>,
     profile_dir: Option<&str>,
 ) -> (f64, [f64; 5]) {
+    let amp = |f: &mut dyn FnMut() -> Result<Var>| match low {
+        Some(d) => autocast(d, f).unwrap(),
+        None => f().unwrap(),
+    };
     let x = Var::constant(Tensor::randn(shape, DType::F32).unwrap());
     let y = Tensor::randint(0, 10, &[BATCH], DType::I64).unwrap();
     let ce = CrossEntropyOptions::default();
     let mut step = || {
-        let loss = model
-            .forward(&x)
-            .unwrap()
-            .cross_entropy(Target::Indices(&y), &ce)
-            .unwrap();
+        let loss = amp(&mut || model.forward(&x)?.cross_entropy(Target::Indices(&y), &ce));
         opt.step(&loss.backward().unwrap()).unwrap();
     };
     for _ in 0..3 {
@@ -230,9 +242,9 @@ fn measure(
                 round[k] += t.elapsed().as_secs_f64();
                 t = Instant::now();
             };
-            let out = model.forward(&x).unwrap();
+            let out = amp(&mut || model.forward(&x));
             lap(0);
-            let loss = out.cross_entropy(Target::Indices(&y), &ce).unwrap();
+            let loss = amp(&mut || out.cross_entropy(Target::Indices(&y), &ce));
             lap(1);
             let grads = loss.backward().unwrap();
             lap(2);

@@ -2,8 +2,11 @@
 (so ru_maxrss is that workload's peak), same shapes, loss, optimizer and
 best-of-3 timing, on as many threads as this process may use.
 
-usage: python train_step_torch.py {train_step_mlp|train_step_cnn|train_step_vit} STEPS
+usage: python train_step_torch.py {train_step_mlp|train_step_cnn|train_step_vit}[_bf16] STEPS
+
+A `_bf16` suffix runs forward and loss under torch.autocast("cpu", torch.bfloat16).
 """
+import contextlib
 import os
 import resource
 import sys
@@ -58,9 +61,12 @@ def main():
     name, steps = sys.argv[1], int(sys.argv[2])
     torch.set_num_threads(len(os.sched_getaffinity(0)))
     torch.manual_seed(0)
-    net, shape = model(name)
+    base = name.removesuffix("_bf16")
+    amp = ((lambda: torch.autocast("cpu", torch.bfloat16)) if base != name
+           else contextlib.nullcontext)
+    net, shape = model(base)
     x, y = torch.randn(*shape), torch.randint(0, 10, (BATCH,))
-    if name == "train_step_vit":
+    if base == "train_step_vit":
         opt = torch.optim.AdamW(net.parameters(), lr=1e-3, weight_decay=0.05)
     else:
         opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
@@ -68,7 +74,9 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss_fn(net(x), y).backward()
+        with amp():
+            loss = loss_fn(net(x), y)
+        loss.backward()
         opt.step()
 
     for _ in range(3):
@@ -85,9 +93,11 @@ def main():
         rnd = [0.0] * 5
         for _ in range(steps):
             t0 = time.perf_counter()
-            out = net(x)
+            with amp():
+                out = net(x)
             t1 = time.perf_counter()
-            loss = loss_fn(out, y)
+            with amp():
+                loss = loss_fn(out, y)
             t2 = time.perf_counter()
             loss.backward()
             t3 = time.perf_counter()

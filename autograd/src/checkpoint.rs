@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use tessera_tensor::{rng, Error, Result, Tensor};
 
+use crate::autocast::{self, autocast_dtype};
 use crate::engine::run;
 use crate::mode::{collect_edges, enable_grad, is_grad_enabled, no_grad};
 use crate::node::{id_watermark, Edge};
@@ -35,6 +36,9 @@ where
     }
     let f = Arc::new(f);
     let rng_state = rng::snapshot();
+    // Recomputed under the autocast state of this forward, so the segment
+    // produces the same dtypes (and values) again.
+    let cast_dtype = autocast_dtype();
     let detached: Vec<Var> = inputs.iter().map(Var::detach).collect();
     let (outputs, captured) = collect_edges(|| no_grad(|| f(&detached)));
     let outputs: Vec<Tensor> = outputs?.into_iter().map(Var::into_tensor).collect();
@@ -52,7 +56,9 @@ where
     let refs: Vec<&Var> = node_inputs.iter().collect();
 
     record_op_multi(registry::CHECKPOINT, outputs, &refs, move |grads, needs| {
-        recompute_backward(&*f, &saved, &captured, &rng_state, grads, &needs[..n_explicit])
+        autocast::isolated(cast_dtype, || {
+            recompute_backward(&*f, &saved, &captured, &rng_state, grads, &needs[..n_explicit])
+        })
     })
 }
 

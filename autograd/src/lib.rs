@@ -12,12 +12,16 @@
 //!   as it is final during backward (DDP and ZeRO start communication there).
 //! - [`checkpoint`] recomputes a segment during backward instead of keeping
 //!   its activations.
+//! - [`autocast`] runs a closure with PyTorch's mixed-precision op policy
+//!   ([`cast_policy`]): matmul/linear/conv/attention in f16 or bf16,
+//!   softmax, norms, losses and reductions in f32.
 //! - New differentiable ops are written with [`record`] / [`record_multi`].
 //! - [`Parameter`] is a shared handle to a trainable leaf: the module that
 //!   reads it and the optimizer that updates it in place see one value;
 //!   it can be released and fetched back on demand (ZeRO-3), and ops keep
 //!   such a parameter for backward as a [`Saved`] reference.
 
+mod autocast;
 mod checkpoint;
 mod engine;
 mod gradcheck;
@@ -29,6 +33,7 @@ mod record;
 mod saved;
 mod var;
 
+pub use autocast::{autocast, autocast_dtype, cast_policy, no_autocast, CastPolicy};
 pub use checkpoint::{checkpoint, checkpoint_sequential};
 pub use engine::{backward_many, Gradients};
 pub use gradcheck::{gradcheck, op_names, GradcheckOptions, GradcheckReport};

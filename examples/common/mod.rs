@@ -1,6 +1,8 @@
 //! What the training examples (`train_mnist`, `train`) share: the in-memory
 //! split, its normalisation statistics, accuracy and the metrics log.
 
+pub(crate) mod precision;
+
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::Path;
@@ -8,6 +10,8 @@ use std::path::Path;
 use tessera::autograd::{no_grad, Var};
 use tessera::nn::Module;
 use tessera::tensor::{Device, Tensor};
+
+use precision::Precision;
 
 pub(crate) type BoxResult<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -45,9 +49,14 @@ pub(crate) fn count_correct(logits: &Tensor, labels: &Tensor) -> tessera::tensor
     Ok(pred.iter().zip(&y).filter(|(a, b)| a == b).count())
 }
 
-/// Accuracy of `model` (already in eval mode) on `split`, in batches of
+/// Accuracy of `model` (already in eval mode, run at `precision`) on `split`, in batches of
 /// `batch` moved to the model's device.
-pub(crate) fn evaluate(model: &dyn Module, split: &Split, batch: usize) -> BoxResult<f64> {
+pub(crate) fn evaluate(
+    model: &dyn Module,
+    split: &Split,
+    batch: usize,
+    precision: Precision,
+) -> BoxResult<f64> {
     let n = split.labels.shape()[0];
     let device = model
         .parameters()
@@ -57,7 +66,7 @@ pub(crate) fn evaluate(model: &dyn Module, split: &Split, batch: usize) -> BoxRe
     for start in (0..n).step_by(batch) {
         let len = batch.min(n - start);
         let x = Var::constant(split.images.narrow(0, start, len)?.to_device(device)?);
-        let logits = no_grad(|| model.forward(&x))?;
+        let logits = no_grad(|| precision.run(|| model.forward(&x)))?;
         correct += count_correct(logits.tensor(), &split.labels.narrow(0, start, len)?)?;
     }
     Ok(correct as f64 / n.max(1) as f64)

@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use super::common::precision::Precision;
+
 /// The usage text printed on a bad flag or `--help`.
 pub const USAGE: &str = "usage: train --model NAME [--data DIR] [--out DIR] [--epochs N] \
 [--batch-size N] [--lr F] [--weight-decay F] [--warmup-epochs N] [--min-lr F] [--smoothing F] \
@@ -9,7 +11,7 @@ pub const USAGE: &str = "usage: train --model NAME [--data DIR] [--out DIR] [--e
 [--num-heads N] [--drop-path F] [--opt adamw|lamb|lars] [--momentum F] [--sched cosine|onecycle]
 [--accum-steps N] [--mixup F] [--cutmix F] [--mixup-prob F] [--mixup-switch-prob F]
 [--randaugment N,M] [--progressive MIN,START,END] [--seed N] [--threads N] [--log-every N]
-[--resume] [--train-limit N] [--test-limit N] [--stop-after N]
+[--resume] [--train-limit N] [--test-limit N] [--stop-after N] [--precision f32|bf16|f16]
 
   --model         resnet18|resnet34|resnet50|resnet101|vit_tiny_patch16_224|
                   vit_small_patch16_224|vit_base_patch16_224|coatnet_0_224 .. coatnet_3_224
@@ -54,7 +56,10 @@ pub const USAGE: &str = "usage: train --model NAME [--data DIR] [--out DIR] [--e
   --resume        continue from OUT/checkpoint.safetensors
   --train-limit / --test-limit N
                   use only the first N images of a split (quick checks)
-  --stop-after N  stop after N epochs as if interrupted (tests --resume)";
+  --stop-after N  stop after N epochs as if interrupted (tests --resume)
+  --precision P   f32 (default), or bf16/f16 mixed precision: forward and loss
+                  under autocast, f32 parameters as master weights, and for f16
+                  a GradScaler that skips overflowing steps (logged)";
 
 /// The parsed flags.
 #[derive(Debug, Clone)]
@@ -94,6 +99,7 @@ pub struct Args {
     pub train_limit: Option<usize>,
     pub test_limit: Option<usize>,
     pub stop_after: Option<usize>,
+    pub precision: Precision,
 }
 
 impl Args {
@@ -136,6 +142,7 @@ impl Args {
             train_limit: None,
             test_limit: None,
             stop_after: None,
+            precision: Precision::F32,
         };
         let mut it = args.flat_map(|s| match s.split_once('=') {
             Some((k, v)) if s.starts_with("--") => vec![k.to_string(), v.to_string()],
@@ -205,6 +212,7 @@ impl Args {
                 "--train-limit" => a.train_limit = Some(parse!()),
                 "--test-limit" => a.test_limit = Some(parse!()),
                 "--stop-after" => a.stop_after = Some(parse!()),
+                "--precision" => a.precision = value.parse().map_err(|e: String| bad(&e))?,
                 _ => return Err(format!("unknown flag {flag}")),
             }
         }

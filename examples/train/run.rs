@@ -83,11 +83,15 @@ pub fn train(args: &Args) -> BoxResult<()> {
     let log_path = args.out.join("metrics.jsonl");
     let mut start_epoch = 0;
     let mut elapsed_before = 0.0;
+    let mut scaler = args.precision.scaler()?;
     if args.resume {
         let ck = Checkpoint::load(&ckpt_path)?;
         model.load_state_dict(&ck.model, true)?;
         opt.load_state_dict(ck.optimizer()?)?;
         sched.load_state_dict(ck.scheduler()?)?;
+        if let Ok(sd) = ck.scaler() {
+            scaler.load_state_dict(sd)?;
+        }
         ck.restore_default_rng()?;
         if let Some(e) = &ema {
             e.model.load_state_dict(&StateDict::load(&ema_path)?, true)?;
@@ -111,6 +115,7 @@ pub fn train(args: &Args) -> BoxResult<()> {
         "optimizer": args.opt,
         "momentum": args.momentum,
         "accum_steps": args.accum_steps,
+        "precision": format!("{:?}", args.precision).to_lowercase(),
         "lr": args.lr,
         "weight_decay": args.weight_decay,
         "schedule": args.sched,
@@ -156,14 +161,19 @@ pub fn train(args: &Args) -> BoxResult<()> {
         let epoch_start = Instant::now();
         for (i, idx) in batches.iter().enumerate() {
             let batch = batcher.train_batch(&train, idx, epoch, epoch * batches_per_epoch + i)?;
-            let logits = model.forward(&Var::constant(batch.images))?;
             let target = match &batch.soft_targets {
                 Some(probs) => Target::Probs(probs),
                 None => Target::Indices(&batch.labels),
             };
-            let loss = logits.cross_entropy(target, &ce)?;
+            let (logits, loss) = args.precision.run(|| {
+                let logits = model.forward(&Var::constant(batch.images.clone()))?;
+                let loss = logits.cross_entropy(target, &ce)?;
+                Ok((logits, loss))
+            })?;
             let micro_loss = loss.tensor().to_scalar::<f32>()? as f64;
-            let grads = match accumulator.add(loss.backward()?)? {
+            // Scaled gradients are summed over the micro-batches and
+            // unscaled once, at the step (PyTorch's accumulation under AMP).
+            let grads = match accumulator.add(scaler.backward(&loss)?)? {
                 None if i + 1 == batches.len() => accumulator.flush()?,
                 ready => ready,
             };
@@ -175,12 +185,21 @@ pub fn train(args: &Args) -> BoxResult<()> {
             group_len += 1;
             bar.update(i + 1, seen, loss_sum / seen as f64, correct as f64 / seen as f64);
             let Some(mut grads) = grads else { continue };
+            let scale = scaler.scale();
+            scaler.unscale_(&mut grads)?;
             let grad_norm = match args.clip_grad {
                 Some(max) => Some(clip_grad_norm(&mut grads, max, 2.0)?),
                 None => None,
             };
             let lr = sched.get_lr()[0];
-            opt.step(&grads)?;
+            if !scaler.step(opt.as_mut(), &mut grads)? {
+                eprintln!(
+                    "step {}: inf/NaN gradients under loss scale {scale}; step skipped, scale now {}",
+                    epoch * steps_per_epoch + i / args.accum_steps,
+                    scale * scaler.options().backoff_factor
+                );
+            }
+            scaler.update()?;
             sched.step(opt.as_mut())?;
             if let Some(e) = &ema {
                 e.update(model.as_ref())?;
@@ -203,9 +222,9 @@ pub fn train(args: &Args) -> BoxResult<()> {
         bar.finish();
         let train_secs = epoch_start.elapsed().as_secs_f64();
         model.eval();
-        let test_acc = 100.0 * evaluate(model.as_ref(), &test, 500)?;
+        let test_acc = 100.0 * evaluate(model.as_ref(), &test, 500, args.precision)?;
         let ema_acc = match &ema {
-            Some(e) => Some(100.0 * evaluate(e.model.as_ref(), &test, 500)?),
+            Some(e) => Some(100.0 * evaluate(e.model.as_ref(), &test, 500, args.precision)?),
             None => None,
         };
         let elapsed = elapsed_before + clock.elapsed().as_secs_f64();
@@ -237,6 +256,7 @@ pub fn train(args: &Args) -> BoxResult<()> {
             .at((epoch + 1) as u64, sched.last_epoch())
             .with_optimizer(opt.state_dict())
             .with_scheduler(sched.state_dict())
+            .with_scaler(scaler.state_dict())
             .with_meta("elapsed", elapsed)
             .save(&ckpt_path)?;
         append_line(&log_path, &metrics.to_string())?;

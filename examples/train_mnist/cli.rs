@@ -4,13 +4,15 @@ use std::path::PathBuf;
 
 use tessera::tensor::Device;
 
+use super::common::precision::Precision;
+
 /// The usage text printed on a bad flag or `--help`.
 pub const USAGE: &str = "usage: train_mnist [--epochs N] [--batch-size N] [--lr F] [--seed N] \
 [--threads N] [--data DIR] [--out DIR] [--resume] [--target PERCENT]
 [--pipeline-stages P --micro-batches M --schedule gpipe|1f1b|deepspeed|interleaved [--chunks V]]
 [--ddp | --zero 1|2|3] [--backend local|tcp] [--world N]
 [--optim sgd|adam|onebit-adam|onebit-lamb|zero-one-adam] [--freeze-step N]
-[--local-step-scaler N] [--device cpu|cuda[:N]]
+[--local-step-scaler N] [--device cpu|cuda[:N]] [--precision f32|bf16|f16] [--overflow-at STEP]
 
   --epochs      epochs to train (10)
   --batch-size  samples per step (128)
@@ -63,7 +65,17 @@ pub const USAGE: &str = "usage: train_mnist [--epochs N] [--batch-size N] [--lr 
                 synchronisation interval (DeepSpeed's 32678; at most 16)
   --device D    where the model trains: cpu (default) or cuda[:N] (a GPU,
                 or the CPU emulator of one in a `cuda-emu` build); the
-                single-process mode only";
+                single-process mode only
+  --precision P f32 (default), or bf16/f16 mixed precision: forward and
+                loss under autocast (matmul/conv in P, softmax and the loss
+                in f32), f32 parameters as master weights, and for f16 a
+                GradScaler (init scale 2^16) that skips a step whose
+                gradients overflowed and halves the scale; single-process
+                mode only
+  --overflow-at STEP
+                multiply the loss of 0-based step STEP by 2^24 (a test of
+                the f16 loss-scaling path: that step overflows, is skipped
+                and logged)";
 
 /// The parsed flags.
 #[derive(Debug, Clone)]
@@ -92,6 +104,8 @@ pub struct Args {
     pub optim: String,
     pub freeze_step: u64,
     pub local_step_scaler: u64,
+    pub precision: Precision,
+    pub overflow_at: Option<usize>,
 }
 
 impl Args {
@@ -128,6 +142,8 @@ impl Args {
             optim: "sgd".into(),
             freeze_step: 100,
             local_step_scaler: 32_678,
+            precision: Precision::F32,
+            overflow_at: None,
         };
         let mut it = args.flat_map(|s| match s.split_once('=') {
             Some((k, v)) if s.starts_with("--") => vec![k.to_string(), v.to_string()],
@@ -145,7 +161,9 @@ impl Args {
             if flag == "--help" || flag == "-h" {
                 return Err("help".into());
             }
-            const VALUED: [&str; 22] = [
+            const VALUED: [&str; 24] = [
+                "--precision",
+                "--overflow-at",
                 "--device",
                 "--optim",
                 "--freeze-step",
@@ -199,6 +217,8 @@ impl Args {
                         .map_err(|e: tessera::tensor::Error| bad(format!("{e}")))?
                 }
                 "--optim" => a.optim = value,
+                "--precision" => a.precision = value.parse().map_err(bad)?,
+                "--overflow-at" => a.overflow_at = Some(value.parse().map_err(|e| bad(format!("{e}")))?),
                 "--freeze-step" => a.freeze_step = value.parse().map_err(|e| bad(format!("{e}")))?,
                 "--local-step-scaler" => {
                     a.local_step_scaler = value.parse().map_err(|e| bad(format!("{e}")))?;
@@ -243,6 +263,14 @@ impl Args {
         if !a.device.is_cpu() && (a.pipeline_stages > 1 || a.data_parallel()) {
             return Err(
                 "--device cuda trains in the single-process mode only (no --pipeline-stages, --ddp, --zero)"
+                    .into(),
+            );
+        }
+        if (a.precision != Precision::F32 || a.overflow_at.is_some())
+            && (a.pipeline_stages > 1 || a.data_parallel())
+        {
+            return Err(
+                "--precision and --overflow-at train in the single-process mode only (no --pipeline-stages, --ddp, --zero)"
                     .into(),
             );
         }

@@ -30,6 +30,7 @@ use tessera::parallel::{
 use tessera::tensor::{rng, Tensor};
 
 use super::cli::Args;
+use super::common::precision::Precision;
 use super::common::{count_correct, evaluate, BoxResult, Split};
 use super::run::{load_data, optimizer, rank_0_records, EpochRecord, WEIGHT_DECAY};
 
@@ -236,7 +237,13 @@ fn run_rank(
         let train_secs = epoch_start.elapsed().as_secs_f64();
         let full = engine.full_model()?;
         if let Some(log) = &mut log {
-            let test_acc = 100.0 * evaluate(full.as_ref().unwrap_or(engine.model()), test, 1000)?;
+            let test_acc = 100.0
+                * evaluate(
+                    full.as_ref().unwrap_or(engine.model()),
+                    test,
+                    1000,
+                    Precision::F32,
+                )?;
             // Rank 0's share of the batches: the training figures of 1/N
             // of the data.
             let (train_loss, train_acc) = (loss_sum / seen as f64, 100.0 * correct as f64 / seen as f64);
@@ -259,6 +266,7 @@ fn run_rank(
                 train_loss,
                 train_acc,
                 test_acc,
+                skipped_steps: 0,
             });
         }
         comm.barrier()?;

@@ -26,6 +26,7 @@ use tessera::parallel::{tcp, CommExt, Communicator, LocalGroup};
 use tessera::tensor::{rng, DType, StateDict, Tensor};
 
 use super::cli::Args;
+use super::common::precision::Precision;
 use super::common::{count_correct, evaluate, BoxResult, Split};
 use super::run::{load_data, optimizer, rank_0_records, EpochRecord};
 
@@ -178,7 +179,7 @@ fn run_stage(
         }
         if let (Some(model), Some(log), Some(params)) = (&eval_model, &mut log, params) {
             model.load_state_dict(&StateDict::from(params), true)?;
-            let test_acc = 100.0 * evaluate(model, data.test, 1000)?;
+            let test_acc = 100.0 * evaluate(model, data.test, 1000, Precision::F32)?;
             let [loss_sum, correct, seen] = figures;
             let (seen, correct) = (seen as usize, correct as usize);
             let (train_loss, train_acc) = (loss_sum / seen as f64, 100.0 * correct as f64 / seen as f64);
@@ -205,6 +206,7 @@ fn run_stage(
                 train_loss,
                 train_acc,
                 test_acc,
+                skipped_steps: 0,
             });
         }
     }

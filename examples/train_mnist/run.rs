@@ -30,6 +30,8 @@ pub struct EpochRecord {
     pub train_acc: f64,
     /// Test accuracy after the epoch, in percent.
     pub test_acc: f64,
+    /// Steps skipped for inf/NaN gradients (f16 loss scaling).
+    pub skipped_steps: usize,
 }
 
 /// Trains as `args` says, printing progress and the time to the target;
@@ -58,11 +60,15 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
     let mut start_epoch = 0;
     let mut elapsed_before = 0.0;
     let mut reached: Option<(usize, f64)> = None;
+    let mut scaler = args.precision.scaler()?;
     if args.resume {
         let ck = Checkpoint::load(&ckpt_path)?;
         model.load_state_dict(&ck.model, true)?;
         opt.load_state_dict(&ck.optimizer()?.to_device(args.device)?)?;
         sched.load_state_dict(ck.scheduler()?)?;
+        if let Ok(sd) = ck.scaler() {
+            scaler.load_state_dict(sd)?;
+        }
         ck.restore_default_rng()?;
         start_epoch = ck.epoch as usize;
         elapsed_before = ck.meta("elapsed")?;
@@ -73,8 +79,9 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
     // The optimizer holds the same parameters: it steps them where they are.
     model.to(args.device)?;
     eprintln!(
-        "model: MNIST CNN, {} parameters; SGD nesterov momentum 0.9 wd {WEIGHT_DECAY}, one-cycle max lr {}, batch {}, {} epochs",
+        "model: MNIST CNN, {} parameters, precision {:?}; SGD nesterov momentum 0.9 wd {WEIGHT_DECAY}, one-cycle max lr {}, batch {}, {} epochs",
         model.num_parameters(),
+        args.precision,
         args.lr,
         args.batch_size,
         args.epochs
@@ -88,15 +95,34 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
         let batches = loader.batch_indices(epoch as u64);
         let mut bar = Bar::new(format!("epoch {}/{}", epoch + 1, args.epochs), batches.len());
         let (mut loss_sum, mut correct, mut seen) = (0.0, 0usize, 0usize);
+        let mut skipped_steps = 0;
         let epoch_start = Instant::now();
         for (i, idx) in batches.iter().enumerate() {
             let idx = Tensor::from_vec(idx.iter().map(|&j| j as i64).collect(), &[idx.len()])?;
             let x = Var::constant(train.images.index_select(0, &idx)?.to_device(args.device)?);
             let y = train.labels.index_select(0, &idx)?.to_device(args.device)?;
-            let logits = model.forward(&x)?;
-            let loss = logits.cross_entropy(Target::Indices(&y), &ce)?;
-            let grads = loss.backward()?;
-            opt.step(&grads)?;
+            let (logits, loss) = args.precision.run(|| {
+                let logits = model.forward(&x)?;
+                let loss = logits.cross_entropy(Target::Indices(&y), &ce)?;
+                Ok((logits, loss))
+            })?;
+            let step = epoch * steps_per_epoch + i;
+            let backward_loss = match args.overflow_at {
+                Some(s) if s == step => loss.mul_scalar(16_777_216.0)?,
+                _ => loss.clone(),
+            };
+            // PyTorch's loop: scale → backward → unscale/check → step → update
+            // (a disabled scaler, f32 and bf16, is a plain backward and step).
+            let mut grads = scaler.backward(&backward_loss)?;
+            let scale = scaler.scale();
+            if !scaler.step(&mut opt, &mut grads)? {
+                skipped_steps += 1;
+                eprintln!(
+                    "step {step}: inf/NaN gradients under loss scale {scale}; step skipped, scale now {}",
+                    scale * scaler.options().backoff_factor
+                );
+            }
+            scaler.update()?;
             sched.step(&mut opt)?;
             let n = idx.numel();
             loss_sum += loss.tensor().to_scalar::<f32>()? as f64 * n as f64;
@@ -107,7 +133,7 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
         bar.finish();
         let train_secs = epoch_start.elapsed().as_secs_f64();
         model.eval();
-        let test_acc = 100.0 * evaluate(&model, &test, 1000)?;
+        let test_acc = 100.0 * evaluate(&model, &test, 1000, args.precision)?;
         let train_acc = 100.0 * correct as f64 / seen as f64;
         let elapsed = elapsed_before + clock.elapsed().as_secs_f64();
         if reached.is_none() && test_acc >= target {
@@ -127,6 +153,8 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
             "test_acc": test_acc,
             "lr": sched.get_lr()[0],
             "samples_per_s": seen as f64 / train_secs,
+            "skipped_steps": skipped_steps,
+            "loss_scale": scaler.scale(),
             "elapsed_s": elapsed,
         })
         .to_string();
@@ -138,6 +166,7 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
             .at((epoch + 1) as u64, sched.last_epoch())
             .with_optimizer(opt.state_dict().to_device(Device::Cpu)?)
             .with_scheduler(sched.state_dict())
+            .with_scaler(scaler.state_dict())
             .with_meta("elapsed", elapsed)
             .with_meta("reached", json!(reached))
             .with_meta("metrics", metrics.clone())
@@ -149,6 +178,7 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
             train_loss: loss_sum / seen as f64,
             train_acc,
             test_acc,
+            skipped_steps,
         });
     }
     if end_epoch < args.epochs {

@@ -7,6 +7,7 @@ use tessera_autograd::{Gradients, Parameter};
 use tessera_tensor::{with_float_dtype, Error, FloatElement, Result, Tensor};
 
 use crate::kernel::Bufs;
+use crate::master;
 use crate::{Hyper, Optimizer, ParamGroup, StateDict};
 
 #[path = "device_step.rs"]
@@ -91,6 +92,9 @@ pub struct GroupOptimizer<R: Rule> {
 struct ParamState {
     step: u64,
     bufs: Vec<(&'static str, Tensor)>,
+    /// The f32 master copy of an f16/bf16 parameter ([`crate::master`]),
+    /// made at its first step.
+    master: Option<Tensor>,
 }
 
 impl<R: Rule + Default> GroupOptimizer<R> {
@@ -171,6 +175,13 @@ impl<R: Rule> GroupOptimizer<R> {
         self.state.get(group)?.get(index).map(|s| s.step)
     }
 
+    /// The f32 master copy of parameter `index` of group `group`: present
+    /// for f16/bf16 parameters once they have been stepped, `None`
+    /// otherwise (an f32 or f64 parameter is its own master).
+    pub fn master_weight(&self, group: usize, index: usize) -> Option<&Tensor> {
+        self.state.get(group)?.get(index)?.master.as_ref()
+    }
+
     /// The state buffer `name` of parameter `index` of group `group`.
     pub fn state_buffer(&self, group: usize, index: usize, name: &str) -> Option<&Tensor> {
         let st = self.state.get(group)?.get(index)?;
@@ -213,7 +224,8 @@ impl<R: Rule> GroupOptimizer<R> {
 }
 
 impl ParamState {
-    /// Creates the buffers in `names` the state lacks; true if any was made.
+    /// Creates the buffers in `names` the state lacks, in
+    /// [`master::state_dtype`] of the parameter; true if any was made.
     fn ensure<H>(
         &mut self,
         names: &[&'static str],
@@ -224,23 +236,55 @@ impl ParamState {
         let mut fresh = false;
         for &name in names {
             if !self.bufs.iter().any(|(n, _)| *n == name) {
-                self.bufs.push((name, p.tensor().full_like(init(h, name), None)?));
+                let dtype = master::state_dtype(p.dtype());
+                self.bufs
+                    .push((name, p.tensor().full_like(init(h, name), dtype)?));
                 fresh = true;
             }
         }
         Ok(fresh)
     }
 
-    /// The buffers in `names` as flat mutable slices, in that order.
-    fn slices<T: FloatElement>(&mut self, names: &[&'static str]) -> Result<Bufs<'_, T>> {
-        let mut out: Bufs<'_, T> = Default::default();
-        for (name, t) in self.bufs.iter_mut() {
-            if let Some(i) = names.iter().position(|n| n == name) {
-                out[i] = t.make_mut::<T>()?;
-            }
+    /// Steps a f16/bf16 parameter `p` through its f32 master copy (made
+    /// from `p` at the first step): the rule updates the master with `g`
+    /// cast to f32 and the f32 buffers, then `p` becomes the master rounded.
+    fn step_through_master<R: Rule>(
+        &mut self,
+        rule: &R,
+        h: &R::Hyper,
+        ctx: StepCtx,
+        p: &Parameter,
+        g: &Tensor,
+    ) -> Result<()> {
+        let g = g.to_dtype(tessera_tensor::DType::F32)?;
+        if self.master.is_none() {
+            self.master = Some(p.tensor().to_dtype(tessera_tensor::DType::F32)?);
         }
-        Ok(out)
+        let ParamState { bufs, master, .. } = self;
+        let master = master.as_mut().expect("made above");
+        rule.update(
+            h,
+            ctx,
+            master.make_mut::<f32>()?,
+            g.as_slice::<f32>()?,
+            slices(bufs, R::buffers(h))?,
+        );
+        master::write_back(p, master)
     }
+}
+
+/// The buffers in `names` as flat mutable slices, in that order.
+fn slices<'a, T: FloatElement>(
+    bufs: &'a mut [(&'static str, Tensor)],
+    names: &[&'static str],
+) -> Result<Bufs<'a, T>> {
+    let mut out: Bufs<'a, T> = Default::default();
+    for (name, t) in bufs.iter_mut() {
+        if let Some(i) = names.iter().position(|n| n == name) {
+            out[i] = t.make_mut::<T>()?;
+        }
+    }
+    Ok(out)
 }
 
 impl<R: Rule> Optimizer for GroupOptimizer<R> {
@@ -306,9 +350,13 @@ impl<R: Rule> Optimizer for GroupOptimizer<R> {
                 st.step += 1;
                 let ctx = StepCtx { step: st.step, fresh };
                 let dtype = p.dtype();
+                if master::needs_master(dtype) {
+                    st.step_through_master(rule, h, ctx, p, &g)?;
+                    continue;
+                }
                 with_float_dtype!(dtype, T => {
                     let gs = g.as_slice::<T>()?;
-                    let bufs = st.slices::<T>(names)?;
+                    let bufs = slices::<T>(&mut st.bufs, names)?;
                     p.update_::<T, _>(|x| rule.update(h, ctx, x, gs, bufs))?;
                 }, else return Err(Error::dtype("step", format!("{}: parameter dtype {dtype}", R::NAME))));
             }
@@ -332,6 +380,9 @@ impl<R: Rule> Optimizer for GroupOptimizer<R> {
                 }
                 for (name, t) in &st.bufs {
                     sd.insert(format!("state.{k}.{name}"), t.clone());
+                }
+                if let Some(m) = &st.master {
+                    sd.insert(format!("state.{k}.{MASTER}"), m.clone());
                 }
                 k += 1;
             }
@@ -400,7 +451,12 @@ impl<R: Rule> Optimizer for GroupOptimizer<R> {
     }
 }
 
-/// The saved state of flat parameter `k` (`p`), its buffers cast to `p`'s dtype.
+/// The state-dict name of a parameter's f32 master copy.
+const MASTER: &str = "master";
+
+/// The saved state of flat parameter `k` (`p`), its buffers cast to `p`'s
+/// state dtype ([`master::state_dtype`]); a saved master copy is kept only
+/// for an f16/bf16 parameter.
 fn load_param_state<R: Rule>(sd: &StateDict, k: usize, p: &Parameter) -> Result<ParamState> {
     const OP: &str = "Optimizer::load_state_dict";
     let step_key = format!("state.{k}.step");
@@ -411,31 +467,44 @@ fn load_param_state<R: Rule>(sd: &StateDict, k: usize, p: &Parameter) -> Result<
             0
         },
         bufs: Vec::new(),
+        master: None,
     };
     let prefix = format!("state.{k}.");
     for (key, t) in sd.iter() {
         let Some(name) = key.strip_prefix(&prefix) else {
             continue;
         };
+        if name == MASTER && master::needs_master(p.dtype()) {
+            check_state_shape(key, t, p)?;
+            st.master = Some(t.to_dtype(tessera_tensor::DType::F32)?);
+            continue;
+        }
         let name = R::BUFFERS.iter().find(|b| **b == name).ok_or_else(|| {
             Error::arg(
                 OP,
                 format!("{} has no state buffer {name:?} (tensor {key:?})", R::NAME),
             )
         })?;
-        if t.shape() != p.shape().as_slice() || !t.dtype().is_float() {
-            return Err(Error::shape(
-                OP,
-                format!(
-                    "tensor {key:?} has shape {:?} ({}) but its parameter has shape {:?} ({})",
-                    t.shape(),
-                    t.dtype(),
-                    p.shape(),
-                    p.dtype()
-                ),
-            ));
-        }
-        st.bufs.push((name, t.to_dtype(p.dtype())?));
+        check_state_shape(key, t, p)?;
+        st.bufs.push((name, t.to_dtype(master::state_dtype(p.dtype()))?));
     }
     Ok(st)
+}
+
+/// Errors unless the saved state tensor `key` is floating point and shaped
+/// like its parameter `p`.
+fn check_state_shape(key: &str, t: &Tensor, p: &Parameter) -> Result<()> {
+    if t.shape() != p.shape().as_slice() || !t.dtype().is_float() {
+        return Err(Error::shape(
+            "Optimizer::load_state_dict",
+            format!(
+                "tensor {key:?} has shape {:?} ({}) but its parameter has shape {:?} ({})",
+                t.shape(),
+                t.dtype(),
+                p.shape(),
+                p.dtype()
+            ),
+        ));
+    }
+    Ok(())
 }

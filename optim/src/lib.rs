@@ -12,7 +12,10 @@
 //! - [`Sgd`], [`Adam`], [`AdamW`], [`Adagrad`], [`RmsProp`], [`Lamb`],
 //!   [`Lars`]: each step is one fused pass per parameter over its flat
 //!   buffer, gradient and state together, in place (no allocation after the
-//!   first step, which creates the state).
+//!   first step, which creates the state). f16/bf16 parameters are
+//!   stepped through f32 master copies with f32 state (ZeRO's 2 + 2 + 12
+//!   bytes per parameter with Adam), saved in the state dict as
+//!   `state.{k}.master`.
 //! - [`OnebitAdam`], [`OnebitLamb`]: DeepSpeed's communication-compressed
 //!   data-parallel optimizers over a [`CompressedReducer`] (implemented
 //!   in `tessera-parallel` for every communicator).
@@ -51,6 +54,7 @@ mod kernel;
 mod lamb;
 mod lars;
 mod lr_find;
+mod master;
 mod onebit;
 mod optimizer;
 mod rmsprop;

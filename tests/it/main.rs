@@ -13,5 +13,6 @@ mod train_example;
 mod train_gpt_example;
 mod train_mnist_example;
 mod train_mnist_pipeline;
+mod train_mnist_precision;
 mod train_mnist_resume;
 mod train_mnist_zero;

@@ -4,6 +4,8 @@
 
 use tessera_tensor::{DType, Error, Result, Tensor};
 
+use super::registry as reg;
+use crate::autocast::autocast_entry;
 use crate::Var;
 
 /// A mask for [`scaled_dot_product_attention`], broadcasting against the
@@ -42,6 +44,9 @@ pub struct AttnOptions<'a> {
 /// not broadcast, `dropout_p` is not in [0, 1], or dtypes/devices differ.
 pub fn scaled_dot_product_attention(q: &Var, k: &Var, v: &Var, opts: &AttnOptions<'_>) -> Result<Var> {
     const OP: &str = "scaled_dot_product_attention";
+    autocast_entry!(reg::SCALED_DOT_PRODUCT_ATTENTION, [q, k, v], |c| {
+        scaled_dot_product_attention(&c[0], &c[1], &c[2], opts)
+    });
     if [q, k, v].iter().any(|x| x.ndim() < 2) {
         return Err(Error::shape(
             OP,

@@ -9,6 +9,7 @@ use tessera_tensor::{Result, Tensor};
 
 use super::registry::{self as reg, Op};
 use super::{check_same, record_op, sum_to};
+use crate::autocast::autocast_entry;
 use crate::{Saved, Var};
 
 /// Saves `t` only when `keep` (the input whose gradient reads it requires
@@ -66,6 +67,7 @@ impl Var {
     /// `self + other`, broadcasting. Errors when dtypes or devices differ or
     /// the shapes do not broadcast.
     pub fn add(&self, other: &Var) -> Result<Var> {
+        autocast_entry!(reg::ADD, [self, other], |c| c[0].add(&c[1]));
         check_same(reg::ADD, self, other)?;
         let y = self.tensor().add(other.tensor())?;
         binary(reg::ADD, y, self, other, |g| Ok(g.clone()), |g| Ok(g.clone()))
@@ -73,6 +75,7 @@ impl Var {
 
     /// `self − other`, broadcasting. Errors as [`Var::add`].
     pub fn sub(&self, other: &Var) -> Result<Var> {
+        autocast_entry!(reg::SUB, [self, other], |c| c[0].sub(&c[1]));
         check_same(reg::SUB, self, other)?;
         let y = self.tensor().sub(other.tensor())?;
         binary(reg::SUB, y, self, other, |g| Ok(g.clone()), |g| g.neg())
@@ -80,6 +83,7 @@ impl Var {
 
     /// `self · other`, broadcasting. Errors as [`Var::add`].
     pub fn mul(&self, other: &Var) -> Result<Var> {
+        autocast_entry!(reg::MUL, [self, other], |c| c[0].mul(&c[1]));
         check_same(reg::MUL, self, other)?;
         let y = self.tensor().mul(other.tensor())?;
         let (b, a) = (
@@ -99,6 +103,7 @@ impl Var {
     /// `self / other`, broadcasting; the gradients are g/b and −g·a/b².
     /// Errors as [`Var::add`].
     pub fn div(&self, other: &Var) -> Result<Var> {
+        autocast_entry!(reg::DIV, [self, other], |c| c[0].div(&c[1]));
         check_same(reg::DIV, self, other)?;
         let y = self.tensor().div(other.tensor())?;
         let b = Arc::new(other.saved());
@@ -128,6 +133,7 @@ impl Var {
     }
 
     fn extremum(&self, other: &Var, op: Op, max: bool) -> Result<Var> {
+        autocast_entry!(op, [self, other], |c| c[0].extremum(&c[1], op, max));
         check_same(op, self, other)?;
         let (a, b) = (self.tensor(), other.tensor());
         let y = if max { a.maximum(b)? } else { a.minimum(b)? };
@@ -153,6 +159,7 @@ impl Var {
     /// gradients are b·a^(b−1)·g (0 where b = 0) and ln(a)·a^b·g (0 where
     /// a = 0 and b ≥ 0), as PyTorch's. Errors as [`Var::add`].
     pub fn pow(&self, exponent: &Var) -> Result<Var> {
+        autocast_entry!(reg::POW, [self, exponent], |c| c[0].pow(&c[1]));
         check_same(reg::POW, self, exponent)?;
         let (a, b) = (self.tensor().clone(), exponent.tensor().clone());
         let y = a.pow(&b)?;
@@ -182,6 +189,7 @@ impl Var {
     /// not bool, `a` and `b` differ in dtype or device, or the shapes do not
     /// broadcast.
     pub fn where_(cond: &Tensor, a: &Var, b: &Var) -> Result<Var> {
+        autocast_entry!(reg::WHERE, [a, b], |c| Var::where_(cond, &c[0], &c[1]));
         check_same(reg::WHERE, a, b)?;
         let y = Tensor::where_(cond, a.tensor(), b.tensor())?;
         let (c1, c2) = (cond.clone(), cond.clone());

@@ -23,6 +23,11 @@ impl Var {
     ///
     /// Errors as [`Tensor::conv2d`], and when the dtypes or devices differ.
     pub fn conv2d(&self, weight: &Var, bias: Option<&Var>, p: &Conv2dParams) -> Result<Var> {
+        let mut all = vec![self, weight];
+        all.extend(bias);
+        if let Some(c) = crate::autocast::cast_inputs(reg::CONV2D, &all)? {
+            return c[0].conv2d(&c[1], c.get(2), p);
+        }
         check_same(reg::CONV2D, self, weight)?;
         if let Some(b) = bias {
             check_same(reg::CONV2D, self, b)?;

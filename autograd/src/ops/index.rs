@@ -7,6 +7,7 @@ use tessera_tensor::{dim_index, PadMode, Result, Tensor, TensorOptions};
 
 use super::registry as reg;
 use super::{check_same, record_op, sum_to};
+use crate::autocast::autocast_entry;
 use crate::Var;
 
 impl Var {
@@ -47,6 +48,8 @@ impl Var {
     ///
     /// Errors as [`Tensor::scatter_add`], and when dtypes or devices differ.
     pub fn scatter_add(&self, dim: isize, index: &Tensor, src: &Var) -> Result<Var> {
+        autocast_entry!(reg::SCATTER_ADD, [self, src], |c| c[0]
+            .scatter_add(dim, index, &c[1]));
         check_same(reg::SCATTER_ADD, self, src)?;
         let y = self.tensor().scatter_add(dim, index, src.tensor())?;
         let (src_shape, index) = (src.shape().to_vec(), index.clone());

@@ -19,6 +19,9 @@ impl Var {
     /// [`Tensor::cat`].
     pub fn cat<T: Borrow<Var>>(vars: &[T], dim: isize) -> Result<Var> {
         let vars: Vec<&Var> = vars.iter().map(Borrow::borrow).collect();
+        if let Some(c) = crate::autocast::cast_inputs(reg::CAT, &vars)? {
+            return Var::cat(&c, dim);
+        }
         let first = check_list(reg::CAT, &vars)?;
         let y = Tensor::cat(&vars.iter().map(|v| v.tensor()).collect::<Vec<_>>(), dim)?;
         let d = dim_index(reg::CAT.name(), dim, first.ndim())?;
@@ -45,6 +48,9 @@ impl Var {
     /// [`Tensor::stack`].
     pub fn stack<T: Borrow<Var>>(vars: &[T], dim: isize) -> Result<Var> {
         let vars: Vec<&Var> = vars.iter().map(Borrow::borrow).collect();
+        if let Some(c) = crate::autocast::cast_inputs(reg::STACK, &vars)? {
+            return Var::stack(&c, dim);
+        }
         check_list(reg::STACK, &vars)?;
         let y = Tensor::stack(&vars.iter().map(|v| v.tensor()).collect::<Vec<_>>(), dim)?;
         let d = dim_index(reg::STACK.name(), dim, y.ndim())? as isize;

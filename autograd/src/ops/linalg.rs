@@ -6,6 +6,7 @@ use tessera_tensor::{Result, Tensor};
 
 use super::registry as reg;
 use super::{check_same, record_op, sum_to};
+use crate::autocast::autocast_entry;
 use crate::Var;
 
 impl Var {
@@ -17,6 +18,7 @@ impl Var {
     /// Errors when dtypes or devices differ, either operand is 0-d, the inner
     /// sizes differ or the batch dimensions do not broadcast.
     pub fn matmul(&self, other: &Var) -> Result<Var> {
+        autocast_entry!(reg::MATMUL, [self, other], |c| c[0].matmul(&c[1]));
         check_same(reg::MATMUL, self, other)?;
         let y = self.tensor().matmul(other.tensor())?;
         // Each operand's gradient reads only the other operand.
@@ -36,6 +38,11 @@ impl Var {
     /// Errors when dtypes or devices differ or the shapes do not fit (the
     /// message names `linear`).
     pub fn linear(&self, weight: &Var, bias: Option<&Var>) -> Result<Var> {
+        let mut all = vec![self, weight];
+        all.extend(bias);
+        if let Some(c) = crate::autocast::cast_inputs(reg::LINEAR, &all)? {
+            return c[0].linear(&c[1], c.get(2));
+        }
         check_same(reg::LINEAR, self, weight)?;
         if let Some(b) = bias {
             check_same(reg::LINEAR, self, b)?;

@@ -10,6 +10,7 @@ use tessera_tensor::{DType, Error, Result, Tensor};
 
 use super::record_op;
 use super::registry as reg;
+use crate::autocast::autocast_entry;
 use crate::Var;
 
 pub use tessera_tensor::{CrossEntropyOptions, Reduction};
@@ -37,6 +38,7 @@ impl Var {
     /// a class outside `0..C` other than `ignore_index`, or `label_smoothing`
     /// is not in [0, 1].
     pub fn cross_entropy(&self, target: Target<'_>, opts: &CrossEntropyOptions) -> Result<Var> {
+        autocast_entry!(reg::CROSS_ENTROPY, [self], |c| c[0].cross_entropy(target, opts));
         const OP: &str = "cross_entropy";
         let eps = opts.label_smoothing;
         if !(0.0..=1.0).contains(&eps) {
@@ -69,6 +71,11 @@ impl Var {
     ///
     /// Errors as [`Var::cross_entropy`].
     pub fn nll_loss(&self, target: &Tensor, ignore_index: i64, reduction: Reduction) -> Result<Var> {
+        autocast_entry!(reg::NLL_LOSS, [self], |c| c[0].nll_loss(
+            target,
+            ignore_index,
+            reduction
+        ));
         const OP: &str = "nll_loss";
         let logp = classes_last(OP, self)?;
         weighted_nll(
@@ -85,6 +92,7 @@ impl Var {
     /// Mean squared error `(self − target)²`, reduced. Errors when dtypes or
     /// devices differ or the shapes do not broadcast.
     pub fn mse_loss(&self, target: &Var, reduction: Reduction) -> Result<Var> {
+        autocast_entry!(reg::MSE_LOSS, [self, target], |c| c[0].mse_loss(&c[1], reduction));
         let d = self.sub(target)?;
         reduce(d.mul(&d)?, reduction, None)
     }
@@ -104,6 +112,8 @@ impl Var {
         pos_weight: Option<&Tensor>,
         reduction: Reduction,
     ) -> Result<Var> {
+        autocast_entry!(reg::BCE_WITH_LOGITS, [self], |c| c[0]
+            .bce_with_logits(target, pos_weight, reduction));
         const OP: &str = "bce_with_logits";
         let dtype = self.dtype();
         if !dtype.is_float() {

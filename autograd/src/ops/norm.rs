@@ -9,6 +9,24 @@ use super::registry::{self as reg, Op};
 use super::{check_same, record_op};
 use crate::{Saved, Var};
 
+/// A normalization's input, weight and bias.
+type NormInputs = (Var, Option<Var>, Option<Var>);
+
+/// `x`, `weight` and `bias` cast as autocast's policy for `op` says, or
+/// `None` when they stay as they are.
+fn autocast_norm(op: Op, x: &Var, weight: Option<&Var>, bias: Option<&Var>) -> Result<Option<NormInputs>> {
+    let mut all = vec![x];
+    all.extend(weight);
+    all.extend(bias);
+    Ok(crate::autocast::cast_inputs(op, &all)?.map(|c| {
+        let mut it = c.into_iter();
+        let x = it.next().expect("x is always an input");
+        let w = weight.and_then(|_| it.next());
+        let b = bias.and_then(|_| it.next());
+        (x, w, b)
+    }))
+}
+
 /// The inputs of a normalization node: x, then weight and bias when given.
 struct Params<'a> {
     inputs: Vec<&'a Var>,
@@ -67,6 +85,9 @@ impl Var {
         bias: Option<&Var>,
         eps: f64,
     ) -> Result<Var> {
+        if let Some((x, w, b)) = autocast_norm(reg::LAYER_NORM, self, weight, bias)? {
+            return x.layer_norm(normalized_shape, w.as_ref(), b.as_ref(), eps);
+        }
         let p = Params::new(reg::LAYER_NORM, self, weight, bias)?;
         let (y, mean, rstd) = self.tensor().layer_norm_forward(
             normalized_shape,
@@ -101,6 +122,17 @@ impl Var {
         momentum: f64,
         eps: f64,
     ) -> Result<BatchNormOutput<Var>> {
+        if let Some((x, w, b)) = autocast_norm(reg::BATCH_NORM, self, weight, bias)? {
+            return x.batch_norm(
+                running_mean,
+                running_var,
+                w.as_ref(),
+                b.as_ref(),
+                training,
+                momentum,
+                eps,
+            );
+        }
         let p = Params::new(reg::BATCH_NORM, self, weight, bias)?;
         let out = self.tensor().batch_norm_forward(
             running_mean,
@@ -137,6 +169,9 @@ impl Var {
         bias: Option<&Var>,
         eps: f64,
     ) -> Result<Var> {
+        if let Some((x, w, b)) = autocast_norm(reg::GROUP_NORM, self, weight, bias)? {
+            return x.group_norm(num_groups, w.as_ref(), b.as_ref(), eps);
+        }
         let p = Params::new(reg::GROUP_NORM, self, weight, bias)?;
         let (y, mean, rstd) = self.tensor().group_norm_forward(
             num_groups,

@@ -6,6 +6,7 @@ use tessera_tensor::{Error, Result, Tensor};
 
 use super::registry::{self as reg, Op};
 use super::{record_op, reduced_dims, unreduce};
+use crate::autocast::autocast_entry;
 use crate::Var;
 
 /// Records a one-input reduction whose gradient is `grad(g)`.
@@ -44,6 +45,7 @@ fn keep(t: &Tensor, ndim: usize, dims: &[isize], keepdim: bool) -> Result<Tensor
 impl Var {
     /// The sum over `dims`. Errors as [`Tensor::sum`].
     pub fn sum(&self, dims: &[isize], keepdim: bool) -> Result<Var> {
+        autocast_entry!(reg::SUM, [self], |c| c[0].sum(dims, keepdim));
         let y = self.tensor().sum(dims, keepdim)?;
         let (shape, dims) = (self.shape().to_vec(), dims.to_vec());
         reduction(reg::SUM, y, self, move |g| unreduce(g, &shape, &dims, keepdim))
@@ -51,6 +53,7 @@ impl Var {
 
     /// The mean over `dims`. Errors as [`Tensor::mean`].
     pub fn mean(&self, dims: &[isize], keepdim: bool) -> Result<Var> {
+        autocast_entry!(reg::MEAN, [self], |c| c[0].mean(dims, keepdim));
         let y = self.tensor().mean(dims, keepdim)?;
         let (shape, dims) = (self.shape().to_vec(), dims.to_vec());
         let n = count(&shape, &dims)?;
@@ -91,6 +94,7 @@ impl Var {
     /// of the others (computed with prefix and suffix products, so zeros
     /// are handled exactly). Errors as [`Tensor::prod`].
     pub fn prod(&self, dims: &[isize], keepdim: bool) -> Result<Var> {
+        autocast_entry!(reg::PROD, [self], |c| c[0].prod(dims, keepdim));
         let y = self.tensor().prod(dims, keepdim)?;
         let x = self.tensor().clone();
         let dims = dims.to_vec();
@@ -136,6 +140,7 @@ impl Var {
     /// log Σ exp(x) over `dims`; the gradient is g·exp(x − y). Errors as
     /// [`Tensor::logsumexp`].
     pub fn logsumexp(&self, dims: &[isize], keepdim: bool) -> Result<Var> {
+        autocast_entry!(reg::LOGSUMEXP, [self], |c| c[0].logsumexp(dims, keepdim));
         let y = self.tensor().logsumexp(dims, keepdim)?;
         let x = self.tensor().clone();
         let y_keep = keep(&y, x.ndim(), dims, keepdim)?;
@@ -150,6 +155,7 @@ impl Var {
     /// for p = ±∞ it is split evenly among the elements whose |x| is the
     /// extreme; for p = 0 it is 0. Errors as [`Tensor::norm`].
     pub fn norm(&self, p: f64, dims: &[isize], keepdim: bool) -> Result<Var> {
+        autocast_entry!(reg::NORM, [self], |c| c[0].norm(p, dims, keepdim));
         let y = self.tensor().norm(p, dims, keepdim)?;
         let x = self.tensor().clone();
         let y_keep = keep(&y, x.ndim(), dims, keepdim)?;
@@ -184,6 +190,7 @@ impl Var {
     /// per lane on the CPU ([`Tensor::softmax_backward`]), composed from
     /// primitives elsewhere. Errors as [`Tensor::softmax`].
     pub fn softmax(&self, dim: isize) -> Result<Var> {
+        autocast_entry!(reg::SOFTMAX, [self], |c| c[0].softmax(dim));
         let y = self.tensor().softmax(dim)?;
         let saved = y.clone();
         reduction(reg::SOFTMAX, y, self, move |g| {
@@ -201,6 +208,7 @@ impl Var {
     /// composed from primitives elsewhere. Errors as
     /// [`Tensor::log_softmax`].
     pub fn log_softmax(&self, dim: isize) -> Result<Var> {
+        autocast_entry!(reg::LOG_SOFTMAX, [self], |c| c[0].log_softmax(dim));
         let y = self.tensor().log_softmax(dim)?;
         let saved = y.clone();
         reduction(reg::LOG_SOFTMAX, y, self, move |g| {
@@ -215,6 +223,7 @@ impl Var {
     /// Running sums along `dim`; the gradient is the reversed running sum
     /// of g. Errors as [`Tensor::cumsum`].
     pub fn cumsum(&self, dim: isize) -> Result<Var> {
+        autocast_entry!(reg::CUMSUM, [self], |c| c[0].cumsum(dim));
         let y = self.tensor().cumsum(dim)?;
         reduction(reg::CUMSUM, y, self, move |g| {
             if g.ndim() == 0 {

@@ -10,6 +10,7 @@ use tessera_tensor::{BinaryOp, DType, GeluApprox, Result, Tensor};
 
 use super::record_op;
 use super::registry::{self as reg, Op};
+use crate::autocast::autocast_entry;
 use crate::Var;
 
 /// Records a one-input op whose gradient is `grad(g)`.
@@ -39,6 +40,7 @@ impl Var {
 
     /// eˣ. Errors as [`Tensor::exp`].
     pub fn exp(&self) -> Result<Var> {
+        autocast_entry!(reg::EXP, [self], |c| c[0].exp());
         let y = self.tensor().exp()?;
         let saved = y.clone();
         unary(reg::EXP, y, self, move |g| g.mul(&saved))
@@ -46,12 +48,14 @@ impl Var {
 
     /// ln x. Errors as [`Tensor::log`].
     pub fn log(&self) -> Result<Var> {
+        autocast_entry!(reg::LOG, [self], |c| c[0].log());
         let x = self.tensor().clone();
         unary(reg::LOG, self.tensor().log()?, self, move |g| g.div(&x))
     }
 
     /// ln(1 + x). Errors as [`Tensor::log1p`].
     pub fn log1p(&self) -> Result<Var> {
+        autocast_entry!(reg::LOG1P, [self], |c| c[0].log1p());
         let x = self.tensor().clone();
         unary(reg::LOG1P, self.tensor().log1p()?, self, move |g| {
             g.div(&x.add_scalar(1.0)?)
@@ -60,6 +64,7 @@ impl Var {
 
     /// eˣ − 1. Errors as [`Tensor::expm1`].
     pub fn expm1(&self) -> Result<Var> {
+        autocast_entry!(reg::EXPM1, [self], |c| c[0].expm1());
         let y = self.tensor().expm1()?;
         let saved = y.clone();
         unary(reg::EXPM1, y, self, move |g| g.mul(&saved.add_scalar(1.0)?))
@@ -74,6 +79,7 @@ impl Var {
 
     /// 1/√x; the gradient is −g·y³/2. Errors as [`Tensor::rsqrt`].
     pub fn rsqrt(&self) -> Result<Var> {
+        autocast_entry!(reg::RSQRT, [self], |c| c[0].rsqrt());
         let y = self.tensor().rsqrt()?;
         let saved = y.clone();
         unary(reg::RSQRT, y, self, move |g| {
@@ -83,6 +89,7 @@ impl Var {
 
     /// 1/x; the gradient is −g·y². Errors as [`Tensor::recip`].
     pub fn recip(&self) -> Result<Var> {
+        autocast_entry!(reg::RECIP, [self], |c| c[0].recip());
         let y = self.tensor().recip()?;
         let saved = y.clone();
         unary(reg::RECIP, y, self, move |g| g.neg()?.mul(&saved)?.mul(&saved))
@@ -99,6 +106,7 @@ impl Var {
     /// xᵉ for a scalar exponent; the gradient is e·xᵉ⁻¹·g (0 for e = 0).
     /// Errors as [`Tensor::pow_scalar`].
     pub fn pow_scalar(&self, e: f64) -> Result<Var> {
+        autocast_entry!(reg::POW_SCALAR, [self], |c| c[0].pow_scalar(e));
         let x = self.tensor().clone();
         unary(reg::POW_SCALAR, self.tensor().pow_scalar(e)?, self, move |g| {
             if e == 0.0 {
@@ -111,6 +119,7 @@ impl Var {
     /// sˣ for a scalar base; the gradient is ln(s)·sˣ·g (0 for s = 0, as
     /// PyTorch for x ≥ 0). Errors as [`Tensor::rpow_scalar`].
     pub fn rpow_scalar(&self, s: f64) -> Result<Var> {
+        autocast_entry!(reg::RPOW_SCALAR, [self], |c| c[0].rpow_scalar(s));
         let y = self.tensor().rpow_scalar(s)?;
         let saved = y.clone();
         unary(reg::RPOW_SCALAR, y, self, move |g| {

@@ -119,7 +119,7 @@ fn coatnets_match_timm_keys_shapes_and_counts() {
 /// Small configurations of each family, as the training examples use them.
 /// Each with its input side (the CoAtNet at 64, so that its last stage
 /// attends over 2×2 positions rather than one).
-fn small_models(drop_path: f64) -> Vec<(&'static str, Box<dyn Module>, usize)> {
+pub(crate) fn small_models(drop_path: f64) -> Vec<(&'static str, Box<dyn Module>, usize)> {
     let resnet = ResNetConfig {
         layers: [1, 1, 1, 1],
         ..ResNetConfig::resnet50()
@@ -148,7 +148,7 @@ fn small_models(drop_path: f64) -> Vec<(&'static str, Box<dyn Module>, usize)> {
     ]
 }
 
-fn randn(shape: &[usize], seed: u64) -> tessera_tensor::Tensor {
+pub(crate) fn randn(shape: &[usize], seed: u64) -> tessera_tensor::Tensor {
     tessera_tensor::rng::manual_seed(seed);
     tessera_tensor::Tensor::normal(shape, 0.0, 1.0, tessera_tensor::DType::F32).unwrap()
 }
