@@ -122,7 +122,10 @@ impl GradScaler {
                 format!("the loss must have one element, got shape {:?}", loss.shape()),
             ));
         }
-        let seed = Tensor::scalar(self.scale()).to_dtype(loss.dtype())?;
+        // The seed lives where the loss does (a GPU loss needs a GPU seed).
+        let seed = Tensor::scalar(self.scale())
+            .to_dtype(loss.dtype())?
+            .to_device(loss.tensor().device())?;
         loss.backward_with(&seed.reshape(loss.shape())?)
     }
 
