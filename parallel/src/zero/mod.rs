@@ -380,18 +380,10 @@ impl<'c> ZeroOptimizer<'c> {
     /// step, or communication fails.
     pub fn clip_grad_norm(&mut self, max_norm: f64) -> Result<f64> {
         self.take_partitions()?;
-        let mut sq = [0.0f64];
-        for g in &self.groups {
-            let grad = g.grad.as_ref().expect("taken");
-            sq[0] += grad
-                .to_dtype(DType::F64)?
-                .to_vec::<f64>()?
-                .iter()
-                .map(|v| v * v)
-                .sum::<f64>();
-        }
-        self.comm.all_reduce_slice(&mut sq, crate::ReduceOp::Sum)?;
-        let norm = sq[0].sqrt();
+        let norm = sharded_norm(
+            self.groups.iter().map(|g| g.grad.as_ref().expect("taken")),
+            self.comm,
+        )?;
         let coef = max_norm / (norm + 1e-6);
         if coef < 1.0 {
             for g in &mut self.groups {
@@ -617,4 +609,25 @@ fn copy_range(flat: &Tensor, lo: usize, hi: usize) -> Result<Tensor> {
     let view = flat.narrow(0, lo, hi - lo)?;
     with_float_dtype!(flat.dtype(), T => Ok(Tensor::from_vec(view.to_vec::<T>()?, &[hi - lo])?),
         else unreachable!("groups are floating point"))
+}
+
+/// The global L2 norm of gradients sharded over `comm`'s ranks: each
+/// rank's squared norm of its shards, summed over the ranks in f64 (the
+/// shards' zero padding adds nothing). Errors when a dtype conversion or
+/// the all-reduce fails.
+pub(crate) fn sharded_norm<'a>(
+    shards: impl IntoIterator<Item = &'a Tensor>,
+    comm: &dyn Communicator,
+) -> Result<f64> {
+    let mut sq = [0.0f64];
+    for g in shards {
+        sq[0] += g
+            .to_dtype(DType::F64)?
+            .to_vec::<f64>()?
+            .iter()
+            .map(|v| v * v)
+            .sum::<f64>();
+    }
+    comm.all_reduce_slice(&mut sq, crate::ReduceOp::Sum)?;
+    Ok(sq[0].sqrt())
 }

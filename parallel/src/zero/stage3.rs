@@ -235,17 +235,7 @@ impl Zero3 {
     pub fn clip_grad_norm(&mut self, max_norm: f64) -> Result<f64> {
         self.need_grads("Zero3::clip_grad_norm")?;
         let mut core = lock(&self.core);
-        let mut sq = [0.0f64];
-        for g in core.grads.iter().flatten() {
-            sq[0] += g
-                .to_dtype(DType::F64)?
-                .to_vec::<f64>()?
-                .iter()
-                .map(|v| v * v)
-                .sum::<f64>();
-        }
-        core.comm.all_reduce_slice(&mut sq, crate::ReduceOp::Sum)?;
-        let norm = sq[0].sqrt();
+        let norm = super::sharded_norm(core.grads.iter().flatten(), core.comm.as_ref())?;
         let coef = max_norm / (norm + 1e-6);
         if coef < 1.0 {
             for g in core.grads.iter_mut() {
