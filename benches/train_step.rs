@@ -9,6 +9,9 @@
 //! `train_step_{mlp,cnn}_bf16` are the MLP and CNN steps under bf16
 //! autocast (f32 parameters, matmul/linear/conv in bf16, the loss in f32),
 //! beside PyTorch's `torch.autocast("cpu", torch.bfloat16)` step.
+//! `train_step_resnet18_cifar` is torchvision's ResNet-18 with the CIFAR
+//! stem (3×3 stride-1 convolution, no max-pool) on 3×32×32 inputs, 10
+//! classes, SGD with momentum, in train mode (batch statistics).
 //!
 //! Each figure is the best of 3 rounds of N steps (after 3 warm-up steps):
 //! the machines we measure on are shared, and the best round is the one
@@ -25,7 +28,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use tessera::autograd::{autocast, CrossEntropyOptions, Parameter, Target, Var};
-use tessera::nn::models::{mnist_cnn, mnist_mlp};
+use tessera::nn::models::{mnist_cnn, mnist_mlp, ResNet, ResNetConfig};
 use tessera::nn::{
     init, Activation, Conv2d, Conv2dOptions, LayerNorm, Linear, Module, TransformerEncoderLayer,
     TransformerOptions,
@@ -53,6 +56,10 @@ struct Vit {
 
 /// The parameter count of the ViT of the issue (and of the PyTorch twin).
 const VIT_PARAMETERS: usize = 2_693_578;
+
+/// The parameter count of torchvision's `resnet18(num_classes=10)` with the
+/// CIFAR stem (and of the PyTorch twin).
+const RESNET18_CIFAR_PARAMETERS: usize = 11_173_962;
 
 impl Vit {
     fn new() -> Result<Vit> {
@@ -109,12 +116,13 @@ fn main() {
     let torch_python = std::env::var("TESSERA_TORCH_PYTHON").ok();
     let only = std::env::args().skip_while(|a| a != "--only").nth(1);
     let profile_dir = std::env::args().skip_while(|a| a != "--profile").nth(1);
-    let workloads: [(&str, &[usize]); 5] = [
+    let workloads: [(&str, &[usize]); 6] = [
         ("train_step_mlp", &[BATCH, 784]),
         ("train_step_cnn", &[BATCH, 1, 28, 28]),
         ("train_step_vit", &[BATCH, 3, 32, 32]),
         ("train_step_mlp_bf16", &[BATCH, 784]),
         ("train_step_cnn_bf16", &[BATCH, 1, 28, 28]),
+        ("train_step_resnet18_cifar", &[BATCH, 3, 32, 32]),
     ];
     for (name, input) in workloads {
         if only.as_deref().is_some_and(|o| o != name) {
@@ -167,6 +175,13 @@ fn run_workload(name: &str, input: &[usize], steps: usize, profile_dir: Option<&
         }
         "train_step_cnn" => {
             let model = mnist_cnn().expect("model builds");
+            let mut opt = Sgd::new(model.parameters(), sgd).expect("optimizer");
+            measure(name, &model, &mut opt, input, steps, low, profile_dir)
+        }
+        "train_step_resnet18_cifar" => {
+            let cfg = ResNetConfig::resnet18().small_input().num_classes(10);
+            let model = ResNet::new(&cfg).expect("model builds");
+            assert_eq!(model.num_parameters(), RESNET18_CIFAR_PARAMETERS);
             let mut opt = Sgd::new(model.parameters(), sgd).expect("optimizer");
             measure(name, &model, &mut opt, input, steps, low, profile_dir)
         }

@@ -2,7 +2,7 @@
 (so ru_maxrss is that workload's peak), same shapes, loss, optimizer and
 best-of-3 timing, on as many threads as this process may use.
 
-usage: python train_step_torch.py {train_step_mlp|train_step_cnn|train_step_vit}[_bf16] STEPS
+usage: python train_step_torch.py {train_step_mlp|train_step_cnn|train_step_vit|train_step_resnet18_cifar}[_bf16] STEPS
 
 A `_bf16` suffix runs forward and loss under torch.autocast("cpu", torch.bfloat16).
 """
@@ -43,7 +43,44 @@ class Vit(nn.Module):
         return self.head(self.norm(h)[:, 0])
 
 
+class BasicBlock(nn.Module):
+    """torchvision's ResNet BasicBlock (3x3, BN, ReLU, 3x3, BN, + shortcut)."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                            nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        out = torch.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        idt = x if self.downsample is None else self.downsample(x)
+        return torch.relu(out + idt)
+
+
+def resnet18_cifar():
+    """torchvision's resnet18(num_classes=10) with the CIFAR stem (3x3
+    stride-1 conv, no max-pool), written out so torchvision is not needed."""
+    layers, cin = [], 64
+    for i, w in enumerate([64, 128, 256, 512]):
+        stride = 1 if i == 0 else 2
+        layers += [BasicBlock(cin, w, stride), BasicBlock(w, w, 1)]
+        cin = w
+    return nn.Sequential(nn.Conv2d(3, 64, 3, 1, 1, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                         *layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 10))
+
+
 def model(name):
+    if name == "train_step_resnet18_cifar":
+        net = resnet18_cifar()
+        assert sum(p.numel() for p in net.parameters()) == 11_173_962
+        return net, (BATCH, 3, 32, 32)
     if name == "train_step_vit":
         net = Vit()
         assert sum(p.numel() for p in net.parameters()) == 2_693_578

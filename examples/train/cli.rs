@@ -7,7 +7,7 @@ use super::common::precision::Precision;
 /// The usage text printed on a bad flag or `--help`.
 pub const USAGE: &str = "usage: train --model NAME [--data DIR] [--out DIR] [--epochs N] \
 [--batch-size N] [--lr F] [--weight-decay F] [--warmup-epochs N] [--min-lr F] [--smoothing F] \
-[--clip-grad F] [--ema-decay F] [--img-size N] [--patch-size N] [--depth N] [--embed-dim N] \
+[--clip-grad F] [--ema-decay F] [--img-size N] [--patch-size N] [--depth N] [--embed-dim N] [--widths S,W1,W2,W3,W4] [--blocks B1,B2,B3,B4] \
 [--num-heads N] [--drop-path F] [--opt adamw|lamb|lars] [--momentum F] [--sched cosine|onecycle]
 [--accum-steps N] [--mixup F] [--cutmix F] [--mixup-prob F] [--mixup-switch-prob F]
 [--randaugment N,M] [--progressive MIN,START,END] [--seed N] [--threads N] [--log-every N]
@@ -49,6 +49,10 @@ pub const USAGE: &str = "usage: train --model NAME [--data DIR] [--out DIR] [--e
   --depth         ViT depth (the model's)
   --embed-dim / --num-heads
                   ViT width and heads (the model's)
+  --widths S,W1,W2,W3,W4
+                  ResNet / CoAtNet stem width and stage widths (the model's)
+  --blocks B1,B2,B3,B4
+                  ResNet / CoAtNet blocks per stage (the model's)
   --drop-path     stochastic depth rate (0.1)
   --seed          seed of the init and the shuffling (0)
   --threads       worker threads (all cores)
@@ -81,6 +85,8 @@ pub struct Args {
     pub depth: Option<usize>,
     pub embed_dim: Option<usize>,
     pub num_heads: Option<usize>,
+    pub widths: Option<(usize, [usize; 4])>,
+    pub blocks: Option<[usize; 4]>,
     pub drop_path: f64,
     pub opt: String,
     pub momentum: f64,
@@ -124,6 +130,8 @@ impl Args {
             depth: None,
             embed_dim: None,
             num_heads: None,
+            widths: None,
+            blocks: None,
             drop_path: 0.1,
             opt: "adamw".into(),
             momentum: 0.9,
@@ -191,6 +199,11 @@ impl Args {
                 "--cutmix" => a.cutmix = parse!(),
                 "--mixup-prob" => a.mixup_prob = parse!(),
                 "--mixup-switch-prob" => a.mixup_switch_prob = parse!(),
+                "--widths" => {
+                    let [stem, w @ ..] = list::<5>(&value).map_err(|e| bad(&e))?;
+                    a.widths = Some((stem, w));
+                }
+                "--blocks" => a.blocks = Some(list::<4>(&value).map_err(|e| bad(&e))?),
                 "--randaugment" => {
                     let (n, m) = value.split_once(',').ok_or_else(|| bad(&"expected N,M"))?;
                     a.randaugment = Some((n.parse().map_err(|e| bad(&e))?, m.parse().map_err(|e| bad(&e))?));
@@ -249,5 +262,17 @@ impl Args {
             return Err("--randaugment N,M needs M in [0, 10]".into());
         }
         Ok(a)
+    }
+}
+
+/// `N` comma-separated positive integers.
+fn list<const N: usize>(value: &str) -> Result<[usize; N], String> {
+    let parts: Vec<usize> = value
+        .split(',')
+        .map(|v| v.trim().parse::<usize>().map_err(|e| e.to_string()))
+        .collect::<Result<_, _>>()?;
+    match <[usize; N]>::try_from(parts) {
+        Ok(a) if a.iter().all(|&v| v > 0) => Ok(a),
+        _ => Err(format!("expected {N} comma-separated positive integers")),
     }
 }

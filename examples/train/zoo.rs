@@ -12,7 +12,26 @@ use super::common::BoxResult;
 /// `img_size` and `classes` classes, with the size overrides of `args`.
 pub fn build(args: &Args, img_size: usize, in_chans: usize, classes: usize) -> BoxResult<Box<dyn Module>> {
     let name = args.model.as_str();
-    if let Some(cfg) = resnet_config(name) {
+    let vit = vit_config(name).is_some();
+    if vit && (args.widths.is_some() || args.blocks.is_some()) {
+        return Err(format!(
+            "--widths and --blocks size ResNets and CoAtNets; {name} takes --embed-dim and --depth"
+        )
+        .into());
+    }
+    if !vit && (args.depth.is_some() || args.embed_dim.is_some() || args.num_heads.is_some()) {
+        return Err(format!(
+            "--depth, --embed-dim and --num-heads size ViTs; {name} takes --widths and --blocks"
+        )
+        .into());
+    }
+    if let Some(mut cfg) = resnet_config(name) {
+        if let Some((stem, w)) = args.widths {
+            cfg = cfg.widths(stem, w);
+        }
+        if let Some(b) = args.blocks {
+            cfg.layers = b;
+        }
         let mut cfg = cfg
             .in_chans(in_chans)
             .num_classes(classes)
@@ -37,7 +56,12 @@ pub fn build(args: &Args, img_size: usize, in_chans: usize, classes: usize) -> B
         cfg = cfg.width(dim, heads);
         return Ok(Box::new(VisionTransformer::new(&cfg)?));
     }
-    if let Some(cfg) = coatnet_config(name) {
+    if let Some(mut cfg) = coatnet_config(name) {
+        if args.widths.is_some() || args.blocks.is_some() {
+            let (stem, dims) = args.widths.unwrap_or((cfg.stem_width, cfg.embed_dim));
+            let depths = args.blocks.unwrap_or(cfg.depths);
+            cfg = cfg.widths(stem, dims, depths);
+        }
         let cfg = cfg
             .img_size(img_size)
             .in_chans(in_chans)

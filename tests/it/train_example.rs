@@ -288,3 +288,59 @@ fn cifar_binaries_and_shards_train_a_resnet_with_progressive_resizing() {
         std::fs::remove_dir_all(d).unwrap();
     }
 }
+
+#[test]
+fn widths_and_blocks_size_resnets_and_coatnets() {
+    use tessera::nn::models::{CoAtNet, CoAtNetConfig, ResNet, ResNetConfig};
+    let sized = |model: &str, widths: &str, blocks: &str| {
+        let out = tmp(&format!("sized-{model}"));
+        let mut a = args(
+            &out,
+            &["--widths", widths, "--blocks", blocks, "--batch-size", "8"],
+        );
+        (a.model, a.epochs, a.ema_decay) = (model.into(), 1, None);
+        (a.depth, a.embed_dim, a.num_heads) = (None, None, None);
+        (a.train_limit, a.test_limit) = (Some(16), Some(8));
+        run::train(&a).unwrap();
+        let (config, steps) = log_records(&out);
+        assert!(steps.iter().all(|s| s["loss"].as_f64().unwrap().is_finite()));
+        std::fs::remove_dir_all(out).unwrap();
+        config["params"].as_u64().unwrap() as usize
+    };
+    let resnet = ResNetConfig::resnet18()
+        .widths(8, [8, 16, 32, 64])
+        .small_input()
+        .in_chans(1)
+        .num_classes(10);
+    let resnet = ResNet::new(&ResNetConfig {
+        layers: [1, 2, 1, 1],
+        ..resnet
+    })
+    .unwrap();
+    assert_eq!(
+        sized("resnet18", "8,8,16,32,64", "1,2,1,1"),
+        resnet.num_parameters()
+    );
+    let coatnet = CoAtNetConfig::coatnet_0_224()
+        .widths(32, [32, 32, 64, 64], [1, 1, 1, 1])
+        .img_size(32)
+        .in_chans(1)
+        .num_classes(10);
+    assert_eq!(
+        sized("coatnet_0_224", "32,32,32,64,64", "1,1,1,1"),
+        CoAtNet::new(&coatnet).unwrap().num_parameters()
+    );
+    // Each family's own size flags only.
+    let err = run::train(&args(&tmp("vit-widths"), &["--widths", "8,8,16,32,64"]))
+        .map(|_| ())
+        .unwrap_err();
+    assert!(err.to_string().contains("--widths"), "{err}");
+    let mut a = args(&tmp("resnet-depth"), &[]);
+    a.model = "resnet18".into();
+    let err = run::train(&a).map(|_| ()).unwrap_err();
+    assert!(err.to_string().contains("--depth"), "{err}");
+    for bad in [&["--widths", "8,8,16"][..], &["--blocks", "1,0,1,1"]] {
+        let err = cli::Args::parse(bad.iter().map(|s| s.to_string())).unwrap_err();
+        assert!(err.contains(bad[0]), "{bad:?}: {err}");
+    }
+}

@@ -3,18 +3,17 @@
 
 use rayon::prelude::*;
 
-use super::im2col::{col2im, im2col};
-use super::{weight_ref, Conv2dParams, Geom};
+use super::im2col::{col2im_strided, im2col_strided};
+use super::{gather_samples, samples_per_gemm, weight_ref, Conv2dParams, Geom};
 use crate::ops::matmul::gemm::{gemm, Epilogue, GemmShape, MatMut};
 use crate::ops::matmul::kernel::{GemmScalar, Isa};
 use crate::ops::matmul::pack::MatRef;
 use crate::ops::matmul::{check_operands, math_cow, math_vec};
 use crate::{Error, FloatElement, FloatMath, Result, Tensor};
 
-/// Samples whose weight gradients one task sums before the fixed-order
-/// reduction across tasks (a constant, so the sum order never depends on
-/// the thread count).
-const SAMPLES_PER_TASK: usize = 4;
+/// Partial weight gradients computed at once before they are added in task
+/// order (bounds their memory: each is as large as the weight).
+const PARTIALS_IN_FLIGHT: usize = 8;
 
 /// The gradient of `conv2d(input, weight)` with respect to its input, for
 /// an input of shape `input_shape` `[N, C, H, W]`, given `grad_out`
@@ -146,28 +145,46 @@ where
     let wm = math_vec::<S>(w);
     let (kk, l) = (g.kk(), g.l());
     let plane = g.cg * g.h * g.w;
-    let par_inner = g.n == 1;
-    // One column buffer per rayon job, reused across its samples.
-    let new_cols = || vec![<S::Math as FloatMath>::ZERO; kk * l];
-    let sample = |dcols: &mut Vec<S::Math>, (n, dx): (usize, &mut [S::Math])| {
+    let nb = samples_per_gemm(g);
+    let par_inner = g.n.div_ceil(nb) < rayon::current_num_threads();
+    // Per rayon job: the column gradients of its samples side by side, and
+    // their output gradients gathered into one GEMM operand.
+    let new_bufs = || {
+        let zero = <S::Math as FloatMath>::ZERO;
+        let gathered = if nb > 1 { g.og * nb * l } else { 0 };
+        (vec![zero; kk * nb * l], vec![zero; gathered])
+    };
+    let chunk = |(dcols, gathered): &mut (Vec<S::Math>, Vec<S::Math>), (c, dx): (usize, &mut [S::Math])| {
+        let m = dx.len() / (g.c * g.h * g.w);
+        let ld = m * l;
         for grp in 0..g.groups {
+            let b = if m == 1 {
+                MatRef {
+                    data: &go[..],
+                    off: (c * nb * g.o + grp * g.og) * l,
+                    rs: l as isize,
+                    cs: 1,
+                }
+            } else {
+                gather_samples(&go, g, c * nb, m, grp, gathered);
+                MatRef {
+                    data: &gathered[..],
+                    off: 0,
+                    rs: ld as isize,
+                    cs: 1,
+                }
+            };
             let shape = GemmShape {
                 m: kk,
-                n: l,
+                n: ld,
                 k: g.og,
                 alpha: <S::Math as FloatMath>::ONE,
                 beta: <S::Math as FloatMath>::ZERO,
             };
-            let b = MatRef {
-                data: &go[..],
-                off: (n * g.o + grp * g.og) * l,
-                rs: l as isize,
-                cs: 1,
-            };
             let c = MatMut {
                 data: &mut dcols[..],
                 off: 0,
-                rs: l as isize,
+                rs: ld as isize,
                 cs: 1,
             };
             gemm::<S::Math>(
@@ -179,7 +196,10 @@ where
                 Isa::best(),
                 par_inner,
             );
-            col2im(dcols, g, &mut dx[grp * plane..(grp + 1) * plane]);
+            for j in 0..m {
+                let dxg = &mut dx[j * g.c * g.h * g.w + grp * plane..][..plane];
+                col2im_strided(&dcols[j * l..], g, ld, dxg);
+            }
         }
     };
     let out = Tensor::build::<S::Math>("conv2d_backward_input", &[g.n, g.c, g.h, g.w], |dx| {
@@ -187,14 +207,14 @@ where
             return;
         }
         if par_inner {
-            let mut dcols = new_cols();
-            dx.chunks_mut(g.c * g.h * g.w)
+            let mut bufs = new_bufs();
+            dx.chunks_mut(nb * g.c * g.h * g.w)
                 .enumerate()
-                .for_each(|job| sample(&mut dcols, job));
+                .for_each(|job| chunk(&mut bufs, job));
         } else {
-            dx.par_chunks_mut(g.c * g.h * g.w)
+            dx.par_chunks_mut(nb * g.c * g.h * g.w)
                 .enumerate()
-                .for_each_init(new_cols, sample);
+                .for_each_init(new_bufs, chunk);
         }
     })?;
     out.to_dtype(S::DTYPE)
@@ -221,63 +241,77 @@ where
         return Tensor::from_vec(dw, &[g.o, g.cg, g.kh, g.kw])?.to_dtype(S::DTYPE);
     }
     let size = g.o * kk;
-    let tasks = g.n.div_ceil(SAMPLES_PER_TASK);
-    let par_inner = tasks == 1;
-    // Task t sums samples t·SAMPLES_PER_TASK .. into its own partial gradient.
+    let nb = samples_per_gemm(g);
+    let tasks = g.n.div_ceil(nb);
+    let par_inner = tasks < rayon::current_num_threads();
+    // Task t sums the gradients of samples t·nb .. (one GEMM per group, of
+    // depth samples·l) into its own partial gradient.
     let task = |t: usize| -> Vec<S::Math> {
-        let mut part = vec![<S::Math as FloatMath>::ZERO; size];
-        let mut cols = vec![<S::Math as FloatMath>::ZERO; kk * l];
-        let samples = t * SAMPLES_PER_TASK..((t + 1) * SAMPLES_PER_TASK).min(g.n);
-        for (i, n) in samples.enumerate() {
-            for grp in 0..g.groups {
-                let xg = &xs[(n * g.c + grp * g.cg) * g.h * g.w..][..g.cg * g.h * g.w];
-                im2col(xg, g, &mut cols, S::to_math);
-                let beta = if i == 0 {
-                    <S::Math as FloatMath>::ZERO
-                } else {
-                    <S::Math as FloatMath>::ONE
-                };
-                let shape = GemmShape {
-                    m: g.og,
-                    n: kk,
-                    k: l,
-                    alpha: <S::Math as FloatMath>::ONE,
-                    beta,
-                };
-                let a = MatRef {
+        let zero = <S::Math as FloatMath>::ZERO;
+        let (n0, m) = (t * nb, nb.min(g.n - t * nb));
+        let ld = m * l;
+        let mut part = vec![zero; size];
+        let mut cols = vec![zero; kk * ld];
+        let mut gathered = vec![zero; if m > 1 { g.og * ld } else { 0 }];
+        for grp in 0..g.groups {
+            for j in 0..m {
+                let xg = &xs[((n0 + j) * g.c + grp * g.cg) * g.h * g.w..][..g.cg * g.h * g.w];
+                im2col_strided(xg, g, &mut cols[j * l..], ld, S::to_math);
+            }
+            let a = if m == 1 {
+                MatRef {
                     data: &go[..],
-                    off: (n * g.o + grp * g.og) * l,
+                    off: (n0 * g.o + grp * g.og) * l,
                     rs: l as isize,
                     cs: 1,
-                };
-                let b = MatRef {
-                    data: &cols[..],
+                }
+            } else {
+                gather_samples(&go, g, n0, m, grp, &mut gathered);
+                MatRef {
+                    data: &gathered[..],
                     off: 0,
-                    rs: 1,
-                    cs: l as isize,
-                };
-                let c = MatMut {
-                    data: &mut part[..],
-                    off: grp * g.og * kk,
-                    rs: kk as isize,
+                    rs: ld as isize,
                     cs: 1,
-                };
-                gemm::<S::Math>(shape, a, b, c, Epilogue::none(), Isa::best(), par_inner);
-            }
+                }
+            };
+            let shape = GemmShape {
+                m: g.og,
+                n: kk,
+                k: ld,
+                alpha: <S::Math as FloatMath>::ONE,
+                beta: zero,
+            };
+            let b = MatRef {
+                data: &cols[..],
+                off: 0,
+                rs: 1,
+                cs: ld as isize,
+            };
+            let c = MatMut {
+                data: &mut part[..],
+                off: grp * g.og * kk,
+                rs: kk as isize,
+                cs: 1,
+            };
+            gemm::<S::Math>(shape, a, b, c, Epilogue::none(), Isa::best(), par_inner);
         }
         part
     };
-    let parts: Vec<Vec<S::Math>> = if par_inner {
-        (0..tasks).map(task).collect()
-    } else {
-        (0..tasks).into_par_iter().map(task).collect()
-    };
-    let out = Tensor::build::<S::Math>("conv2d_backward_weight", &[g.o, g.cg, g.kh, g.kw], |dw| {
+    // Partial gradients are added in task order, a wave at a time, so at
+    // most PARTIALS_IN_FLIGHT of them are alive and the sum order is fixed.
+    let mut sum = vec![<S::Math as FloatMath>::ZERO; size];
+    let all: Vec<usize> = (0..tasks).collect();
+    for wave in all.chunks(PARTIALS_IN_FLIGHT) {
+        let parts: Vec<Vec<S::Math>> = if par_inner {
+            wave.iter().map(|&t| task(t)).collect()
+        } else {
+            wave.par_iter().map(|&t| task(t)).collect()
+        };
         for part in &parts {
-            for (d, &v) in dw.iter_mut().zip(part) {
+            for (d, &v) in sum.iter_mut().zip(part) {
                 *d += v;
             }
         }
-    })?;
-    out.to_dtype(S::DTYPE)
+    }
+    Tensor::from_vec(sum, &[g.o, g.cg, g.kh, g.kw])?.to_dtype(S::DTYPE)
 }

@@ -1,6 +1,7 @@
 //! im2col / col2im: the unfolding that turns a convolution into a GEMM.
 //!
-//! For one sample and one group, `cols` is a `[cg·kh·kw, oh·ow]` matrix
+//! For one sample and one group, `cols` is a `[cg·kh·kw, oh·ow]` matrix (or
+//! the columns of one sample in a wider one, a GEMM over several samples)
 //! whose row `(c, ki, kj)` holds, for every output position, the input
 //! element that kernel tap meets (0 in the padding).
 
@@ -10,14 +11,9 @@ use super::Geom;
 use crate::FloatMath;
 
 /// Unfolds `x` (one sample's `cg` channels, `[cg, h, w]` row-major) into
-/// `cols` (`[cg·kh·kw, oh·ow]`), each element through `cast` (to the math
-/// type, or the identity where the GEMM packs the storage type itself).
-pub fn im2col<S: Copy, D: Copy + Default>(x: &[S], g: &Geom, cols: &mut [D], cast: impl Fn(S) -> D) {
-    im2col_strided(x, g, cols, g.oh * g.ow, cast);
-}
-
-/// [`im2col`] into rows `ld ≥ oh·ow` elements apart (the elements between
-/// rows are left as they are).
+/// `cols`, rows `ld ≥ oh·ow` elements apart (the elements between rows are
+/// left as they are), each element through `cast` (to the math type, or
+/// the identity where the GEMM packs the storage type itself).
 pub fn im2col_strided<S: Copy, D: Copy + Default>(
     x: &[S],
     g: &Geom,
@@ -81,9 +77,10 @@ pub fn im2col_strided<S: Copy, D: Copy + Default>(
     }
 }
 
-/// The adjoint of [`im2col`]: adds every entry of `cols` into the input
-/// position it was read from in `dx` (`[cg, h, w]`), in a fixed order.
-pub fn col2im<T: FloatMath>(cols: &[T], g: &Geom, dx: &mut [T]) {
+/// The adjoint of [`im2col_strided`]: adds every entry of `cols` (rows
+/// `ld ≥ oh·ow` elements apart) into the input position it was read from in
+/// `dx` (`[cg, h, w]`), in a fixed order.
+pub fn col2im_strided<T: FloatMath>(cols: &[T], g: &Geom, ld: usize, dx: &mut [T]) {
     let l = g.oh * g.ow;
     let mut row = 0;
     for c in 0..g.cg {
@@ -92,7 +89,7 @@ pub fn col2im<T: FloatMath>(cols: &[T], g: &Geom, dx: &mut [T]) {
             let ys = valid(g.oh, g.stride[0], ki * g.dilation[0], g.padding[0], g.h);
             for kj in 0..g.kw {
                 let xs = valid(g.ow, g.stride[1], kj * g.dilation[1], g.padding[1], g.w);
-                let src = &cols[row * l..(row + 1) * l];
+                let src = &cols[row * ld..row * ld + l];
                 for oy in ys.clone() {
                     let iy = oy * g.stride[0] + ki * g.dilation[0] - g.padding[0];
                     let dst = &mut plane[iy * g.w..(iy + 1) * g.w];

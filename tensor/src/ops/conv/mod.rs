@@ -251,13 +251,25 @@ where
     let bm = bias.map(math_vec::<S>);
     let (kk, l) = (g.kk(), g.l());
     let plane = g.c * g.h * g.w;
-    let par_inner = g.n == 1;
-    // One unfolding buffer per rayon job, reused across its samples.
-    let new_cols = || vec![S::ZERO; kk * l];
-    let sample = |cols: &mut Vec<S>, (n, out): (usize, &mut [S::Math])| {
+    let nb = samples_per_gemm(g);
+    let par_inner = g.n.div_ceil(nb) < rayon::current_num_threads();
+    // Per rayon job: the unfolded inputs of its samples side by side, and
+    // the GEMM's `[og, samples·l]` output before it is split per sample.
+    let new_bufs = || {
+        let staged = if nb > 1 { g.og * nb * l } else { 0 };
+        (
+            vec![S::ZERO; kk * nb * l],
+            vec![<S::Math as FloatMath>::ZERO; staged],
+        )
+    };
+    let chunk = |(cols, staged): &mut (Vec<S>, Vec<S::Math>), (c, out): (usize, &mut [S::Math])| {
+        let m = out.len() / (g.o * l);
+        let ld = m * l;
         for grp in 0..g.groups {
-            let xg = &xs[n * plane + grp * g.cg * g.h * g.w..][..g.cg * g.h * g.w];
-            im2col::im2col(xg, g, cols, |v| v);
+            for j in 0..m {
+                let xg = &xs[(c * nb + j) * plane + grp * g.cg * g.h * g.w..][..g.cg * g.h * g.w];
+                im2col::im2col_strided(xg, g, &mut cols[j * l..], ld, |v| v);
+            }
             let epi = Epilogue {
                 bias: bm
                     .as_deref()
@@ -266,21 +278,30 @@ where
             };
             let shape = GemmShape {
                 m: g.og,
-                n: l,
+                n: ld,
                 k: kk,
                 alpha: <S::Math as FloatMath>::ONE,
                 beta: <S::Math as FloatMath>::ZERO,
             };
-            let c = MatMut {
-                data: &mut out[grp * g.og * l..(grp + 1) * g.og * l],
-                off: 0,
-                rs: l as isize,
-                cs: 1,
+            let c = if m == 1 {
+                MatMut {
+                    data: &mut out[grp * g.og * l..(grp + 1) * g.og * l],
+                    off: 0,
+                    rs: l as isize,
+                    cs: 1,
+                }
+            } else {
+                MatMut {
+                    data: &mut staged[..g.og * ld],
+                    off: 0,
+                    rs: ld as isize,
+                    cs: 1,
+                }
             };
             let cols_ref = MatRef {
                 data: &cols[..],
                 off: 0,
-                rs: l as isize,
+                rs: ld as isize,
                 cs: 1,
             };
             gemm::<S>(
@@ -292,6 +313,14 @@ where
                 Isa::best(),
                 par_inner,
             );
+            if m > 1 {
+                for j in 0..m {
+                    for oc in 0..g.og {
+                        out[(j * g.o + grp * g.og + oc) * l..][..l]
+                            .copy_from_slice(&staged[oc * ld + j * l..][..l]);
+                    }
+                }
+            }
         }
     };
     // beta = 0: the GEMMs write every output element.
@@ -300,15 +329,38 @@ where
             return;
         }
         if par_inner {
-            let mut cols = new_cols();
-            out.chunks_mut(g.o * l)
+            let mut bufs = new_bufs();
+            out.chunks_mut(nb * g.o * l)
                 .enumerate()
-                .for_each(|job| sample(&mut cols, job));
+                .for_each(|job| chunk(&mut bufs, job));
         } else {
-            out.par_chunks_mut(g.o * l)
+            out.par_chunks_mut(nb * g.o * l)
                 .enumerate()
-                .for_each_init(new_cols, sample);
+                .for_each_init(new_bufs, chunk);
         }
     })?;
     out.to_dtype(S::DTYPE)
+}
+
+/// Output positions one GEMM covers at least: samples share a GEMM until
+/// their columns reach this many, so a small feature map (ResNet's 4×4
+/// last stage) does not repack the whole weight for every sample.
+const GEMM_COLUMNS: usize = 512;
+
+/// How many samples of `g` share one GEMM: a function of the shapes only,
+/// so every sum's order, and the result, never depend on the thread count.
+fn samples_per_gemm(g: &Geom) -> usize {
+    GEMM_COLUMNS.div_ceil(g.l().max(1)).clamp(1, g.n.max(1))
+}
+
+/// Copies rows `grp·og ..` of samples `n0 .. n0 + m` of `go` (`[N, O, l]`)
+/// side by side into `dst` (`[og, m·l]`), the layout of one GEMM over those
+/// samples.
+fn gather_samples<T: Copy>(go: &[T], g: &Geom, n0: usize, m: usize, grp: usize, dst: &mut [T]) {
+    let (l, ld) = (g.l(), m * g.l());
+    for j in 0..m {
+        for oc in 0..g.og {
+            dst[oc * ld + j * l..][..l].copy_from_slice(&go[((n0 + j) * g.o + grp * g.og + oc) * l..][..l]);
+        }
+    }
 }

@@ -397,6 +397,70 @@ fn few_tap_weight_grad_matches_naive_on_any_thread_count() {
     }
 }
 
+/// Small feature maps put several samples into one GEMM (`samples_per_gemm`):
+/// batches that leave a short last chunk, groups, strides and 1×1 maps,
+/// against the naive convolution in f64, and bitwise across thread counts.
+#[test]
+fn samples_sharing_a_gemm_match_naive_on_any_thread_count() {
+    let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+    for (n, c, o, hw, k, stride, pad, groups) in [
+        (37, 8, 12, 4, 3, 1, 1, 1),
+        (70, 6, 4, 7, 3, 2, 1, 2),
+        (9, 4, 6, 1, 1, 1, 0, 1),
+        (5, 8, 8, 3, 3, 1, 1, 4),
+    ] {
+        let case = Case {
+            n,
+            c,
+            h: hw,
+            w: hw,
+            o,
+            k: [k, k],
+            p: Conv2dParams::default().stride(stride).padding(pad).groups(groups),
+        };
+        let (xs, ws, os) = case.shapes();
+        let (xv, wv, gv) = (
+            rand_f64(4, xs.iter().product()),
+            rand_f64(5, ws.iter().product()),
+            rand_f64(6, os.iter().product()),
+        );
+        let bv = rand_f64(7, o);
+        let (dx, dw) = case.backward(&xv, &wv, &gv);
+        let (x, w, b, go) = (
+            tensor_of::<f64>(&xv, &xs),
+            tensor_of::<f64>(&wv, &ws),
+            tensor_of::<f64>(&bv, &[o]),
+            tensor_of::<f64>(&gv, &os),
+        );
+        let run = || {
+            (
+                x.conv2d(&w, Some(&b), &case.p).unwrap(),
+                conv2d_backward_input(&go, &w, &xs, &case.p).unwrap(),
+                super::backward::weight_grad::<f64>(
+                    &go,
+                    &x,
+                    &super::Geom::new("t", &xs, &ws, &case.p).unwrap(),
+                    false,
+                )
+                .unwrap(),
+            )
+        };
+        let (many, single) = (run(), one.install(run));
+        assert_close(
+            &values_f64(&many.0),
+            &case.forward(&xv, &wv, &bv),
+            1e-12,
+            "forward",
+        )
+        .unwrap();
+        assert_close(&values_f64(&many.1), &dx, 1e-12, "grad input").unwrap();
+        assert_close(&values_f64(&many.2), &dw, 1e-12, "grad weight").unwrap();
+        for (a, b) in [(&many.0, &single.0), (&many.1, &single.1), (&many.2, &single.2)] {
+            assert_eq!(values_f64(a), values_f64(b), "{case:?}");
+        }
+    }
+}
+
 #[test]
 fn invalid_arguments_are_errors() {
     let x = tensor_of::<f32>(&rand_f64(1, 2 * 4 * 5 * 5), &[2, 4, 5, 5]);
