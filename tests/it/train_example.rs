@@ -292,6 +292,7 @@ fn cifar_binaries_and_shards_train_a_resnet_with_progressive_resizing() {
 #[test]
 fn widths_and_blocks_size_resnets_and_coatnets() {
     use tessera::nn::models::{CoAtNet, CoAtNetConfig, ResNet, ResNetConfig};
+    use tessera::nn::Module;
     let sized = |model: &str, widths: &str, blocks: &str| {
         let out = tmp(&format!("sized-{model}"));
         let mut a = args(
