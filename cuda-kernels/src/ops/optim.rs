@@ -293,11 +293,12 @@ pub fn lamb<G: Float>(
     const OP: &str = "lamb";
     check_tables(OP, &tensors, &chunks, n_chunks)?;
     check_len(OP, "partials", &partials, 2 * n_chunks)?;
-    if c.step == 0
-        || !(0.0..1.0).contains(&c.beta1)
-        || !(0.0..1.0).contains(&c.beta2)
-        || !(c.clip.is_finite() && c.clip >= 1.0)
-    {
+    let valid = c.step != 0
+        && (0.0..1.0).contains(&c.beta1)
+        && (0.0..1.0).contains(&c.beta2)
+        && c.clip.is_finite()
+        && c.clip >= 1.0;
+    if !valid {
         return Err(Error::arg(
             OP,
             format!(

@@ -41,6 +41,8 @@ macro_rules! comparison {
 
 /// The CPU kernel of the comparisons: `op` of `a` and `b` (one dtype),
 /// broadcast, as bool.
+// Bool is one of the dtypes: its `<` is the generic one, on purpose.
+#[allow(clippy::bool_comparison)]
 pub(crate) fn cpu_compare(op: CompareOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let name = op.name();
     crate::with_dtype!(a.dtype(), T => match op {

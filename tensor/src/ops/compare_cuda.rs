@@ -40,8 +40,10 @@ pub(crate) fn compare(op: CompareOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
 /// CPU. Errors: other dtypes (the CPU compares them in f64, which no kernel
 /// does), a device failure.
 pub(crate) fn compare_scalar(name: &'static str, op: CompareOp, x: &Tensor, s: f64) -> Result<Tensor> {
-    if !matches!(x.dtype(), DType::F32 | DType::F16 | DType::BF16) && !(x.dtype() == DType::Bool && s == 0.0)
-    {
+    // A float compares with the scalar in its dtype; bool only with 0 (logical_not).
+    let kernel =
+        matches!(x.dtype(), DType::F32 | DType::F16 | DType::BF16) || (x.dtype() == DType::Bool && s == 0.0);
+    if !kernel {
         return Err(no_kernel(name, x.device(), format_args!("{} tensors", x.dtype())));
     }
     let s = Tensor::full(&[], s, x.dtype())?.to_device(x.device())?;

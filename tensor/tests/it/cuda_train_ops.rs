@@ -13,6 +13,9 @@ use tessera_tensor::{CrossEntropyOptions, DType, Error, Reduction, Tensor};
 
 use super::cuda_backend::{assert_close, gpu, randn, tol, views, DEV, FLOATS};
 
+type BinaryFn = fn(&Tensor, &Tensor) -> tessera_tensor::Result<Tensor>;
+type ScalarFn = fn(&Tensor, f64) -> tessera_tensor::Result<Tensor>;
+
 fn dev(t: &Tensor) -> Tensor {
     t.to_device(DEV).unwrap()
 }
@@ -54,7 +57,7 @@ fn comparisons_logical_ops_where_and_clamp_equal_the_cpu() {
             let y = with_ties_and_nan(&randn(&[1, 7], dtype, 9));
             let (xd, yd) = (dev(&x), dev(&y));
             let what = |op: &str| format!("{op} {dtype} {name}");
-            let pairs: [(&str, fn(&Tensor, &Tensor) -> tessera_tensor::Result<Tensor>); 9] = [
+            let pairs: [(&str, BinaryFn); 9] = [
                 ("eq", Tensor::eq),
                 ("ne", Tensor::ne),
                 ("lt", Tensor::lt),
@@ -68,7 +71,7 @@ fn comparisons_logical_ops_where_and_clamp_equal_the_cpu() {
             for (op, f) in pairs {
                 assert_close(&what(op), &f(&x, &y).unwrap(), &f(&xd, &yd).unwrap(), 0.0, 0.0);
             }
-            let scalars: [(&str, fn(&Tensor, f64) -> tessera_tensor::Result<Tensor>); 6] = [
+            let scalars: [(&str, ScalarFn); 6] = [
                 ("eq_scalar", Tensor::eq_scalar),
                 ("ne_scalar", Tensor::ne_scalar),
                 ("lt_scalar", Tensor::lt_scalar),
