@@ -7,7 +7,8 @@ pub const COMMON_HEADER: &str = include_str!("kernels/common.cuh");
 /// One `.cu` source file of `src/kernels/`, compiled as one NVRTC program.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Module {
-    /// Unary/binary/where over strided inputs, strided copies, casts, fill.
+    /// Unary/binary/compare/clamp/where over strided inputs, strided copies,
+    /// casts, fill.
     Elementwise,
     /// Philox4x32-10 uniform and normal numbers.
     Philox,
@@ -21,14 +22,17 @@ pub enum Module {
     Gemm,
     /// Flash-style attention forward and backward.
     Attention,
-    /// Multi-tensor Adam/AdamW and SGD steps.
+    /// Multi-tensor Adam/AdamW, SGD and LAMB steps.
     Optim,
-    /// Max pooling forward and backward.
+    /// Max and average pooling (fixed and adaptive windows), forward and
+    /// backward.
     Pool,
     /// Embedding forward and backward.
     Embedding,
     /// im2col / col2im.
     Im2col,
+    /// Bilinear resampling forward and backward.
+    Resample,
 }
 
 const FLOATS: [&str; 3] = ["f32", "f16", "bf16"];
@@ -42,7 +46,7 @@ fn per_dtype(prefixes: &[&str], dtypes: &[&str]) -> Vec<String> {
 
 impl Module {
     /// Every family.
-    pub const ALL: [Module; 11] = [
+    pub const ALL: [Module; 12] = [
         Module::Elementwise,
         Module::Philox,
         Module::Reduce,
@@ -54,6 +58,7 @@ impl Module {
         Module::Pool,
         Module::Embedding,
         Module::Im2col,
+        Module::Resample,
     ];
 
     /// File name of the source under `src/kernels/`.
@@ -70,6 +75,7 @@ impl Module {
             Module::Pool => "pool.cu",
             Module::Embedding => "embedding.cu",
             Module::Im2col => "im2col.cu",
+            Module::Resample => "resample.cu",
         }
     }
 
@@ -87,6 +93,7 @@ impl Module {
             Module::Pool => include_str!("kernels/pool.cu"),
             Module::Embedding => include_str!("kernels/embedding.cu"),
             Module::Im2col => include_str!("kernels/im2col.cu"),
+            Module::Resample => include_str!("kernels/resample.cu"),
         }
     }
 
@@ -120,10 +127,16 @@ impl Module {
                         "binary_strided",
                         "where_strided",
                         "fill",
+                        "clamp_strided",
+                        "scatter_add",
                     ],
                     &FLOATS,
                 );
-                v.extend(["b1", "b2", "b4", "b8"].map(|w| format!("copy_strided_{w}")));
+                v.extend(per_dtype(&["compare_strided"], &["f32", "f16", "bf16", "u8"]));
+                v.extend(per_dtype(
+                    &["copy_strided", "tri", "gather_strided", "scatter"],
+                    &["b1", "b2", "b4", "b8"],
+                ));
                 for (a, b) in [
                     ("f32", "f16"),
                     ("f32", "bf16"),
@@ -137,7 +150,7 @@ impl Module {
                 v
             }
             Module::Philox => per_dtype(&["philox_uniform", "philox_normal"], &FLOATS),
-            Module::Reduce => per_dtype(&["reduce", "argmax"], &FLOATS),
+            Module::Reduce => per_dtype(&["reduce", "argmax", "scan", "topk"], &FLOATS),
             Module::Softmax => per_dtype(&["softmax", "ce_fwd", "ce_bwd"], &FLOATS),
             Module::LayerNorm => per_dtype(
                 &["ln_fwd", "ln_bwd_dx", "ln_bwd_partial", "ln_bwd_final"],
@@ -155,10 +168,14 @@ impl Module {
                 }
                 v
             }
-            Module::Optim => per_dtype(&["adam", "sgd"], &FLOATS),
-            Module::Pool => per_dtype(&["maxpool_fwd", "maxpool_bwd"], &FLOATS),
+            Module::Optim => per_dtype(&["adam", "sgd", "lamb_moments", "lamb_apply"], &FLOATS),
+            Module::Pool => per_dtype(
+                &["maxpool_fwd", "maxpool_bwd", "avgpool_fwd", "avgpool_bwd"],
+                &FLOATS,
+            ),
             Module::Embedding => per_dtype(&["emb_fwd", "emb_bwd"], &FLOATS),
             Module::Im2col => per_dtype(&["im2col", "col2im"], &FLOATS),
+            Module::Resample => per_dtype(&["bilinear_fwd", "bilinear_bwd"], &FLOATS),
         }
     }
 }

@@ -1,13 +1,14 @@
 //! The elementwise op codes, defined once for every backend.
 //!
-//! [`UnaryOp`], [`BinaryOp`] and [`ReduceOp`] are the ops of the elementwise
-//! and reduction engines: the
+//! [`UnaryOp`], [`BinaryOp`], [`CompareOp`] and [`ReduceOp`] are the ops of
+//! the elementwise and reduction engines: the
 //! tensor crate's SIMD and scalar CPU kernels match on them, and the CUDA
 //! kernels receive their codes. The `.cu` sources never spell a code: they
 //! are compiled with [`cuda_header`] in front (NVRTC at run time, the
 //! emulator's C++ compiler at build time), which defines `UNARY_<NAME>`,
-//! `BINARY_<NAME>`, `REDUCE_<NAME>` and the X-macros `TESSERA_UNARY_OPS(X)`,
-//! `TESSERA_BINARY_OPS(X)`, `TESSERA_REDUCE_OPS(X)`; `reduce.cu` builds its
+//! `BINARY_<NAME>`, `COMPARE_<NAME>`, `REDUCE_<NAME>` and the X-macros
+//! `TESSERA_UNARY_OPS(X)`, `TESSERA_BINARY_OPS(X)`, `TESSERA_COMPARE_OPS(X)`,
+//! `TESSERA_REDUCE_OPS(X)`; `reduce.cu` builds its
 //! switches the same way. `elementwise.cu` builds its `switch` from those
 //! X-macros, one `case` per op calling `unary_<NAME>` / `binary_<NAME>`, so a
 //! variant added here without its CUDA math fails to compile, and no code
@@ -181,6 +182,33 @@ impl BinaryOp {
 }
 
 op_enum! {
+    /// Elementwise predicates of two operands (broadcast), giving bool:
+    /// the comparisons, in the operands' dtype (NaN compares unequal to
+    /// everything), and the logical ops on truth values (non-zero, NaN
+    /// included, is true).
+    CompareOp, 9 {
+        /// a == b
+        Eq => "eq", "EQ";
+        /// a != b (true where either is NaN)
+        Ne => "ne", "NE";
+        /// a < b
+        Lt => "lt", "LT";
+        /// a <= b
+        Le => "le", "LE";
+        /// a > b
+        Gt => "gt", "GT";
+        /// a >= b
+        Ge => "ge", "GE";
+        /// a and b are both true
+        And => "logical_and", "AND";
+        /// a or b is true
+        Or => "logical_or", "OR";
+        /// exactly one of a and b is true
+        Xor => "logical_xor", "XOR";
+    }
+}
+
+op_enum! {
     /// Reductions over one dimension (the mean is a sum divided on the
     /// tensor side).
     ReduceOp, 4 {
@@ -225,6 +253,10 @@ pub fn cuda_header() -> String {
         &mut BinaryOp::ALL.iter().map(|o| (o.cuda_name(), o.code())),
     );
     list(
+        "COMPARE",
+        &mut CompareOp::ALL.iter().map(|o| (o.cuda_name(), o.code())),
+    );
+    list(
         "REDUCE",
         &mut ReduceOp::ALL.iter().map(|o| (o.cuda_name(), o.code())),
     );
@@ -246,8 +278,12 @@ mod tests {
         for (i, op) in ReduceOp::ALL.iter().enumerate() {
             assert_eq!(op.code(), i as i32);
         }
+        for (i, op) in CompareOp::ALL.iter().enumerate() {
+            assert_eq!(op.code(), i as i32);
+        }
         let mut names: Vec<_> = UnaryOp::ALL.iter().map(|o| o.cuda_name()).collect();
         names.extend(BinaryOp::ALL.iter().map(|o| o.cuda_name()));
+        names.extend(CompareOp::ALL.iter().map(|o| o.cuda_name()));
         let n = names.len();
         names.sort();
         names.dedup();
@@ -260,5 +296,6 @@ mod tests {
         assert!(h.contains("#define UNARY_EXP 9\n"), "{h}");
         assert!(h.contains("#define BINARY_POW 6\n"), "{h}");
         assert!(h.contains("X(IDENTITY) X(NEG)"), "{h}");
+        assert!(h.contains("#define COMPARE_GE 5\n"), "{h}");
     }
 }

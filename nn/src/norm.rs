@@ -172,7 +172,8 @@ impl Module for BatchNorm {
             self.eps,
         )?;
         if let Some((nbt, n)) = batches {
-            nbt.set(Tensor::scalar(n))?;
+            // The counter stays on the buffer's device.
+            nbt.set(Tensor::scalar(n).to_device(nbt.tensor().device())?)?;
         }
         if training {
             if let (Some(m), Some(t)) = (&self.running_mean, out.running_mean) {

@@ -1,11 +1,11 @@
 //! Steps for parameters on a GPU (feature `cuda`): every parameter of a
 //! group whose gradient is on a device is updated by one fused
-//! multi-tensor kernel of `tessera-tensor` (Adam/AdamW or SGD, as the
+//! multi-tensor kernel of `tessera-tensor` (Adam/AdamW, SGD or LAMB, as the
 //! rule's [`Rule::device_step`] says), in place, per distinct (step count,
 //! fresh-buffer) pair; the CPU parameters of the group take the CPU path.
 
 use tessera_autograd::{Gradients, Parameter, ValueMut};
-use tessera_tensor::fused_optim::{adam_step_, sgd_step_, AdamConfig, SgdConfig};
+use tessera_tensor::fused_optim::{adam_step_, lamb_step_, sgd_step_, AdamConfig, LambConfig, SgdConfig};
 use tessera_tensor::{Error, Result, Tensor};
 
 use super::{DeviceStep, ParamState, Rule};
@@ -31,7 +31,7 @@ pub(super) fn step<R: Rule>(
         Error::device(
             "step",
             format!(
-                "{} has no fused GPU kernel for these options (Adam/AdamW without amsgrad and SGD have one); move the parameters to the CPU",
+                "{} has no fused GPU kernel for these options (Adam/AdamW without amsgrad, SGD and LAMB have one); move the parameters to the CPU",
                 R::NAME
             ),
         )
@@ -113,6 +113,42 @@ fn launch(
                 grad_scale: 1.0,
             };
             adam_step_(&mut ps, &gs, m, v, &c)
+        }
+        DeviceStep::Lamb {
+            lr,
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+            bias_correction,
+            grad_averaging,
+            trust_clip,
+            always_adapt,
+            decoupled_decay,
+            clip,
+        } => {
+            let [m, v] = &mut bufs[..] else {
+                return Err(Error::arg(
+                    "step",
+                    "LAMB steps on a GPU need exactly its two moment buffers",
+                ));
+            };
+            let c = LambConfig {
+                lr,
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+                bias_correction,
+                grad_averaging,
+                trust_clip,
+                always_adapt,
+                decoupled_decay,
+                step,
+                clip,
+                grad_scale: 1.0,
+            };
+            lamb_step_(&mut ps, &gs, m, v, &c)
         }
         DeviceStep::Sgd {
             lr,

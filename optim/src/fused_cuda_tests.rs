@@ -7,7 +7,10 @@
 use tessera_autograd::{Gradients, Parameter, Var};
 use tessera_tensor::{DType, Device, Generator, Tensor};
 
-use crate::{Adam, AdamOptions, AdamW, AdamWOptions, Optimizer, Sgd, SgdOptions};
+use crate::{
+    Adam, AdamOptions, AdamW, AdamWOptions, Lamb, LambOptions, LambRule, Optimizer, ParamGroup, Sgd,
+    SgdOptions,
+};
 
 const DEV: Device = Device::Cuda(0);
 
@@ -175,4 +178,60 @@ fn fused_adam_steps_equal_the_cpu_optimizer() {
     .unwrap();
     let e = o.step(&grads(&dev, 1)).unwrap_err();
     assert!(e.to_string().contains("Adam has no fused GPU kernel"), "{e}");
+}
+
+#[test]
+fn fused_lamb_steps_equal_the_cpu_optimizer() {
+    if !gpu() {
+        return;
+    }
+    // The default: weight decay, trust ratio, global clipping at 1 (the
+    // random gradients' norm is far above, so clipping is active).
+    check("lamb", |p| {
+        Box::new(Lamb::new(p, LambOptions::default()).unwrap())
+    });
+    check("lamb decoupled trust_clip no clipping", |p| {
+        Box::new(
+            Lamb::from_rule(
+                LambRule::new(f64::INFINITY),
+                vec![ParamGroup::new(
+                    p,
+                    LambOptions {
+                        lr: 1e-2,
+                        decoupled_decay: true,
+                        trust_clip: true,
+                        ..Default::default()
+                    },
+                )],
+            )
+            .unwrap(),
+        )
+    });
+    check("lamb no decay, no bias correction, no averaging", |p| {
+        Box::new(
+            Lamb::new(
+                p,
+                LambOptions {
+                    weight_decay: 0.0,
+                    bias_correction: false,
+                    grad_averaging: false,
+                    ..Default::default()
+                },
+            )
+            .unwrap(),
+        )
+    });
+    check("lamb always_adapt without decay", |p| {
+        Box::new(
+            Lamb::new(
+                p,
+                LambOptions {
+                    weight_decay: 0.0,
+                    always_adapt: true,
+                    ..Default::default()
+                },
+            )
+            .unwrap(),
+        )
+    });
 }

@@ -2,9 +2,9 @@
 //! clipped gradients, with a per-layer trust ratio ‖θ‖/‖u‖.
 
 use tessera_autograd::Gradients;
-use tessera_tensor::{with_float_dtype, Error, FloatElement, FloatMath, Result};
+use tessera_tensor::{with_float_dtype, DType, Error, FloatElement, FloatMath, Result, Tensor};
 
-use crate::engine::{Rule, StepCtx};
+use crate::engine::{DeviceStep, Rule, StepCtx};
 use crate::hyper::hyper_struct;
 use crate::kernel::{fused, update, Bufs};
 use crate::sgd::check_nonneg;
@@ -117,12 +117,32 @@ impl Rule for LambRule {
                 .flat_map(|grp| &grp.params)
                 .filter_map(|p| p.grad(grads))
             {
-                let g = g.contiguous()?;
-                sq += with_float_dtype!(g.dtype(), T => crate::kernel::sum_sq(g.as_slice::<T>()?), else 0.0);
+                sq += if g.device().is_cpu() {
+                    let g = g.contiguous()?;
+                    with_float_dtype!(g.dtype(), T => crate::kernel::sum_sq(g.as_slice::<T>()?), else 0.0)
+                } else {
+                    device_sum_sq(g)?
+                };
             }
             self.clip = (sq.sqrt() / self.max_grad_norm).max(1.0);
         }
         Ok(())
+    }
+
+    fn device_step(&self, h: &LambOptions) -> Option<DeviceStep> {
+        Some(DeviceStep::Lamb {
+            lr: h.lr,
+            beta1: h.beta1,
+            beta2: h.beta2,
+            eps: h.eps,
+            weight_decay: h.weight_decay,
+            bias_correction: h.bias_correction,
+            grad_averaging: h.grad_averaging,
+            trust_clip: h.trust_clip,
+            always_adapt: h.always_adapt,
+            decoupled_decay: h.decoupled_decay,
+            clip: self.clip,
+        })
     }
 
     fn update<T: FloatElement>(&self, h: &LambOptions, ctx: StepCtx, p: &mut [T], g: &[T], b: Bufs<'_, T>) {
@@ -179,6 +199,31 @@ impl Rule for LambRule {
         self.max_grad_norm = sd.get("Optimizer::load_state_dict", "max_grad_norm")?;
         Ok(())
     }
+}
+
+/// Σ g² of a gradient on a GPU: f32 sums of rows of 256 squares on the
+/// device (short sums, so f32 loses little), read back and added in f64
+/// like the CPU's `sum_sq`.
+fn device_sum_sq(g: &Tensor) -> Result<f64> {
+    const ROW: usize = 256;
+    let n = g.numel();
+    let flat = g.to_dtype(DType::F32)?.reshape([n])?;
+    let rows = n / ROW;
+    let mut parts = flat
+        .narrow(0, 0, rows * ROW)?
+        .reshape([rows, ROW])?
+        .square()?
+        .sum(&[1], false)?
+        .cpu()?
+        .to_vec::<f32>()?;
+    parts.push(
+        flat.narrow(0, rows * ROW, n - rows * ROW)?
+            .square()?
+            .sum(&[], false)?
+            .cpu()?
+            .to_scalar::<f32>()?,
+    );
+    Ok(parts.iter().map(|&p| p as f64).sum())
 }
 
 /// One step's constants, in the parameter's math type.

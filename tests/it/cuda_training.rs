@@ -1,8 +1,10 @@
 //! Whole training steps on the CUDA path (the emulated device under
-//! `cuda-emu`) against the same steps on the CPU: the MNIST CNN and a
-//! 2-layer transformer encoder, same seed, same batch, 3 AdamW steps, under
-//! the emulator's forward, reverse and random thread orders. The losses
-//! and every parameter must agree within the stated tolerances: the device
+//! `cuda-emu`) against the same steps on the CPU: the MNIST CNN, a
+//! 2-layer transformer encoder, a BN/average-pooling CNN and a tiny
+//! ResNet, same seed, same batch, 3 AdamW steps, under the emulator's
+//! forward, reverse and random thread orders. The losses, every parameter
+//! and every buffer (BN running statistics) must agree within the stated
+//! tolerances: the device
 //! sums convolutions and GEMMs in another order than the CPU, so values
 //! differ by f32 rounding (relative 1e-5 in the losses), which Adam's
 //! normalised step can turn into at most a few learning rates' worth of
@@ -10,8 +12,11 @@
 #![cfg(feature = "cuda")]
 
 use tessera::autograd::{CrossEntropyOptions, Target, Var};
-use tessera::nn::models::mnist_cnn;
-use tessera::nn::{Linear, Module, Sequential, TransformerEncoderLayer, TransformerOptions};
+use tessera::nn::models::{mnist_cnn, ResNet, ResNetConfig};
+use tessera::nn::{
+    AdaptiveAvgPool2d, AvgPool2d, BatchNorm, BatchNormOptions, Conv2d, Conv2dOptions, Linear, Module, ReLU,
+    Sequential, TransformerEncoderLayer, TransformerOptions,
+};
 use tessera::optim::{AdamW, AdamWOptions, Optimizer};
 use tessera::tensor::{rng, with_thread_order, DType, Device, Generator, Result, Tensor, ThreadOrder};
 
@@ -25,10 +30,12 @@ fn gpu() -> bool {
         .is_ok()
 }
 
-/// The losses of `STEPS` AdamW steps on `device` and the parameters after.
+/// The losses of `STEPS` AdamW steps on `device`, and the parameters and
+/// buffers (as f32) after.
 struct Run {
     losses: Vec<f32>,
     params: Vec<(String, Vec<f32>)>,
+    buffers: Vec<(String, Vec<f32>)>,
 }
 
 fn train(
@@ -65,7 +72,20 @@ fn train(
             Ok((name, p.tensor().cpu()?.to_vec::<f32>()?))
         })
         .collect::<Result<_>>()?;
-    Ok(Run { losses, params })
+    let buffers = model
+        .named_buffers()
+        .into_iter()
+        .map(|(name, b)| {
+            let t = b.tensor();
+            assert_eq!(t.device(), device, "buffer {name} left {device}");
+            Ok((name, t.cpu()?.to_dtype(DType::F32)?.to_vec::<f32>()?))
+        })
+        .collect::<Result<_>>()?;
+    Ok(Run {
+        losses,
+        params,
+        buffers,
+    })
 }
 
 /// Asserts the device run equals the CPU run: losses within `loss_rtol`,
@@ -85,6 +105,16 @@ fn assert_same(what: &str, cpu: &Run, dev: &Run, loss_rtol: f32, param_atol: f32
             worst <= param_atol,
             "{what}: {name} differs by up to {worst} (allowed {param_atol})"
         );
+    }
+    // Running statistics are averages of batch statistics: f32 rounding only.
+    assert_eq!(cpu.buffers.len(), dev.buffers.len());
+    for ((name, a), (_, b)) in cpu.buffers.iter().zip(&dev.buffers) {
+        for (p, q) in a.iter().zip(b) {
+            assert!(
+                (p - q).abs() <= 1e-4 * (1.0 + p.abs()),
+                "{what}: buffer {name}: cpu {p} vs device {q}"
+            );
+        }
     }
 }
 
@@ -170,6 +200,76 @@ fn transformer_encoder_adamw_steps_on_the_device_equal_the_cpu() {
             2.0 * LR as f32,
         );
     }
+}
+
+/// Trains `build` on `x`, `y` on the CPU and on the device under each
+/// thread order, and asserts the runs agree (the CPU run must learn).
+fn cpu_and_device_agree(
+    what: &str,
+    build: &dyn Fn() -> Result<Box<dyn Module>>,
+    x: &Tensor,
+    y: &Tensor,
+    logits: &dyn Fn(&dyn Module, &Var) -> Result<Var>,
+) {
+    let cpu = train(build, Device::Cpu, x, y, logits).unwrap();
+    assert!(
+        cpu.losses[STEPS - 1] < cpu.losses[0],
+        "{what}: the CPU run learns: {:?}",
+        cpu.losses
+    );
+    for order in orders() {
+        let dev = with_thread_order(order, || train(build, DEV, x, y, logits)).unwrap();
+        assert_same(&format!("{what} {order:?}"), &cpu, &dev, 1e-5, 2.0 * LR as f32);
+    }
+}
+
+#[test]
+fn batch_norm_and_average_pooling_cnn_adamw_steps_on_the_device_equal_the_cpu() {
+    if !gpu() {
+        return;
+    }
+    let mut g = Generator::new(11);
+    let x = Tensor::randn_with(&[4, 1, 8, 8], DType::F32, &mut g).unwrap();
+    let y = Tensor::from_vec(vec![0i64, 2, 1, 2], &[4]).unwrap();
+    let build = || -> Result<Box<dyn Module>> {
+        let conv = |i, o, k, p| Conv2d::new(i, o, k, Conv2dOptions::default().padding(p).bias(false));
+        let bn = |c| BatchNorm::new_2d(c, BatchNormOptions::default());
+        Ok(Box::new(
+            Sequential::new()
+                .with(conv(1, 4, 3, 1)?)
+                .with(bn(4)?)
+                .with(ReLU)
+                .with(AvgPool2d::new(2))
+                .with(conv(4, 6, 3, 1)?)
+                .with(bn(6)?)
+                .with(ReLU)
+                .with(AdaptiveAvgPool2d::new([2, 2]))
+                .with(Conv2d::new(6, 3, 2, Conv2dOptions::default())?),
+        ))
+    };
+    let logits = |m: &dyn Module, x: &Var| m.forward(x)?.reshape([4, 3]);
+    cpu_and_device_agree("bn/avg-pool cnn", &build, &x, &y, &logits);
+}
+
+#[test]
+fn tiny_resnet_adamw_steps_on_the_device_equal_the_cpu() {
+    if !gpu() {
+        return;
+    }
+    let mut g = Generator::new(13);
+    let x = Tensor::randn_with(&[2, 1, 16, 16], DType::F32, &mut g).unwrap();
+    let y = Tensor::from_vec(vec![1i64, 0], &[2]).unwrap();
+    let build = || -> Result<Box<dyn Module>> {
+        let mut cfg = ResNetConfig::resnet18()
+            .small_input()
+            .in_chans(1)
+            .num_classes(3)
+            .widths(4, [4, 4, 8, 8]);
+        cfg.layers = [1, 1, 1, 1];
+        Ok(Box::new(ResNet::new(&cfg)?))
+    };
+    let logits = |m: &dyn Module, x: &Var| m.forward(x);
+    cpu_and_device_agree("tiny resnet", &build, &x, &y, &logits);
 }
 
 /// `train_mnist --device cuda` on a slice of MNIST: the records equal the

@@ -47,7 +47,7 @@ impl Var {
                 format!("label_smoothing must be in [0, 1], got {eps}"),
             ));
         }
-        if let (Target::Indices(t), true) = (target, self.device().is_cpu()) {
+        if let Target::Indices(t) = target {
             return fused_cross_entropy(self, t, *opts);
         }
         let logits = classes_last(OP, self)?;

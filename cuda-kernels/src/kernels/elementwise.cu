@@ -1,5 +1,5 @@
-// Elementwise kernels: unary, binary and `where` over strided, broadcast
-// inputs (a stride of 0 broadcasts), with contiguous fast paths; casts
+// Elementwise kernels: unary, binary, comparisons, clamp and `where` over
+// strided, broadcast inputs (a stride of 0 broadcasts), with contiguous fast paths; casts
 // between f32/f16/bf16; fill; a strided copy of any element size. The op is a runtime code (uniform over the
 // launch, so the switch costs no divergence) to keep the kernel count small;
 // the codes come from the generated op header (src/op_codes.rs).
@@ -106,6 +106,31 @@ __device__ __forceinline__ float binary_op(int op, float a, float b) {
     return __int_as_float(0x7fc00000);
 }
 
+// The predicates of `CompareOp`, on values widened to f32 (exact for every
+// input dtype, bool included, so the comparison is the one in the dtype).
+// The logical ops take non-zero (NaN included) as true.
+__device__ __forceinline__ bool compare_EQ(float a, float b) { return a == b; }
+__device__ __forceinline__ bool compare_NE(float a, float b) { return a != b; }
+__device__ __forceinline__ bool compare_LT(float a, float b) { return a < b; }
+__device__ __forceinline__ bool compare_LE(float a, float b) { return a <= b; }
+__device__ __forceinline__ bool compare_GT(float a, float b) { return a > b; }
+__device__ __forceinline__ bool compare_GE(float a, float b) { return a >= b; }
+__device__ __forceinline__ bool compare_AND(float a, float b) { return (a != 0.0f) && (b != 0.0f); }
+__device__ __forceinline__ bool compare_OR(float a, float b) { return (a != 0.0f) || (b != 0.0f); }
+__device__ __forceinline__ bool compare_XOR(float a, float b) { return (a != 0.0f) != (b != 0.0f); }
+
+#define COMPARE_CASE(NAME) \
+    case COMPARE_##NAME:   \
+        return compare_##NAME(a, b);
+__device__ __forceinline__ bool compare_op(int op, float a, float b) {
+    switch (op) { TESSERA_COMPARE_OPS(COMPARE_CASE) }
+    // Unreachable: the launch wrappers pass only `CompareOp` codes.
+    return false;
+}
+
+// Bool operands of the comparisons and logical ops, as 0 or 1.
+__device__ __forceinline__ float to_float(unsigned char v) { return (float)v; }
+
 #define GRID_STRIDE(i, n) \
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
 
@@ -143,6 +168,38 @@ __device__ void where_strided(i64 n, const StridedArgs& s, const unsigned char* 
         y[i] = c[off[0]] ? a[off[1]] : b[off[2]];
     }
 }
+template <class T>
+__device__ void compare_strided(int op, i64 n, const StridedArgs& s, const T* __restrict__ a, const T* __restrict__ b,
+                                unsigned char* __restrict__ y) {
+    GRID_STRIDE(i, n) {
+        i64 off[3];
+        strided_offsets(s, i, 2, off);
+        y[i] = compare_op(op, to_float(a[off[0]]), to_float(b[off[1]])) ? 1 : 0;
+    }
+}
+// x clamped to [lo, hi] as the CPU's `clamp_to`: NaN stays NaN, lo > hi
+// gives hi.
+template <class T>
+__device__ void clamp_strided(i64 n, const StridedArgs& s, const T* __restrict__ x, T* __restrict__ y, float lo,
+                              float hi) {
+    GRID_STRIDE(i, n) {
+        i64 off[3];
+        strided_offsets(s, i, 1, off);
+        float v = to_float(x[off[0]]);
+        v = v < lo ? lo : v;
+        y[i] = from_float<T>(v > hi ? hi : v);
+    }
+}
+#define EW_COMPARE(T, S)                                                                                        \
+    extern "C" __global__ void compare_strided_##S(int op, i64 n, StridedArgs s, const T* a, const T* b,       \
+                                                   unsigned char* y) {                                         \
+        compare_strided<T>(op, n, s, a, b, y);                                                                 \
+    }
+EW_COMPARE(float, f32)
+EW_COMPARE(half_t, f16)
+EW_COMPARE(bf16_t, bf16)
+EW_COMPARE(unsigned char, u8)
+
 template <class I, class O>
 __device__ void cast_contig(i64 n, const I* __restrict__ x, O* __restrict__ y) {
     GRID_STRIDE(i, n) y[i] = from_float<O>(to_float(x[i]));
@@ -164,8 +221,73 @@ __device__ void copy_strided(i64 n, const StridedArgs& s, const T* __restrict__ 
         y[off[1]] = x[off[0]];
     }
 }
-#define EW_COPY(T, B) \
-    extern "C" __global__ void copy_strided_##B(i64 n, StridedArgs s, const T* x, T* y) { copy_strided<T>(n, s, x, y); }
+// tril/triu of contiguous [batch, rows, cols]: element (i, j) is kept when
+// j - i <= diag (lower) or >= diag (upper), else zero (all-zero bits: 0,
+// 0.0 or false in every dtype). By element size, like the copy.
+template <class T>
+__device__ void tri(i64 n, i64 rows, i64 cols, i64 diag, int lower, const T* __restrict__ x, T* __restrict__ y) {
+    GRID_STRIDE(i, n) {
+        i64 j = i % cols, r = (i / cols) % rows, off = j - r;
+        bool keep = lower ? off <= diag : off >= diag;
+        y[i] = keep ? x[i] : T();
+    }
+}
+// y[i] = x[off0(i) + idx[off1(i)] * dim_stride]: index_select and gather
+// (stride 0 along the indexed dim in the x layout), any element size. The
+// indices are checked by the caller.
+template <class T>
+__device__ void gather_strided(i64 n, const StridedArgs& s, const T* __restrict__ x, const i64* __restrict__ idx,
+                               i64 dim_stride, T* __restrict__ y) {
+    GRID_STRIDE(i, n) {
+        i64 off[3];
+        strided_offsets(s, i, 2, off);
+        y[i] = x[off[0] + idx[off[1]] * dim_stride];
+    }
+}
+// scatter / scatter_add along one dim: one thread per lane (a position of
+// the index with the scattered dim dropped; s.shape is the lane shape, the
+// offsets of s are of src, idx and out), walking the dim in order, so a
+// repeated index is written (or accumulated) in the index's row-major
+// order, as on the CPU; distinct lanes never meet. `value` (its low
+// sizeof(T) bytes) replaces src when `use_value`.
+template <class T>
+__device__ void scatter_set(i64 lanes, const StridedArgs& s, i64 len, i64 src_step, i64 idx_step, i64 out_step,
+                            const T* __restrict__ src, const i64* __restrict__ idx, T* __restrict__ out,
+                            int use_value, u64 value) {
+    T v = *reinterpret_cast<const T*>(&value);
+    GRID_STRIDE(l, lanes) {
+        i64 off[3];
+        strided_offsets(s, l, 3, off);
+        for (i64 i = 0; i < len; ++i)
+            out[off[2] + idx[off[1] + i * idx_step] * out_step] = use_value ? v : src[off[0] + i * src_step];
+    }
+}
+template <class T>
+__device__ void scatter_add(i64 lanes, const StridedArgs& s, i64 len, i64 src_step, i64 idx_step, i64 out_step,
+                            const T* __restrict__ src, const i64* __restrict__ idx, T* __restrict__ out) {
+    GRID_STRIDE(l, lanes) {
+        i64 off[3];
+        strided_offsets(s, l, 3, off);
+        for (i64 i = 0; i < len; ++i) {
+            T* o = out + off[2] + idx[off[1] + i * idx_step] * out_step;
+            *o = from_float<T>(to_float(*o) + to_float(src[off[0] + i * src_step]));
+        }
+    }
+}
+#define EW_COPY(T, B)                                                                                             \
+    extern "C" __global__ void copy_strided_##B(i64 n, StridedArgs s, const T* x, T* y) { copy_strided<T>(n, s, x, y); } \
+    extern "C" __global__ void tri_##B(i64 n, i64 rows, i64 cols, i64 diag, int lower, const T* x, T* y) {        \
+        tri<T>(n, rows, cols, diag, lower, x, y);                                                                 \
+    }                                                                                                             \
+    extern "C" __global__ void gather_strided_##B(i64 n, StridedArgs s, const T* x, const i64* idx, i64 dim_stride, \
+                                                  T* y) {                                                         \
+        gather_strided<T>(n, s, x, idx, dim_stride, y);                                                           \
+    }                                                                                                             \
+    extern "C" __global__ void scatter_##B(i64 lanes, StridedArgs s, i64 len, i64 src_step, i64 idx_step,         \
+                                           i64 out_step, const T* src, const i64* idx, T* out, int use_value,     \
+                                           u64 value) {                                                           \
+        scatter_set<T>(lanes, s, len, src_step, idx_step, out_step, src, idx, out, use_value, value);             \
+    }
 EW_COPY(unsigned char, b1)
 EW_COPY(unsigned short, b2)
 EW_COPY(unsigned int, b4)
@@ -186,7 +308,14 @@ EW_COPY(u64, b8)
                                                  const T* b, T* y) {                                           \
         where_strided<T>(n, s, c, a, b, y);                                                                    \
     }                                                                                                          \
-    extern "C" __global__ void fill_##S(i64 n, float v, T* y) { fill_contig<T>(n, v, y); }
+    extern "C" __global__ void fill_##S(i64 n, float v, T* y) { fill_contig<T>(n, v, y); }                     \
+    extern "C" __global__ void clamp_strided_##S(i64 n, StridedArgs s, const T* x, T* y, float lo, float hi) {  \
+        clamp_strided<T>(n, s, x, y, lo, hi);                                                                  \
+    }                                                                                                          \
+    extern "C" __global__ void scatter_add_##S(i64 lanes, StridedArgs s, i64 len, i64 src_step, i64 idx_step,   \
+                                               i64 out_step, const T* src, const i64* idx, T* out) {           \
+        scatter_add<T>(lanes, s, len, src_step, idx_step, out_step, src, idx, out);                            \
+    }
 
 EW_DTYPE(float, f32)
 EW_DTYPE(half_t, f16)

@@ -1,5 +1,6 @@
 // Reductions over one dimension of a contiguous tensor viewed as
-// [outer, len, inner]: sum, product, max, min (`ReduceOp`) and argmax. With inner == 1 a warp reduces a
+// [outer, len, inner]: sum, product, max, min (`ReduceOp`), argmax, the
+// running sum/product (cumsum, cumprod), and top-k/sort of lines. With inner == 1 a warp reduces a
 // row (blocks of 8 warps); otherwise a thread walks one (outer, inner) column,
 // so neighbouring threads read neighbouring addresses. Accumulation is in f32
 // in a fixed order: results do not depend on the schedule.
@@ -106,12 +107,69 @@ __device__ void argmax_rows(const T* __restrict__ x, i64* __restrict__ y, i64 ou
     }
 }
 
+// The running reduction (`op` SUM: cumsum, PROD: cumprod) along len: one
+// thread per (outer, inner) lane, in index order in f32, each prefix
+// rounded to T (the CPU's order and rounding).
+template <class T>
+__device__ void scan_lanes(int op, const T* __restrict__ x, T* __restrict__ y, i64 outer, i64 len, i64 inner) {
+    for (i64 c = (i64)blockIdx.x * blockDim.x + threadIdx.x; c < outer * inner; c += (i64)gridDim.x * blockDim.x) {
+        i64 o = c / inner, i = c - o * inner, base = o * len * inner + i;
+        float acc = reduce_init(op);
+        for (i64 r = 0; r < len; ++r) {
+            acc = reduce_combine(op, acc, to_float(x[base + r * inner]));
+            y[base + r * inner] = from_float<T>(acc);
+        }
+    }
+}
+
+// a > b in the total order where NaN is above every number (and equal to
+// NaN); -0 and 0 are equal.
+__device__ __forceinline__ bool total_gt(float a, float b) {
+    if (a != a) return b == b;
+    if (b != b) return false;
+    return a > b;
+}
+
+// The first k of each contiguous line of n in the order (value descending
+// when `largest`, else ascending; then position): one thread per line keeps
+// its best k sorted in the outputs, scanning positions in order, so ties
+// stay in position order. O(n*k) per line, as the CPU's small-k path.
+template <class T>
+__device__ void topk_lines(const T* __restrict__ x, T* __restrict__ vals, i64* __restrict__ idx, i64 lines, i64 n,
+                           i64 k, int largest) {
+    for (i64 l = (i64)blockIdx.x * blockDim.x + threadIdx.x; l < lines; l += (i64)gridDim.x * blockDim.x) {
+        const T* src = x + l * n;
+        T* ov = vals + l * k;
+        i64* oi = idx + l * k;
+        i64 filled = 0;
+        for (i64 i = 0; i < n; ++i) {
+            float v = to_float(src[i]);
+            i64 p = filled;
+            while (p > 0 && (largest ? total_gt(v, to_float(ov[p - 1])) : total_gt(to_float(ov[p - 1]), v))) --p;
+            if (p >= k) continue;
+            for (i64 j = (filled < k ? filled : k - 1); j > p; --j) {
+                ov[j] = ov[j - 1];
+                oi[j] = oi[j - 1];
+            }
+            ov[p] = src[i];
+            oi[p] = i;
+            if (filled < k) ++filled;
+        }
+    }
+}
+
 #define REDUCE_DTYPE(T, S)                                                                                   \
     extern "C" __global__ void reduce_##S(int op, const T* x, T* y, i64 outer, i64 len, i64 inner) {         \
         reduce_rows<T>(op, x, y, outer, len, inner);                                                         \
     }                                                                                                        \
     extern "C" __global__ void argmax_##S(const T* x, i64* y, i64 outer, i64 len, i64 inner) {               \
         argmax_rows<T>(x, y, outer, len, inner);                                                             \
+    }                                                                                                        \
+    extern "C" __global__ void scan_##S(int op, const T* x, T* y, i64 outer, i64 len, i64 inner) {           \
+        scan_lanes<T>(op, x, y, outer, len, inner);                                                          \
+    }                                                                                                        \
+    extern "C" __global__ void topk_##S(const T* x, T* vals, i64* idx, i64 lines, i64 n, i64 k, int largest) { \
+        topk_lines<T>(x, vals, idx, lines, n, k, largest);                                                   \
     }
 REDUCE_DTYPE(float, f32)
 REDUCE_DTYPE(half_t, f16)

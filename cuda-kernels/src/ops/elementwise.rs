@@ -6,7 +6,7 @@ use std::mem::size_of;
 use super::Float;
 use crate::launch::{check_len, grid_for, to_i64, Arg, DevPtr, KernelType, Launch};
 use crate::module::Module;
-pub use crate::op_codes::{BinaryOp, UnaryOp};
+pub use crate::op_codes::{BinaryOp, CompareOp, UnaryOp};
 use crate::{Error, Result};
 
 const BLOCK: u32 = 256;
@@ -233,6 +233,255 @@ pub fn binary<T: Float>(
             ],
         ),
     })
+}
+
+/// Element types the comparison kernels take: the floats and bool (bytes
+/// holding 0 or 1).
+pub trait Comparable: KernelType {}
+impl Comparable for f32 {}
+impl Comparable for half::f16 {}
+impl Comparable for half::bf16 {}
+impl Comparable for u8 {}
+
+/// y = `op`(a, b) elementwise as bytes (1 = true), with broadcasting
+/// (zero strides); both operands widened to f32, which is exact for every
+/// dtype taken.
+///
+/// Errors: as [`binary`].
+pub fn compare<T: Comparable>(
+    op: CompareOp,
+    a: Operand<'_, T>,
+    b: Operand<'_, T>,
+    y: DevPtr<u8>,
+    shape: &[usize],
+) -> Result<Launch> {
+    const OP: &str = "compare";
+    let n = out_ptr(OP, y, shape)?;
+    let (aa, ba) = (
+        check_operand(OP, "a", &a, shape)?,
+        check_operand(OP, "b", &b, shape)?,
+    );
+    let (sh, st) = coalesce(shape, &[a.strides, b.strides]);
+    let s = pack_strided(OP, &sh, &st)?;
+    Ok(launch(
+        format!("compare_strided_{}", T::NAME),
+        n,
+        vec![
+            Arg::i32(op.code()),
+            Arg::i64(to_i64(OP, "numel", n)?),
+            s,
+            Arg::u64(aa),
+            Arg::u64(ba),
+            Arg::ptr(y),
+        ],
+    ))
+}
+
+/// y = x clamped to [`lo`, `hi`] in f32 (NaN stays NaN; `lo > hi` gives
+/// `hi`), rounded once to `T`.
+///
+/// Errors: as [`unary`].
+pub fn clamp<T: Float>(x: Operand<'_, T>, y: DevPtr<T>, shape: &[usize], lo: f32, hi: f32) -> Result<Launch> {
+    const OP: &str = "clamp";
+    let n = out_ptr(OP, y, shape)?;
+    let xa = check_operand(OP, "x", &x, shape)?;
+    let (sh, st) = coalesce(shape, &[x.strides]);
+    let s = pack_strided(OP, &sh, &st)?;
+    Ok(launch(
+        format!("clamp_strided_{}", T::NAME),
+        n,
+        vec![
+            Arg::i64(to_i64(OP, "numel", n)?),
+            s,
+            Arg::u64(xa),
+            Arg::ptr(y),
+            Arg::f32(lo),
+            Arg::f32(hi),
+        ],
+    ))
+}
+
+/// The kernel suffix of an element size.
+fn width_of<T>(op: &'static str) -> Result<&'static str> {
+    Ok(match size_of::<T>() {
+        1 => "b1",
+        2 => "b2",
+        4 => "b4",
+        8 => "b8",
+        n => return Err(Error::arg(op, format!("no kernel for {n}-byte elements"))),
+    })
+}
+
+/// y[i] = x[off_x(i) + idx[off_idx(i)] · `dim_stride`] over the output
+/// `shape` (index_select, gather): `x`'s strides are 0 along `dim`, where
+/// the index picks one of `dim_size` positions `dim_stride` apart. Any
+/// element type by size.
+///
+/// Errors: layouts reaching past their buffers (x checked over all
+/// `dim_size` positions), sizes overflowing. The index values themselves
+/// are the caller's to check (`0..dim_size`).
+#[allow(clippy::too_many_arguments)]
+pub fn gather<T: KernelType>(
+    x: Operand<'_, T>,
+    dim: usize,
+    dim_size: usize,
+    dim_stride: isize,
+    idx: Operand<'_, i64>,
+    y: DevPtr<T>,
+    shape: &[usize],
+) -> Result<Launch> {
+    const OP: &str = "gather";
+    let width = width_of::<T>(OP)?;
+    let n = out_ptr(OP, y, shape)?;
+    if dim >= shape.len() {
+        return Err(Error::arg(OP, format!("dim {dim} of a {}-d output", shape.len())));
+    }
+    let xa = check_operand(OP, "x", &x, shape)?;
+    if n > 0 && dim_size > 0 {
+        let (mut sh, mut st) = (shape.to_vec(), x.strides.to_vec());
+        sh[dim] = dim_size;
+        st[dim] = dim_stride;
+        check_operand(OP, "x", &Operand { strides: &st, ..x }, &sh)?;
+    }
+    let ia = check_operand(OP, "idx", &idx, shape)?;
+    let (sh, st) = coalesce(shape, &[x.strides, idx.strides]);
+    let s = pack_strided(OP, &sh, &st)?;
+    Ok(launch(
+        format!("gather_strided_{width}"),
+        n,
+        vec![
+            Arg::i64(to_i64(OP, "numel", n)?),
+            s,
+            Arg::u64(xa),
+            Arg::u64(ia),
+            Arg::i64(dim_stride as i64),
+            Arg::ptr(y),
+        ],
+    ))
+}
+
+/// How [`scatter`] combines into the output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scatter {
+    /// out = src (the last write in the index's row-major order wins).
+    Src,
+    /// out = this value: the element's bits in the low bytes.
+    Value(u64),
+    /// out += src in f32, rounded per addition (floats only).
+    Add,
+}
+
+/// Scatters along `dim` of the index `shape`: for each index position `p`,
+/// `out[p with dim replaced by idx[p]] (∘)= src[p]`, in the index's
+/// row-major order (one thread per lane along `dim`, so the result is
+/// deterministic). `out` (strides of the output, whose `dim` has
+/// `out_dim_size` positions) is written in place.
+///
+/// Errors: layouts reaching past their buffers, [`Scatter::Add`] on a
+/// non-float type, sizes overflowing. The index values are the caller's to
+/// check (`0..out_dim_size`).
+#[allow(clippy::too_many_arguments)]
+pub fn scatter<T: KernelType>(
+    how: Scatter,
+    src: Option<Operand<'_, T>>,
+    idx: Operand<'_, i64>,
+    out: Operand<'_, T>,
+    dim: usize,
+    out_dim_size: usize,
+    shape: &[usize],
+) -> Result<Launch> {
+    const OP: &str = "scatter";
+    if dim >= shape.len() {
+        return Err(Error::arg(OP, format!("dim {dim} of a {}-d index", shape.len())));
+    }
+    // With a value no source is read: its strides are the index's.
+    let (sa, src_strides) = match (how, src) {
+        (Scatter::Value(_), _) => (0, idx.strides),
+        (_, Some(src)) => (check_operand(OP, "src", &src, shape)?, src.strides),
+        (_, None) => return Err(Error::arg(OP, "scatter without a source")),
+    };
+    let ia = check_operand(OP, "idx", &idx, shape)?;
+    let mut wide = shape.to_vec();
+    wide[dim] = out_dim_size;
+    let oa = check_operand(OP, "out", &out, &wide)?;
+    let mut lane = shape.to_vec();
+    lane[dim] = 1;
+    let lanes = lane
+        .iter()
+        .try_fold(1usize, |a, &b| a.checked_mul(b))
+        .ok_or_else(|| Error::arg(OP, format!("shape {shape:?} overflows")))?;
+    let (sh, st) = coalesce(&lane, &[src_strides, idx.strides, out.strides]);
+    let s = pack_strided(OP, &sh, &st)?;
+    let len = if shape.contains(&0) || out_dim_size == 0 {
+        0
+    } else {
+        shape[dim]
+    };
+    let mut args = vec![
+        Arg::i64(to_i64(OP, "lanes", lanes)?),
+        s,
+        Arg::i64(to_i64(OP, "len", len)?),
+        Arg::i64(src_strides[dim] as i64),
+        Arg::i64(idx.strides[dim] as i64),
+        Arg::i64(out.strides[dim] as i64),
+        Arg::u64(sa),
+        Arg::u64(ia),
+        Arg::u64(oa),
+    ];
+    let kernel = match how {
+        Scatter::Add => {
+            if !["f32", "f16", "bf16"].contains(&T::NAME) {
+                return Err(Error::arg(OP, format!("no scatter_add kernel for {}", T::NAME)));
+            }
+            format!("scatter_add_{}", T::NAME)
+        }
+        Scatter::Src | Scatter::Value(_) => {
+            let v = match how {
+                Scatter::Value(v) => v,
+                _ => 0,
+            };
+            args.extend([Arg::i32(matches!(how, Scatter::Value(_)) as i32), Arg::u64(v)]);
+            format!("scatter_{}", width_of::<T>(OP)?)
+        }
+    };
+    Ok(launch(kernel, lanes, args))
+}
+
+/// y = tril (`lower`) or triu of the contiguous `x` = [batch, rows, cols]:
+/// element (i, j) kept when j − i ≤ `diag` (lower) or ≥ `diag`, else
+/// all-zero bits; any element type by size.
+///
+/// Errors: buffers too short, an element size without a kernel.
+pub fn tri<T: KernelType>(
+    x: DevPtr<T>,
+    y: DevPtr<T>,
+    batch: usize,
+    rows: usize,
+    cols: usize,
+    diag: i64,
+    lower: bool,
+) -> Result<Launch> {
+    const OP: &str = "tri";
+    let width = width_of::<T>(OP)?;
+    let n = batch
+        .checked_mul(rows)
+        .and_then(|v| v.checked_mul(cols))
+        .ok_or_else(|| Error::arg(OP, format!("[{batch}, {rows}, {cols}] overflows")))?;
+    check_len(OP, "x", &x, n)?;
+    check_len(OP, "y", &y, n)?;
+    Ok(launch(
+        format!("tri_{width}"),
+        n,
+        vec![
+            Arg::i64(to_i64(OP, "numel", n)?),
+            Arg::i64(to_i64(OP, "rows", rows)?.max(1)),
+            Arg::i64(to_i64(OP, "cols", cols)?.max(1)),
+            Arg::i64(diag),
+            Arg::i32(lower as i32),
+            Arg::ptr(x),
+            Arg::ptr(y),
+        ],
+    ))
 }
 
 /// y = cond ? a : b elementwise (cond is bytes, nonzero = true).

@@ -11,6 +11,7 @@ pub mod layernorm;
 pub mod optim;
 pub mod pool;
 pub mod reduce;
+pub mod resample;
 pub mod softmax;
 
 use crate::launch::KernelType;

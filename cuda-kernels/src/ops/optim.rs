@@ -1,5 +1,5 @@
-//! Fused multi-tensor optimizer steps (Adam/AdamW, SGD with momentum): one
-//! launch per parameter group. The host builds a table of the group's
+//! Fused multi-tensor optimizer steps (Adam/AdamW, SGD with momentum, LAMB):
+//! one launch per parameter group (two for LAMB). The host builds a table of the group's
 //! tensors and a table of chunks (one block each), uploads both, and the
 //! kernel walks them; parameters and state are f32 (master weights), the
 //! gradients f32, f16 or bf16.
@@ -242,6 +242,118 @@ pub fn sgd<G: Float>(
         Arg::i32(flags),
     ]);
     multi_launch(OP, format!("sgd_{}", G::NAME), tensors, chunks, n_chunks, hyper)
+}
+
+/// LAMB hyper-parameters for one step (timm `Lamb`, apex `FusedLAMB`), in
+/// f64 as [`AdamConfig`]; the moments are [`adamw_tables`]' two states.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LambConfig {
+    /// Learning rate.
+    pub lr: f64,
+    /// First-moment decay.
+    pub beta1: f64,
+    /// Second-moment decay.
+    pub beta2: f64,
+    /// Denominator epsilon.
+    pub eps: f64,
+    /// Weight decay λ (added to the update, or decoupled).
+    pub weight_decay: f64,
+    /// Divide the moments by 1 − βᵗ.
+    pub bias_correction: bool,
+    /// Scale the gradient by 1 − β1 in the first moment (else 1).
+    pub grad_averaging: bool,
+    /// Clip the trust ratio at 1.
+    pub trust_clip: bool,
+    /// Apply the trust ratio without weight decay too.
+    pub always_adapt: bool,
+    /// θ ← θ − γλθ before the update instead of adding λθ to it.
+    pub decoupled_decay: bool,
+    /// Step number, from 1.
+    pub step: u64,
+    /// The gradients are divided by this (the global norm clipping, ≥ 1).
+    pub clip: f64,
+    /// Gradients are multiplied by this first (1/loss_scale).
+    pub grad_scale: f32,
+}
+
+/// One LAMB step over a group whose tables (from [`adamw_tables`]) are on
+/// the device: the moments and per-chunk squared norms of θ and of the
+/// update into `partials` (2 f32 per chunk), then each tensor's trust ratio
+/// and the parameter update. Launch both, in order.
+///
+/// Errors: table or partials buffers too short, step 0, betas outside
+/// [0, 1), a clip factor below 1 or not finite.
+pub fn lamb<G: Float>(
+    tensors: DevPtr<u64>,
+    chunks: DevPtr<u64>,
+    n_chunks: usize,
+    partials: DevPtr<f32>,
+    c: &LambConfig,
+) -> Result<[Launch; 2]> {
+    const OP: &str = "lamb";
+    check_tables(OP, &tensors, &chunks, n_chunks)?;
+    check_len(OP, "partials", &partials, 2 * n_chunks)?;
+    let valid = c.step != 0
+        && (0.0..1.0).contains(&c.beta1)
+        && (0.0..1.0).contains(&c.beta2)
+        && c.clip.is_finite()
+        && c.clip >= 1.0;
+    if !valid {
+        return Err(Error::arg(
+            OP,
+            format!(
+                "step {} (from 1), beta1 {}, beta2 {} (in [0, 1)), clip {} (finite, ≥ 1)",
+                c.step, c.beta1, c.beta2, c.clip
+            ),
+        ));
+    }
+    // The scalars as the CPU rule forms them: in f64, then rounded.
+    let t = c.step.min(i32::MAX as u64) as i32;
+    let (bc1, bc2) = if c.bias_correction {
+        (1.0 - c.beta1.powi(t), 1.0 - c.beta2.powi(t))
+    } else {
+        (1.0, 1.0)
+    };
+    let use_wd = c.weight_decay != 0.0;
+    let flag = |b: bool, f: i32| if b { f } else { 0 };
+    let flags = flag(use_wd && !c.decoupled_decay, 1)
+        | flag(use_wd && c.decoupled_decay, 2)
+        | flag(use_wd || c.always_adapt, 4)
+        | flag(c.trust_clip, 8);
+    let hyper = Arg::fields(&[
+        Arg::f32(c.lr as f32),
+        Arg::f32(c.beta1 as f32),
+        Arg::f32(c.beta2 as f32),
+        Arg::f32(if c.grad_averaging { 1.0 - c.beta1 } else { 1.0 } as f32),
+        Arg::f32((1.0 - c.beta2) as f32),
+        Arg::f32(bc1 as f32),
+        Arg::f32(bc2.sqrt() as f32),
+        Arg::f32(c.eps as f32),
+        Arg::f32(c.weight_decay as f32),
+        Arg::f32((-c.lr * c.weight_decay) as f32),
+        Arg::f32(c.clip as f32),
+        Arg::f32(c.grad_scale),
+        Arg::i32(flags),
+    ]);
+    let mut moments = multi_launch(
+        OP,
+        format!("lamb_moments_{}", G::NAME),
+        tensors,
+        chunks,
+        n_chunks,
+        hyper.clone(),
+    )?;
+    moments.args.push(Arg::ptr(partials));
+    let mut apply = multi_launch(
+        OP,
+        format!("lamb_apply_{}", G::NAME),
+        tensors,
+        chunks,
+        n_chunks,
+        hyper,
+    )?;
+    apply.args.push(Arg::ptr(partials));
+    Ok([moments, apply])
 }
 
 fn check_tables(

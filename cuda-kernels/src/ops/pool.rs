@@ -1,4 +1,5 @@
-//! 2-D max pooling forward (values and plane indices) and backward.
+//! 2-D max pooling forward (values and plane indices) and backward; average
+//! pooling (fixed and adaptive windows) forward and backward.
 
 use super::Float;
 use crate::launch::{check_len, grid_for, mul, to_i32, to_i64, Arg, DevPtr, Launch};
@@ -132,5 +133,157 @@ pub fn max_pool2d_bwd<T: Float>(
             Arg::i64(to_i64(OP, "plane", plane)?),
             Arg::i64(to_i64(OP, "outs", outs)?),
         ],
+    })
+}
+
+/// The windows of an average pooling over `planes` planes of `input` =
+/// [H, W], giving `output` = [OH, OW] per plane. The caller checks the
+/// geometry (PyTorch's output sizes, padding at most half the window).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AvgWindows {
+    /// `avg_pool2d`: windows of `kernel` every `stride`, `padding` on both
+    /// sides; each sum divided by `divisor` when given, else by the padded
+    /// window size (`count_include_pad`) or the input elements in it.
+    Fixed {
+        /// Window height and width.
+        kernel: [usize; 2],
+        /// Step between windows.
+        stride: [usize; 2],
+        /// Implicit padding on both sides.
+        padding: [usize; 2],
+        /// Count padding in the divisor.
+        count_include_pad: bool,
+        /// PyTorch's `divisor_override`.
+        divisor: Option<usize>,
+    },
+    /// `adaptive_avg_pool2d`: window `o` of `OUT` over `N` inputs covers
+    /// `floor(o·N/OUT) .. ceil((o+1)·N/OUT)`.
+    Adaptive,
+}
+
+/// Geometry of an average pooling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AvgGeom {
+    /// Planes (batch × channels).
+    pub planes: usize,
+    /// Input height and width.
+    pub input: [usize; 2],
+    /// Output height and width.
+    pub output: [usize; 2],
+    /// The windows.
+    pub windows: AvgWindows,
+}
+
+impl AvgGeom {
+    fn arg(&self, op: &'static str) -> Result<Arg> {
+        let (kernel, stride, padding, adaptive, include_pad, divisor) = match self.windows {
+            AvgWindows::Fixed {
+                kernel,
+                stride,
+                padding,
+                count_include_pad,
+                divisor,
+            } => {
+                if kernel.contains(&0) || stride.contains(&0) || divisor == Some(0) {
+                    return Err(Error::arg(
+                        op,
+                        format!("zero kernel, stride or divisor in {self:?}"),
+                    ));
+                }
+                (
+                    kernel,
+                    stride,
+                    padding,
+                    0,
+                    count_include_pad as usize,
+                    divisor.unwrap_or(0),
+                )
+            }
+            AvgWindows::Adaptive => ([1, 1], [1, 1], [0, 0], 1, 0, 0),
+        };
+        let ints = [
+            self.input[0],
+            self.input[1],
+            self.output[0],
+            self.output[1],
+            kernel[0],
+            kernel[1],
+            stride[0],
+            stride[1],
+            padding[0],
+            padding[1],
+            adaptive,
+            include_pad,
+            divisor,
+            // Pads the struct to its 8-byte alignment (64 bytes), as C lays it out.
+            0,
+        ];
+        let mut fields = vec![Arg::i64(to_i64(op, "planes", self.planes)?)];
+        for v in ints {
+            fields.push(Arg::i32(to_i32(op, "geometry", v)?));
+        }
+        // The window bounds the kernels form must fit: o·S + K + P in i32,
+        // the adaptive (o + 1)·N + OUT in i64.
+        for d in 0..2 {
+            let (o, n) = (self.output[d], self.input[d]);
+            let reach = if adaptive == 1 {
+                o.checked_mul(n).and_then(|v| v.checked_add(n + o))
+            } else {
+                o.checked_mul(stride[d])
+                    .and_then(|v| v.checked_add(n + kernel[d] + padding[d]))
+            }
+            .ok_or_else(|| Error::arg(op, format!("geometry overflows: {self:?}")))?;
+            if adaptive == 1 {
+                to_i64(op, "window reach", reach)?;
+            } else {
+                to_i32(op, "window reach", reach)?;
+            }
+        }
+        Ok(Arg::fields(&fields))
+    }
+
+    fn numel(&self, op: &'static str, dims: [usize; 2]) -> Result<usize> {
+        mul(op, mul(op, self.planes, dims[0])?, dims[1])
+    }
+}
+
+/// y = average pooling of x: `x` holds `planes·H·W` elements, `y`
+/// `planes·OH·OW`; each window summed in f32 in row-major order, then
+/// divided once.
+///
+/// Errors: a zero kernel, stride or divisor, buffers too short, sizes past
+/// i32.
+pub fn avg_pool2d_fwd<T: Float>(g: &AvgGeom, x: DevPtr<T>, y: DevPtr<T>) -> Result<Launch> {
+    const OP: &str = "avg_pool2d_fwd";
+    let (ni, no) = (g.numel(OP, g.input)?, g.numel(OP, g.output)?);
+    check_len(OP, "x", &x, ni)?;
+    check_len(OP, "y", &y, no)?;
+    Ok(Launch {
+        module: Module::Pool,
+        kernel: format!("avgpool_fwd_{}", T::NAME),
+        grid: [grid_for(no as u64, BLOCK), 1, 1],
+        block: [BLOCK, 1, 1],
+        shared_mem: 0,
+        args: vec![Arg::ptr(x), Arg::ptr(y), g.arg(OP)?],
+    })
+}
+
+/// dx = the gradient of [`avg_pool2d_fwd`]: each input element gathers
+/// `dy / divisor` of every window holding it, in output order in f32 (the
+/// CPU scatter's additions in its order), rounded once to `T`.
+///
+/// Errors: as [`avg_pool2d_fwd`].
+pub fn avg_pool2d_bwd<T: Float>(g: &AvgGeom, dy: DevPtr<T>, dx: DevPtr<T>) -> Result<Launch> {
+    const OP: &str = "avg_pool2d_bwd";
+    let (ni, no) = (g.numel(OP, g.input)?, g.numel(OP, g.output)?);
+    check_len(OP, "dy", &dy, no)?;
+    check_len(OP, "dx", &dx, ni)?;
+    Ok(Launch {
+        module: Module::Pool,
+        kernel: format!("avgpool_bwd_{}", T::NAME),
+        grid: [grid_for(ni as u64, BLOCK), 1, 1],
+        block: [BLOCK, 1, 1],
+        shared_mem: 0,
+        args: vec![Arg::ptr(dy), Arg::ptr(dx), g.arg(OP)?],
     })
 }

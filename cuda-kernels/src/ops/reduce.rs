@@ -1,5 +1,5 @@
 //! Sum, product, max, min and argmax over one dimension of a contiguous tensor viewed as
-//! `[outer, len, inner]`.
+//! `[outer, len, inner]`, and the running sum/product along it.
 
 use super::Float;
 use crate::launch::{check_len, grid_for, mul, to_i64, Arg, DevPtr, Launch};
@@ -101,4 +101,81 @@ pub fn argmax<T: Float>(
         x.addr(),
         y.addr(),
     )
+}
+
+/// y[o, r, i] = `r` (Sum: cumsum, Prod: cumprod) over x[o, ..= r, i], in
+/// f32 in index order, each prefix rounded to `T`. `y` is shaped like `x`.
+///
+/// Errors: max/min (no running form here), buffers too short, sizes
+/// overflowing.
+pub fn scan<T: Float>(
+    r: ReduceOp,
+    x: DevPtr<T>,
+    y: DevPtr<T>,
+    outer: usize,
+    len: usize,
+    inner: usize,
+) -> Result<Launch> {
+    const OP: &str = "scan";
+    if !r.has_identity() {
+        return Err(Error::arg(OP, format!("no running {} kernel", r.name())));
+    }
+    let n = mul(OP, mul(OP, outer, len)?, inner)?;
+    check_len(OP, "x", &x, n)?;
+    check_len(OP, "y", &y, n)?;
+    Ok(Launch {
+        module: Module::Reduce,
+        kernel: format!("scan_{}", T::NAME),
+        grid: [grid_for(mul(OP, outer, inner)? as u64, BLOCK), 1, 1],
+        block: [BLOCK, 1, 1],
+        shared_mem: 0,
+        args: vec![
+            Arg::i32(r.code()),
+            Arg::ptr(x),
+            Arg::ptr(y),
+            Arg::i64(to_i64(OP, "outer", outer)?),
+            Arg::i64(to_i64(OP, "len", len)?),
+            Arg::i64(to_i64(OP, "inner", inner)?),
+        ],
+    })
+}
+
+/// The first `k` of each contiguous line of `n` elements of `x` (`lines`
+/// lines) in the order value descending (`largest`) or ascending, NaN above
+/// every number, then position: values into `vals` and positions into
+/// `idx` (`lines·k` each).
+///
+/// Errors: `k > n`, buffers too short, sizes overflowing.
+pub fn topk<T: Float>(
+    x: DevPtr<T>,
+    vals: DevPtr<T>,
+    idx: DevPtr<i64>,
+    lines: usize,
+    n: usize,
+    k: usize,
+    largest: bool,
+) -> Result<Launch> {
+    const OP: &str = "topk";
+    if k > n {
+        return Err(Error::arg(OP, format!("k = {k} exceeds lines of {n}")));
+    }
+    check_len(OP, "x", &x, mul(OP, lines, n)?)?;
+    check_len(OP, "vals", &vals, mul(OP, lines, k)?)?;
+    check_len(OP, "idx", &idx, mul(OP, lines, k)?)?;
+    Ok(Launch {
+        module: Module::Reduce,
+        kernel: format!("topk_{}", T::NAME),
+        grid: [grid_for(lines as u64, BLOCK), 1, 1],
+        block: [BLOCK, 1, 1],
+        shared_mem: 0,
+        args: vec![
+            Arg::ptr(x),
+            Arg::ptr(vals),
+            Arg::ptr(idx),
+            Arg::i64(to_i64(OP, "lines", lines)?),
+            Arg::i64(to_i64(OP, "n", n)?),
+            Arg::i64(to_i64(OP, "k", k)?),
+            Arg::i32(largest as i32),
+        ],
+    })
 }

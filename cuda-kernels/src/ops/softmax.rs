@@ -46,11 +46,13 @@ pub fn softmax<T: Float>(x: DevPtr<T>, y: DevPtr<T>, rows: usize, cols: usize, l
     )
 }
 
-/// Cross-entropy forward: loss[r] = logsumexp(x[r]) - x[r, target[r]] (0
+/// Cross-entropy forward with label smoothing ε: loss[r] = (1 − ε)·(lse −
+/// x[r, target[r]]) + ε·(lse − mean(x[r])) with lse = logsumexp(x[r]) (0
 /// where target == `ignore_index`; NaN for a target outside [0, cols)), and
 /// lse[r] saved for the backward.
 ///
-/// Errors: `cols == 0`, buffers too short.
+/// Errors: `cols == 0`, ε outside [0, 1], buffers too short.
+#[allow(clippy::too_many_arguments)]
 pub fn cross_entropy_fwd<T: Float>(
     logits: DevPtr<T>,
     targets: DevPtr<i64>,
@@ -59,11 +61,13 @@ pub fn cross_entropy_fwd<T: Float>(
     rows: usize,
     cols: usize,
     ignore_index: i64,
+    smoothing: f32,
 ) -> Result<Launch> {
     const OP: &str = "cross_entropy_fwd";
     if cols == 0 {
         return Err(Error::arg(OP, "0 classes"));
     }
+    check_smoothing(OP, smoothing)?;
     check_len(OP, "logits", &logits, mul(OP, rows, cols)?)?;
     check_len(OP, "targets", &targets, rows)?;
     check_len(OP, "loss", &loss, rows)?;
@@ -80,12 +84,13 @@ pub fn cross_entropy_fwd<T: Float>(
             Arg::i64(to_i64(OP, "rows", rows)?),
             Arg::i64(to_i64(OP, "cols", cols)?),
             Arg::i64(ignore_index),
+            Arg::f32(smoothing),
         ],
     )
 }
 
-/// Cross-entropy backward: dlogits[r, c] = grad[r] * (softmax(x[r])[c] -
-/// [c == target[r]]), 0 on ignored rows. `grad` is the upstream gradient per
+/// Cross-entropy backward with label smoothing ε: dlogits[r, c] = grad[r] ·
+/// (softmax(x[r])[c] − ε/cols − (1 − ε)·[c == target[r]]), 0 on ignored rows. `grad` is the upstream gradient per
 /// row (for a mean loss, 1/count on every row).
 ///
 /// Errors: `cols == 0`, buffers too short.
@@ -99,11 +104,13 @@ pub fn cross_entropy_bwd<T: Float>(
     rows: usize,
     cols: usize,
     ignore_index: i64,
+    smoothing: f32,
 ) -> Result<Launch> {
     const OP: &str = "cross_entropy_bwd";
     if cols == 0 {
         return Err(Error::arg(OP, "0 classes"));
     }
+    check_smoothing(OP, smoothing)?;
     let n = mul(OP, rows, cols)?;
     check_len(OP, "logits", &logits, n)?;
     check_len(OP, "dlogits", &dlogits, n)?;
@@ -125,6 +132,17 @@ pub fn cross_entropy_bwd<T: Float>(
             Arg::i64(to_i64(OP, "rows", rows)?),
             Arg::i64(to_i64(OP, "cols", cols)?),
             Arg::i64(ignore_index),
+            Arg::f32(smoothing),
         ],
     })
+}
+
+fn check_smoothing(op: &'static str, eps: f32) -> Result<()> {
+    if !(0.0..=1.0).contains(&eps) {
+        return Err(Error::arg(
+            op,
+            format!("label smoothing must be in [0, 1], got {eps}"),
+        ));
+    }
+    Ok(())
 }

@@ -1,6 +1,6 @@
 //! The CPU backend: the SIMD and scalar kernels of `ops/*/cpu.rs`.
 
-use super::{Backend, BinaryOp, ReduceOp, UnaryOp};
+use super::{Backend, BinaryOp, CompareOp, ReduceOp, UnaryOp};
 use crate::{Generator, Result, Tensor, TensorOptions};
 
 /// Host memory, rayon threads and SIMD kernels.
@@ -181,6 +181,225 @@ impl Backend for Cpu {
         log: bool,
     ) -> Result<Tensor> {
         crate::ops::softmax_backward::cpu(op, dy, y, dim, log)
+    }
+
+    fn compare(&self, op: CompareOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        crate::ops::compare::cpu_compare(op, a, b)
+    }
+
+    fn compare_scalar(&self, name: &'static str, op: CompareOp, x: &Tensor, s: f64) -> Result<Tensor> {
+        crate::ops::compare::cpu_compare_scalar(name, op, x, s)
+    }
+
+    fn logical(&self, op: CompareOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        crate::ops::compare::cpu_logical(op, a, b)
+    }
+
+    fn where_(&self, cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        crate::ops::compare::cpu_where(cond, a, b)
+    }
+
+    fn clamp(&self, x: &Tensor, lo: f64, hi: f64) -> Result<Tensor> {
+        x.clamp_cpu(lo, hi)
+    }
+
+    fn var_mean(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        dims: &[isize],
+        correction: f64,
+        keepdim: bool,
+        sqrt: bool,
+    ) -> Result<(Tensor, Tensor)> {
+        x.var_mean_impl(op, dims, correction, keepdim, sqrt)
+    }
+
+    fn logsumexp(&self, x: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        x.logsumexp_cpu(dims, keepdim)
+    }
+
+    fn norm(&self, x: &Tensor, p: f64, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        x.norm_cpu(p, dims, keepdim)
+    }
+
+    fn truth_reduce(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        dims: &[isize],
+        keepdim: bool,
+        all: bool,
+    ) -> Result<Tensor> {
+        x.truth(op, dims, keepdim, all)
+    }
+
+    fn addmm(&self, c: &Tensor, a: &Tensor, b: &Tensor, beta: f64, alpha: f64) -> Result<Tensor> {
+        c.addmm_cpu(a, b, beta, alpha)
+    }
+
+    fn avg_pool2d(&self, x: &Tensor, w: &crate::ops::pool::Window) -> Result<Tensor> {
+        crate::ops::pool::cpu_avg_pool2d(x, w)
+    }
+
+    fn avg_pool2d_backward(&self, grad_out: &Tensor, w: &crate::ops::pool::Window) -> Result<Tensor> {
+        crate::ops::pool::cpu_avg_pool2d_backward(grad_out, w)
+    }
+
+    fn adaptive_avg_pool2d(&self, x: &Tensor, out: [usize; 2]) -> Result<Tensor> {
+        crate::ops::pool::cpu_adaptive_avg_pool2d(x, out)
+    }
+
+    fn adaptive_avg_pool2d_backward(&self, grad_out: &Tensor, input_shape: &[usize]) -> Result<Tensor> {
+        crate::ops::pool::cpu_adaptive_avg_pool2d_backward(grad_out, input_shape)
+    }
+
+    fn cross_entropy(
+        &self,
+        logits: &Tensor,
+        target: &Tensor,
+        opts: crate::CrossEntropyOptions,
+    ) -> Result<(Tensor, Tensor)> {
+        crate::ops::cross_entropy::cpu_forward(logits, target, opts)
+    }
+
+    fn cross_entropy_backward(
+        &self,
+        dloss: &Tensor,
+        logits: &Tensor,
+        target: &Tensor,
+        lse: &Tensor,
+        opts: crate::CrossEntropyOptions,
+    ) -> Result<Tensor> {
+        crate::ops::cross_entropy::cpu_backward(dloss, logits, target, lse, opts)
+    }
+
+    fn batch_norm_stats(&self, x: &Tensor) -> Result<(Tensor, Tensor)> {
+        crate::ops::batch_norm::cpu_stats(x)
+    }
+
+    fn batch_norm(
+        &self,
+        x: &Tensor,
+        running_mean: Option<&Tensor>,
+        running_var: Option<&Tensor>,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        training: bool,
+        momentum: f64,
+        eps: f64,
+    ) -> Result<crate::ops::batch_norm::BatchNormForward> {
+        crate::ops::batch_norm::cpu_forward(
+            x,
+            running_mean,
+            running_var,
+            weight,
+            bias,
+            training,
+            momentum,
+            eps,
+        )
+    }
+
+    fn batch_norm_backward(
+        &self,
+        dy: &Tensor,
+        x: &Tensor,
+        mean: &Tensor,
+        invstd: &Tensor,
+        weight: Option<&Tensor>,
+        training: bool,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        crate::ops::batch_norm::cpu_backward(dy, x, mean, invstd, weight, training)
+    }
+
+    fn tri(&self, op: &'static str, x: &Tensor, diagonal: isize, lower: bool) -> Result<Tensor> {
+        x.triangle(op, diagonal, lower)
+    }
+
+    fn scan(&self, op: &'static str, x: &Tensor, dim: isize, prod: bool) -> Result<Tensor> {
+        x.scan(op, dim, prod)
+    }
+
+    fn pad(&self, x: &Tensor, pads: &[usize], mode: crate::ops::pad::PadMode) -> Result<Tensor> {
+        crate::ops::pad::cpu_pad(x, pads, mode)
+    }
+
+    fn gather(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        index: &Tensor,
+        g: &crate::ops::index::Gather,
+    ) -> Result<Tensor> {
+        crate::ops::index::cpu_gather(op, x, index, g)
+    }
+
+    fn group_norm(
+        &self,
+        x: &Tensor,
+        g: &crate::ops::group_norm::Groups,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f64,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        x.group_norm_cpu(g, weight, bias, eps)
+    }
+
+    fn group_norm_backward(
+        &self,
+        dy: &Tensor,
+        x: &Tensor,
+        mean: &Tensor,
+        rstd: &Tensor,
+        g: &crate::ops::group_norm::Groups,
+        weight: Option<&Tensor>,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        Tensor::group_norm_backward_cpu(dy, x, mean, rstd, g, weight)
+    }
+
+    fn topk(&self, x: &Tensor, d: usize, k: usize, largest: bool) -> Result<(Tensor, Tensor)> {
+        x.select_along(d, k, largest)
+    }
+
+    fn masked_fill(&self, x: &Tensor, mask: &Tensor, value: f64) -> Result<Tensor> {
+        x.masked_fill_cpu(mask, value)
+    }
+
+    fn upsample_bilinear2d(
+        &self,
+        x: &Tensor,
+        out: [usize; 2],
+        align_corners: bool,
+        scales: [Option<f64>; 2],
+    ) -> Result<Tensor> {
+        x.upsample_bilinear2d_cpu(out, align_corners, scales)
+    }
+
+    fn upsample_bilinear2d_backward(
+        &self,
+        grad_out: &Tensor,
+        input_shape: &[usize],
+        align_corners: bool,
+        scales: [Option<f64>; 2],
+    ) -> Result<Tensor> {
+        crate::ops::interpolate::cpu_upsample_bilinear2d_backward(
+            grad_out,
+            input_shape,
+            align_corners,
+            scales,
+        )
+    }
+
+    fn scatter(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        d: usize,
+        index: &Tensor,
+        how: crate::ops::index::Scatter<'_>,
+    ) -> Result<Tensor> {
+        crate::ops::index::cpu_scatter(op, x, d, index, how)
     }
 
     fn host_kernel(&self, _op: &'static str) -> Result<()> {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{no_kernel, Backend, BinaryOp, ReduceOp, UnaryOp};
+use super::{no_kernel, Backend, BinaryOp, CompareOp, ReduceOp, UnaryOp};
 use crate::cuda::DeviceState;
 use crate::ops;
 use crate::{Generator, Result, Tensor, TensorOptions};
@@ -228,6 +228,220 @@ impl Backend for Cuda {
         gen: Option<&mut Generator>,
     ) -> Result<Tensor> {
         ops::random::cuda::normal(shape, mean, std, opts, gen)
+    }
+
+    fn compare(&self, op: CompareOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        ops::compare::cuda::compare(op, a, b)
+    }
+
+    fn compare_scalar(&self, name: &'static str, op: CompareOp, x: &Tensor, s: f64) -> Result<Tensor> {
+        ops::compare::cuda::compare_scalar(name, op, x, s)
+    }
+
+    fn logical(&self, op: CompareOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        ops::compare::cuda::logical(op, a, b)
+    }
+
+    fn where_(&self, cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        ops::compare::cuda::where_(cond, a, b)
+    }
+
+    fn clamp(&self, x: &Tensor, lo: f64, hi: f64) -> Result<Tensor> {
+        ops::unary::cuda::clamp(x, lo, hi)
+    }
+
+    fn var_mean(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        dims: &[isize],
+        correction: f64,
+        keepdim: bool,
+        sqrt: bool,
+    ) -> Result<(Tensor, Tensor)> {
+        ops::reduce::stats_cuda::var_mean(op, x, dims, correction, keepdim, sqrt)
+    }
+
+    fn logsumexp(&self, x: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        ops::reduce::stats_cuda::logsumexp(x, dims, keepdim)
+    }
+
+    fn norm(&self, x: &Tensor, p: f64, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        ops::reduce::stats_cuda::norm(x, p, dims, keepdim)
+    }
+
+    fn truth_reduce(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        dims: &[isize],
+        keepdim: bool,
+        all: bool,
+    ) -> Result<Tensor> {
+        ops::reduce::stats_cuda::truth_reduce(op, x, dims, keepdim, all)
+    }
+
+    fn addmm(&self, c: &Tensor, a: &Tensor, b: &Tensor, beta: f64, alpha: f64) -> Result<Tensor> {
+        ops::matmul::cuda::addmm(c, a, b, beta, alpha)
+    }
+
+    fn avg_pool2d(&self, x: &Tensor, w: &crate::ops::pool::Window) -> Result<Tensor> {
+        ops::pool::cuda::avg_pool2d(&self.state, x, w)
+    }
+
+    fn avg_pool2d_backward(&self, grad_out: &Tensor, w: &crate::ops::pool::Window) -> Result<Tensor> {
+        ops::pool::cuda::avg_pool2d_backward(&self.state, grad_out, w)
+    }
+
+    fn adaptive_avg_pool2d(&self, x: &Tensor, out: [usize; 2]) -> Result<Tensor> {
+        ops::pool::cuda::adaptive_avg_pool2d(&self.state, x, out)
+    }
+
+    fn adaptive_avg_pool2d_backward(&self, grad_out: &Tensor, input_shape: &[usize]) -> Result<Tensor> {
+        ops::pool::cuda::adaptive_avg_pool2d_backward(&self.state, grad_out, input_shape)
+    }
+
+    fn cross_entropy(
+        &self,
+        logits: &Tensor,
+        target: &Tensor,
+        opts: crate::CrossEntropyOptions,
+    ) -> Result<(Tensor, Tensor)> {
+        ops::cross_entropy::cuda::forward(&self.state, logits, target, opts)
+    }
+
+    fn cross_entropy_backward(
+        &self,
+        dloss: &Tensor,
+        logits: &Tensor,
+        target: &Tensor,
+        lse: &Tensor,
+        opts: crate::CrossEntropyOptions,
+    ) -> Result<Tensor> {
+        ops::cross_entropy::cuda::backward(&self.state, dloss, logits, target, lse, opts)
+    }
+
+    fn batch_norm_stats(&self, x: &Tensor) -> Result<(Tensor, Tensor)> {
+        ops::batch_norm::cuda::stats(x)
+    }
+
+    fn batch_norm(
+        &self,
+        x: &Tensor,
+        running_mean: Option<&Tensor>,
+        running_var: Option<&Tensor>,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        training: bool,
+        momentum: f64,
+        eps: f64,
+    ) -> Result<crate::ops::batch_norm::BatchNormForward> {
+        ops::batch_norm::cuda::forward(
+            x,
+            running_mean,
+            running_var,
+            weight,
+            bias,
+            training,
+            momentum,
+            eps,
+        )
+    }
+
+    fn batch_norm_backward(
+        &self,
+        dy: &Tensor,
+        x: &Tensor,
+        mean: &Tensor,
+        invstd: &Tensor,
+        weight: Option<&Tensor>,
+        training: bool,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        ops::batch_norm::cuda::backward(dy, x, mean, invstd, weight, training)
+    }
+
+    fn tri(&self, op: &'static str, x: &Tensor, diagonal: isize, lower: bool) -> Result<Tensor> {
+        ops::tri::cuda::tri(op, x, diagonal, lower)
+    }
+
+    fn scan(&self, op: &'static str, x: &Tensor, dim: isize, prod: bool) -> Result<Tensor> {
+        ops::cumsum::cuda::scan(op, x, dim, prod)
+    }
+
+    fn pad(&self, x: &Tensor, pads: &[usize], mode: crate::ops::pad::PadMode) -> Result<Tensor> {
+        ops::pad::cuda::pad(x, pads, mode)
+    }
+
+    fn gather(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        index: &Tensor,
+        g: &crate::ops::index::Gather,
+    ) -> Result<Tensor> {
+        ops::index::cuda::gather(op, x, index, g)
+    }
+
+    fn group_norm(
+        &self,
+        x: &Tensor,
+        g: &crate::ops::group_norm::Groups,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f64,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        ops::group_norm::cuda::forward(x, g, weight, bias, eps)
+    }
+
+    fn group_norm_backward(
+        &self,
+        dy: &Tensor,
+        x: &Tensor,
+        mean: &Tensor,
+        rstd: &Tensor,
+        g: &crate::ops::group_norm::Groups,
+        weight: Option<&Tensor>,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        ops::group_norm::cuda::backward(dy, x, mean, rstd, g, weight)
+    }
+
+    fn topk(&self, x: &Tensor, d: usize, k: usize, largest: bool) -> Result<(Tensor, Tensor)> {
+        ops::topk::cuda::topk(x, d, k, largest)
+    }
+
+    fn masked_fill(&self, x: &Tensor, mask: &Tensor, value: f64) -> Result<Tensor> {
+        ops::index::cuda::masked_fill(x, mask, value)
+    }
+
+    fn upsample_bilinear2d(
+        &self,
+        x: &Tensor,
+        out: [usize; 2],
+        align_corners: bool,
+        scales: [Option<f64>; 2],
+    ) -> Result<Tensor> {
+        ops::interpolate::cuda::upsample(&self.state, x, out, align_corners, scales)
+    }
+
+    fn upsample_bilinear2d_backward(
+        &self,
+        grad_out: &Tensor,
+        input_shape: &[usize],
+        align_corners: bool,
+        scales: [Option<f64>; 2],
+    ) -> Result<Tensor> {
+        ops::interpolate::cuda::upsample_backward(&self.state, grad_out, input_shape, align_corners, scales)
+    }
+
+    fn scatter(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        d: usize,
+        index: &Tensor,
+        how: crate::ops::index::Scatter<'_>,
+    ) -> Result<Tensor> {
+        ops::index::cuda::scatter(op, x, d, index, how)
     }
 
     fn host_kernel(&self, op: &'static str) -> Result<()> {

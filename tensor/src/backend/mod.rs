@@ -7,9 +7,9 @@
 //! so each backend states, for every kernel, what it does: a GPU kernel, or
 //! an [`Error::Device`] naming the op and the device
 //! ([`no_kernel`]). Whether an op has a GPU path is therefore read off one
-//! `impl` block and checked by the compiler; ops whose only kernel is the
-//! CPU's say so through [`Backend::host_kernel`], the one place the CUDA
-//! backend refuses them.
+//! `impl` block and checked by the compiler; the CPU-only engines (`zip_map`,
+//! `make_mut`, host-built creation ops) say so through
+//! [`Backend::host_kernel`], the one place the CUDA backend refuses them.
 //!
 //! Dispatch happens once per op call, never per element: the CPU kernels
 //! behind [`cpu::Cpu`] are the same monomorphised loops as before. An op
@@ -44,7 +44,7 @@ pub(crate) mod cuda;
 
 use std::borrow::Borrow;
 
-pub use tessera_cuda_kernels::op_codes::{BinaryOp, ReduceOp, UnaryOp};
+pub use tessera_cuda_kernels::op_codes::{BinaryOp, CompareOp, ReduceOp, UnaryOp};
 
 use crate::{Device, Error, Result, Tensor};
 
@@ -187,6 +187,155 @@ pub(crate) trait Backend {
         std: f64,
         opts: crate::TensorOptions,
         gen: Option<&mut crate::Generator>,
+    ) -> Result<Tensor>;
+    /// `op` of `a` and `b` (one dtype) with broadcasting, as bool.
+    fn compare(&self, op: CompareOp, a: &Tensor, b: &Tensor) -> Result<Tensor>;
+    /// `op` of `x` and the scalar `s`, reported as `name`, as bool.
+    fn compare_scalar(&self, name: &'static str, op: CompareOp, x: &Tensor, s: f64) -> Result<Tensor>;
+    /// The logical `op` (and, or, xor) of the truth values of `a` and `b`.
+    fn logical(&self, op: CompareOp, a: &Tensor, b: &Tensor) -> Result<Tensor>;
+    /// `a` where the bool `cond` is true, else `b`, broadcast, promoted.
+    fn where_(&self, cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor>;
+    /// `x` clamped to checked bounds [`lo`, `hi`].
+    fn clamp(&self, x: &Tensor, lo: f64, hi: f64) -> Result<Tensor>;
+    /// The variance over `dims` (its square root when `sqrt`) and the mean,
+    /// reported as `op`.
+    fn var_mean(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        dims: &[isize],
+        correction: f64,
+        keepdim: bool,
+        sqrt: bool,
+    ) -> Result<(Tensor, Tensor)>;
+    /// log Σ exp over `dims`.
+    fn logsumexp(&self, x: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor>;
+    /// The vector `p`-norm over `dims` (p not NaN).
+    fn norm(&self, x: &Tensor, p: f64, dims: &[isize], keepdim: bool) -> Result<Tensor>;
+    /// Whether every (`all`) or some element over `dims` is non-zero, as bool.
+    fn truth_reduce(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        dims: &[isize],
+        keepdim: bool,
+        all: bool,
+    ) -> Result<Tensor>;
+    /// `beta·c + alpha·(a·b)` for checked matrices, `c` broadcast to the product.
+    fn addmm(&self, c: &Tensor, a: &Tensor, b: &Tensor, beta: f64, alpha: f64) -> Result<Tensor>;
+    /// Average pooling of a checked input.
+    fn avg_pool2d(&self, x: &Tensor, w: &crate::ops::pool::Window) -> Result<Tensor>;
+    /// The input gradient of average pooling.
+    fn avg_pool2d_backward(&self, grad_out: &Tensor, w: &crate::ops::pool::Window) -> Result<Tensor>;
+    /// Adaptive average pooling of a checked input to `out`.
+    fn adaptive_avg_pool2d(&self, x: &Tensor, out: [usize; 2]) -> Result<Tensor>;
+    /// The input gradient of adaptive average pooling (shapes checked).
+    fn adaptive_avg_pool2d_backward(&self, grad_out: &Tensor, input_shape: &[usize]) -> Result<Tensor>;
+    /// Fused cross-entropy forward: (loss, lse).
+    fn cross_entropy(
+        &self,
+        logits: &Tensor,
+        target: &Tensor,
+        opts: crate::CrossEntropyOptions,
+    ) -> Result<(Tensor, Tensor)>;
+    /// Fused cross-entropy backward: dlogits.
+    fn cross_entropy_backward(
+        &self,
+        dloss: &Tensor,
+        logits: &Tensor,
+        target: &Tensor,
+        lse: &Tensor,
+        opts: crate::CrossEntropyOptions,
+    ) -> Result<Tensor>;
+    /// Per-channel mean and biased variance of a checked `[N, C, *]` input.
+    fn batch_norm_stats(&self, x: &Tensor) -> Result<(Tensor, Tensor)>;
+    /// Batch normalization forward (see [`Tensor::batch_norm_forward`]).
+    #[allow(clippy::too_many_arguments)]
+    fn batch_norm(
+        &self,
+        x: &Tensor,
+        running_mean: Option<&Tensor>,
+        running_var: Option<&Tensor>,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        training: bool,
+        momentum: f64,
+        eps: f64,
+    ) -> Result<crate::ops::batch_norm::BatchNormForward>;
+    /// Batch normalization backward: (dx, dweight, dbias).
+    fn batch_norm_backward(
+        &self,
+        dy: &Tensor,
+        x: &Tensor,
+        mean: &Tensor,
+        invstd: &Tensor,
+        weight: Option<&Tensor>,
+        training: bool,
+    ) -> Result<(Tensor, Tensor, Tensor)>;
+    /// The lower (`lower`) or upper triangle about `diagonal`, reported as `op`.
+    fn tri(&self, op: &'static str, x: &Tensor, diagonal: isize, lower: bool) -> Result<Tensor>;
+    /// The running sum (product when `prod`) along `dim`, reported as `op`.
+    fn scan(&self, op: &'static str, x: &Tensor, dim: isize, prod: bool) -> Result<Tensor>;
+    /// `x` padded by checked `pads` with `mode`.
+    fn pad(&self, x: &Tensor, pads: &[usize], mode: crate::ops::pad::PadMode) -> Result<Tensor>;
+    /// The checked gather `g` of `x` by the i64 `index` (index_select,
+    /// gather), reported as `op`.
+    fn gather(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        index: &Tensor,
+        g: &crate::ops::index::Gather,
+    ) -> Result<Tensor>;
+    /// Group normalization forward of a checked input: (y, mean, rstd).
+    fn group_norm(
+        &self,
+        x: &Tensor,
+        g: &crate::ops::group_norm::Groups,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f64,
+    ) -> Result<(Tensor, Tensor, Tensor)>;
+    /// Group normalization backward of checked operands: (dx, dweight, dbias).
+    fn group_norm_backward(
+        &self,
+        dy: &Tensor,
+        x: &Tensor,
+        mean: &Tensor,
+        rstd: &Tensor,
+        g: &crate::ops::group_norm::Groups,
+        weight: Option<&Tensor>,
+    ) -> Result<(Tensor, Tensor, Tensor)>;
+    /// The first `k` elements along dim `d` (largest first when `largest`)
+    /// and their i64 positions: topk, sort, argsort.
+    fn topk(&self, x: &Tensor, d: usize, k: usize, largest: bool) -> Result<(Tensor, Tensor)>;
+    /// `value` where the bool `mask` is true, `x` elsewhere.
+    fn masked_fill(&self, x: &Tensor, mask: &Tensor, value: f64) -> Result<Tensor>;
+    /// Bilinear resampling of a checked `[N, C, H, W]` input to `out`.
+    fn upsample_bilinear2d(
+        &self,
+        x: &Tensor,
+        out: [usize; 2],
+        align_corners: bool,
+        scales: [Option<f64>; 2],
+    ) -> Result<Tensor>;
+    /// The input gradient of bilinear resampling (shapes checked).
+    fn upsample_bilinear2d_backward(
+        &self,
+        grad_out: &Tensor,
+        input_shape: &[usize],
+        align_corners: bool,
+        scales: [Option<f64>; 2],
+    ) -> Result<Tensor>;
+    /// The checked scatter `how` of `x` along `d` by `index`, reported as `op`.
+    fn scatter(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        d: usize,
+        index: &Tensor,
+        how: crate::ops::index::Scatter<'_>,
     ) -> Result<Tensor>;
     /// `Ok(())` when the op named `op`, whose only kernel is the CPU's, may
     /// run on this backend; the CUDA backend's refusal.

@@ -1,13 +1,13 @@
 //! Fused multi-tensor optimizer steps on a GPU: the `optim.cu` kernels of
 //! `tessera-cuda-kernels`, one launch per group of tensors, updating
-//! parameters and state buffers in place. The optimizers of
+//! parameters and state buffers in place (LAMB: two launches). The optimizers of
 //! `tessera-optim` call these for parameters on a GPU; the element math is
 //! theirs (PyTorch's single-tensor rounding form in f32).
 
-use tessera_cuda_kernels::ops::optim::{adamw, adamw_tables, sgd, sgd_tables, AdamTensor, SgdTensor};
+use tessera_cuda_kernels::ops::optim::{adamw, adamw_tables, lamb, sgd, sgd_tables, AdamTensor, SgdTensor};
 /// The hyperparameters of one step (in f64, as the CPU optimizers take
 /// them; `grad_scale` multiplies the gradients first).
-pub use tessera_cuda_kernels::ops::optim::{AdamConfig, SgdConfig};
+pub use tessera_cuda_kernels::ops::optim::{AdamConfig, LambConfig, SgdConfig};
 use tessera_cuda_kernels::DevPtr;
 
 use super::{
@@ -51,6 +51,44 @@ pub fn adam_step_(
             .collect();
         let t = adamw_tables(&group).map_err(kernel_err(OP, state.device()))?;
         run(OP, &state, &t.tensors, &t.chunks, |tt, tc, n| adamw::<G>(tt, tc, n, c))
+    }, else Err(no_kernel(OP, state.device(), format_args!("{} gradients", grads[0].dtype()))))
+}
+
+/// One LAMB step of every `params[i]` from `grads[i]` with its moments
+/// `exp_avg[i]`, `exp_avg_sq[i]`, in place, in two launches (the moments
+/// and per-tensor norms, then the trust-ratio update). Dtypes and devices
+/// as [`adam_step_`].
+///
+/// Errors: as [`adam_step_`], and a clip factor below 1.
+pub fn lamb_step_(
+    params: &mut [&mut Tensor],
+    grads: &[&Tensor],
+    exp_avg: &mut [&mut Tensor],
+    exp_avg_sq: &mut [&mut Tensor],
+    c: &LambConfig,
+) -> Result<()> {
+    const OP: &str = "lamb_step_";
+    let Some(state) = check(OP, &views(params), grads, &[&views(exp_avg), &views(exp_avg_sq)])? else {
+        return Ok(());
+    };
+    own(OP, &state, params)?;
+    own(OP, &state, exp_avg)?;
+    own(OP, &state, exp_avg_sq)?;
+    let grads = grads.iter().map(|g| contiguous(g)).collect::<Result<Vec<_>>>()?;
+    with_kernel_float!(grads[0].dtype(), G => {
+        let group: Vec<AdamTensor<G>> = (0..params.len())
+            .map(|i| AdamTensor {
+                param: contiguous_ptr(params[i]),
+                grad: contiguous_ptr(&grads[i]),
+                exp_avg: contiguous_ptr(exp_avg[i]),
+                exp_avg_sq: contiguous_ptr(exp_avg_sq[i]),
+            })
+            .collect();
+        let t = adamw_tables(&group).map_err(kernel_err(OP, state.device()))?;
+        let partials = Output::new(OP, &state, DType::F32, t.chunks.len())?;
+        run_all(OP, &state, &t.tensors, &t.chunks, |tt, tc, n| {
+            lamb::<G>(tt, tc, n, partials.ptr(), c).map(Vec::from)
+        })
     }, else Err(no_kernel(OP, state.device(), format_args!("{} gradients", grads[0].dtype()))))
 }
 
@@ -182,14 +220,32 @@ fn run(
         usize,
     ) -> tessera_cuda_kernels::Result<tessera_cuda_kernels::Launch>,
 ) -> Result<()> {
+    run_all(op, state, tensors, chunks, |tt, tc, n| {
+        make(tt, tc, n).map(|l| vec![l])
+    })
+}
+
+/// Uploads the tables and launches the launches of `make(tensors, chunks,
+/// n_chunks)` in order.
+fn run_all(
+    op: &'static str,
+    state: &std::sync::Arc<DeviceState>,
+    tensors: &[u64],
+    chunks: &[u64],
+    make: impl FnOnce(
+        DevPtr<u64>,
+        DevPtr<u64>,
+        usize,
+    ) -> tessera_cuda_kernels::Result<Vec<tessera_cuda_kernels::Launch>>,
+) -> Result<()> {
     let tt = DeviceBuffer::upload(op, state, bytemuck::cast_slice(tensors))?;
     let tc = DeviceBuffer::upload(op, state, bytemuck::cast_slice(chunks))?;
-    let l = make(
+    let ls = make(
         DevPtr::from_raw(tt.addr(), tensors.len()),
         DevPtr::from_raw(tc.addr(), chunks.len()),
         chunks.len() / 2,
     )
     .map_err(kernel_err(op, state.device()))?;
-    // The tables live until the launch returns; their frees are ordered after it.
-    launch(op, state, &[l])
+    // The tables live until the launches return; their frees are ordered after them.
+    launch(op, state, &ls)
 }

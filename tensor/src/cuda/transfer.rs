@@ -1,7 +1,7 @@
 //! Copies between devices, GPU `contiguous`, strided copies between
 //! layouts on one GPU, and GPU dtype casts.
 
-use tessera_cuda_kernels::ops::elementwise::{cast as cast_launch, copy_strided, unary, Operand, UnaryOp};
+use tessera_cuda_kernels::ops::elementwise::{cast as cast_launch, copy_strided, Operand};
 
 use super::{
     contiguous_ptr, device, device_buffer, launch, operand, state_of, with_kernel_float, DeviceBuffer, Output,
@@ -49,20 +49,16 @@ fn download(op: &'static str, t: &Tensor) -> Result<Tensor> {
 }
 
 /// A contiguous copy of the GPU tensor `t` (or `t` itself when it already
-/// is): float dtypes by a strided copy kernel, others through the host.
+/// is), by the strided copy kernel of its element size (every dtype).
 pub(crate) fn contiguous(t: &Tensor) -> Result<Tensor> {
     const OP: &str = "contiguous";
     if t.is_contiguous() {
         return Ok(t.clone());
     }
     let state = state_of(OP, t)?;
-    with_kernel_float!(t.dtype(), T => {
-        let out = Output::new(OP, &state, t.dtype(), t.numel())?;
-        let l = unary::<T>(UnaryOp::Identity, operand(t, t.layout()), out.ptr(), t.shape())
-            .map_err(super::kernel_err(OP, state.device()))?;
-        launch(OP, &state, &[l])?;
-        Ok(out.into_tensor(t.shape()))
-    }, else download(OP, t)?.to_device(t.device()))
+    let out = Output::new(OP, &state, t.dtype(), t.numel())?;
+    copy_into(OP, t, &out, &Layout::contiguous(t.shape()))?;
+    Ok(out.into_tensor(t.shape()))
 }
 
 /// Copies the GPU tensor `src` (any layout, any dtype) into `dst`, a fresh

@@ -2,6 +2,10 @@
 //! forward in training and eval mode (with the running-stat update), and
 //! backward.
 
+#[cfg(feature = "cuda")]
+#[path = "batch_norm_cuda.rs"]
+pub(crate) mod cuda;
+
 use rayon::prelude::*;
 
 use crate::ops::norm_common::{
@@ -47,13 +51,10 @@ impl Tensor {
     /// dim but 1, computed in f64 and returned as `[C]` tensors in f32 (f64
     /// for f64 input). Errors for non-float input or fewer than 2 dims.
     pub fn batch_norm_stats(&self) -> Result<(Tensor, Tensor)> {
-        host_kernel!("batch_norm_stats", self);
-        let (mean, var) = stats(self, "batch_norm_stats")?;
-        let c = [self.shape()[1]];
-        Ok((
-            stats_tensor(&mean, &c, self.dtype())?,
-            stats_tensor(&var, &c, self.dtype())?,
-        ))
+        const OP: &str = "batch_norm_stats";
+        let be = crate::backend::dispatch(OP, &[self])?;
+        dims3(OP, self)?;
+        be.batch_norm_stats(self)
     }
 
     /// Batch normalization of `x` (`[N, C, *]`), per channel:
@@ -98,69 +99,40 @@ impl Tensor {
         momentum: f64,
         eps: f64,
     ) -> Result<BatchNormForward> {
-        host_kernel!("batch_norm", self, running_mean, running_var, weight, bias);
         const OP: &str = "batch_norm";
+        let be = crate::backend::dispatch(OP, &[self, &running_mean, &running_var, &weight, &bias])?;
         check_eps(OP, eps)?;
         let (n, c, s) = dims3(OP, self)?;
-        let rm = param::<f64>(OP, "running_mean", running_mean, self, c)?;
-        let rv = param::<f64>(OP, "running_var", running_var, self, c)?;
-        let (mean, var, new_rm, new_rv) = if training {
-            let count = n * s;
-            if count <= 1 {
-                return Err(Error::shape(
-                    OP,
-                    format!(
-                        "expected more than 1 value per channel when training, got input of shape {:?}",
-                        self.shape()
-                    ),
-                ));
-            }
-            let (mean, var) = stats(self, OP)?;
-            let unbias = count as f64 / (count - 1) as f64;
-            let upd = |r: &[f64], stat: &[f64], scale: f64| -> Vec<f64> {
-                r.iter()
-                    .zip(stat)
-                    .map(|(r, x)| (1.0 - momentum) * r + momentum * x * scale)
-                    .collect()
-            };
-            let new_rm = rm.map(|r| upd(&r, &mean, 1.0));
-            let new_rv = rv.map(|r| upd(&r, &var, unbias));
-            (mean, var, new_rm, new_rv)
-        } else {
-            match (rm, rv) {
-                (Some(m), Some(v)) => (m, v, None, None),
-                _ => return Err(Error::arg(OP, "eval mode needs running_mean and running_var")),
-            }
-        };
-        let invstd: Vec<f64> = var.iter().map(|v| 1.0 / (v + eps).sqrt()).collect();
-        let w = param::<f64>(OP, "weight", weight, self, c)?;
-        let b = param::<f64>(OP, "bias", bias, self, c)?;
-        let x = self.contiguous()?;
-        let y = crate::with_float_dtype!(self.dtype(), T => {
-            type M = <T as FloatElement>::Math;
-            // Per channel: y = x·scale + shift.
-            let coef: Vec<(M, M)> = (0..c)
-                .map(|ci| {
-                    let scale = invstd[ci] * w.as_ref().map_or(1.0, |w| w[ci]);
-                    let shift = b.as_ref().map_or(0.0, |b| b[ci]) - mean[ci] * scale;
-                    (M::of(scale), M::of(shift))
-                })
-                .collect();
-            let xs = x.as_slice::<T>()?;
-            let y: Vec<T> = crate::ops::norm_common::rows_forward(xs, s.max(1), &vec![<M as FloatMath>::ZERO; n * c], &vec![<M as FloatMath>::ONE; n * c], |r, _| coef[r % c]);
-            tensor_from(&y, self.shape())?
-        }, else return Err(Error::dtype(OP, format!("expects a float tensor, got {}", self.dtype()))));
-        let running = |v: Option<Vec<f64>>, like: Option<&Tensor>| {
-            v.zip(like)
-                .map(|(v, t)| Tensor::from_slice(&v, &[c]).and_then(|r| r.to_dtype(t.dtype())))
-        };
-        Ok(BatchNormForward {
-            y,
-            mean: stats_tensor(&mean, &[c], self.dtype())?,
-            invstd: stats_tensor(&invstd, &[c], self.dtype())?,
-            running_mean: running(new_rm, running_mean).transpose()?,
-            running_var: running(new_rv, running_var).transpose()?,
-        })
+        for (name, p) in [
+            ("running_mean", running_mean),
+            ("running_var", running_var),
+            ("weight", weight),
+            ("bias", bias),
+        ] {
+            check_param(OP, name, p, self, c)?;
+        }
+        if training && n * s <= 1 {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "expected more than 1 value per channel when training, got input of shape {:?}",
+                    self.shape()
+                ),
+            ));
+        }
+        if !training && (running_mean.is_none() || running_var.is_none()) {
+            return Err(Error::arg(OP, "eval mode needs running_mean and running_var"));
+        }
+        be.batch_norm(
+            self,
+            running_mean,
+            running_var,
+            weight,
+            bias,
+            training,
+            momentum,
+            eps,
+        )
     }
 
     /// The gradients of [`Tensor::batch_norm`] given `dy`, the input `x`
@@ -176,46 +148,174 @@ impl Tensor {
         weight: Option<&Tensor>,
         training: bool,
     ) -> Result<(Tensor, Tensor, Tensor)> {
-        host_kernel!("batch_norm_backward", dy, x, mean, invstd, weight);
         const OP: &str = "batch_norm_backward";
-        let (n, c, s) = dims3(OP, x)?;
+        let be = crate::backend::dispatch(OP, &[dy, x, mean, invstd, &weight])?;
+        let (_, c, _) = dims3(OP, x)?;
         check_grad(OP, dy, x)?;
-        let mean = param::<f64>(OP, "mean", Some(mean), x, c)?.unwrap_or_default();
-        let invstd = param::<f64>(OP, "invstd", Some(invstd), x, c)?.unwrap_or_default();
-        let w = param::<f64>(OP, "weight", weight, x, c)?;
-        let (xc, dyc) = (x.contiguous()?, dy.contiguous()?);
-        crate::with_float_dtype!(x.dtype(), T => {
-            type M = <T as FloatElement>::Math;
-            let (xs, dys) = (xc.as_slice::<T>()?, dyc.as_slice::<T>()?);
-            let (dw, db) = channel_sums(n, c, s, |_, ci, at| {
-                let d = dys[at].to_f64();
-                (d * (xs[at].to_f64() - mean[ci]) * invstd[ci], d)
-            });
-            let count = (n * s) as f64;
-            // dx = k·dy + a·x̂ + b per channel, with x̂ = (x − mean)·invstd.
-            let coef: Vec<[M; 4]> = (0..c)
-                .map(|ci| {
-                    let k = w.as_ref().map_or(1.0, |w| w[ci]) * invstd[ci];
-                    let (a, b) = if training { (-k * dw[ci] / count, -k * db[ci] / count) } else { (0.0, 0.0) };
-                    [M::of(k), M::of(a), M::of(b), M::of(mean[ci])]
-                })
-                .collect();
-            let inv: Vec<M> = invstd.iter().map(|&v| M::of(v)).collect();
-            let dx: Vec<T> = xs
-                .par_iter()
-                .zip(dys)
-                .with_min_len(crate::strided::PAR_THRESHOLD)
-                .enumerate()
-                .map(|(i, (&xv, &d))| {
-                    let ci = (i / s.max(1)) % c.max(1);
-                    let [k, a, b, m] = coef[ci];
-                    T::from_math(k * d.to_math() + a * (xv.to_math() - m) * inv[ci] + b)
-                })
-                .collect();
-            let to_t = |v: Vec<f64>| -> Vec<T> { v.into_iter().map(<T as Element>::from_f64).collect() };
-            Ok((tensor_from(&dx, x.shape())?, tensor_from(&to_t(dw), &[c])?, tensor_from(&to_t(db), &[c])?))
-        }, else Err(Error::dtype(OP, format!("expects a float tensor, got {}", x.dtype()))))
+        check_param(OP, "mean", Some(mean), x, c)?;
+        check_param(OP, "invstd", Some(invstd), x, c)?;
+        check_param(OP, "weight", weight, x, c)?;
+        be.batch_norm_backward(dy, x, mean, invstd, weight, training)
     }
+}
+
+/// The CPU kernel of [`Tensor::batch_norm_stats`] (input checked).
+pub(crate) fn cpu_stats(x: &Tensor) -> Result<(Tensor, Tensor)> {
+    let (mean, var) = stats(x, "batch_norm_stats")?;
+    let c = [x.shape()[1]];
+    Ok((
+        stats_tensor(&mean, &c, x.dtype())?,
+        stats_tensor(&var, &c, x.dtype())?,
+    ))
+}
+
+/// Errors, naming `op`, unless the optional per-channel `t` is a float
+/// tensor of `c` elements on `x`'s device.
+fn check_param(op: &'static str, what: &str, t: Option<&Tensor>, x: &Tensor, c: usize) -> Result<()> {
+    let Some(t) = t else { return Ok(()) };
+    x.device().same_as(t.device(), op)?;
+    if !t.dtype().is_float() {
+        return Err(Error::dtype(
+            op,
+            format!("{what} must be a float tensor, got {}", t.dtype()),
+        ));
+    }
+    if t.numel() != c {
+        return Err(Error::shape(
+            op,
+            format!(
+                "{what} of shape {:?} should have {c} elements for input of shape {:?}",
+                t.shape(),
+                x.shape()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The CPU kernel of [`Tensor::batch_norm_forward`] (operands checked).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn cpu_forward(
+    input: &Tensor,
+    running_mean: Option<&Tensor>,
+    running_var: Option<&Tensor>,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    training: bool,
+    momentum: f64,
+    eps: f64,
+) -> Result<BatchNormForward> {
+    const OP: &str = "batch_norm";
+    check_eps(OP, eps)?;
+    let (n, c, s) = dims3(OP, input)?;
+    let rm = param::<f64>(OP, "running_mean", running_mean, input, c)?;
+    let rv = param::<f64>(OP, "running_var", running_var, input, c)?;
+    let (mean, var, new_rm, new_rv) = if training {
+        let count = n * s;
+        if count <= 1 {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "expected more than 1 value per channel when training, got input of shape {:?}",
+                    input.shape()
+                ),
+            ));
+        }
+        let (mean, var) = stats(input, OP)?;
+        let unbias = count as f64 / (count - 1) as f64;
+        let upd = |r: &[f64], stat: &[f64], scale: f64| -> Vec<f64> {
+            r.iter()
+                .zip(stat)
+                .map(|(r, x)| (1.0 - momentum) * r + momentum * x * scale)
+                .collect()
+        };
+        let new_rm = rm.map(|r| upd(&r, &mean, 1.0));
+        let new_rv = rv.map(|r| upd(&r, &var, unbias));
+        (mean, var, new_rm, new_rv)
+    } else {
+        match (rm, rv) {
+            (Some(m), Some(v)) => (m, v, None, None),
+            _ => return Err(Error::arg(OP, "eval mode needs running_mean and running_var")),
+        }
+    };
+    let invstd: Vec<f64> = var.iter().map(|v| 1.0 / (v + eps).sqrt()).collect();
+    let w = param::<f64>(OP, "weight", weight, input, c)?;
+    let b = param::<f64>(OP, "bias", bias, input, c)?;
+    let x = input.contiguous()?;
+    let y = crate::with_float_dtype!(input.dtype(), T => {
+        type M = <T as FloatElement>::Math;
+        // Per channel: y = x·scale + shift.
+        let coef: Vec<(M, M)> = (0..c)
+            .map(|ci| {
+                let scale = invstd[ci] * w.as_ref().map_or(1.0, |w| w[ci]);
+                let shift = b.as_ref().map_or(0.0, |b| b[ci]) - mean[ci] * scale;
+                (M::of(scale), M::of(shift))
+            })
+            .collect();
+        let xs = x.as_slice::<T>()?;
+        let y: Vec<T> = crate::ops::norm_common::rows_forward(xs, s.max(1), &vec![<M as FloatMath>::ZERO; n * c], &vec![<M as FloatMath>::ONE; n * c], |r, _| coef[r % c]);
+        tensor_from(&y, input.shape())?
+    }, else return Err(Error::dtype(OP, format!("expects a float tensor, got {}", input.dtype()))));
+    let running = |v: Option<Vec<f64>>, like: Option<&Tensor>| {
+        v.zip(like)
+            .map(|(v, t)| Tensor::from_slice(&v, &[c]).and_then(|r| r.to_dtype(t.dtype())))
+    };
+    Ok(BatchNormForward {
+        y,
+        mean: stats_tensor(&mean, &[c], input.dtype())?,
+        invstd: stats_tensor(&invstd, &[c], input.dtype())?,
+        running_mean: running(new_rm, running_mean).transpose()?,
+        running_var: running(new_rv, running_var).transpose()?,
+    })
+}
+
+/// The CPU kernel of [`Tensor::batch_norm_backward`] (operands checked).
+pub(crate) fn cpu_backward(
+    dy: &Tensor,
+    x: &Tensor,
+    mean: &Tensor,
+    invstd: &Tensor,
+    weight: Option<&Tensor>,
+    training: bool,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    const OP: &str = "batch_norm_backward";
+    let (n, c, s) = dims3(OP, x)?;
+    check_grad(OP, dy, x)?;
+    let mean = param::<f64>(OP, "mean", Some(mean), x, c)?.unwrap_or_default();
+    let invstd = param::<f64>(OP, "invstd", Some(invstd), x, c)?.unwrap_or_default();
+    let w = param::<f64>(OP, "weight", weight, x, c)?;
+    let (xc, dyc) = (x.contiguous()?, dy.contiguous()?);
+    crate::with_float_dtype!(x.dtype(), T => {
+        type M = <T as FloatElement>::Math;
+        let (xs, dys) = (xc.as_slice::<T>()?, dyc.as_slice::<T>()?);
+        let (dw, db) = channel_sums(n, c, s, |_, ci, at| {
+            let d = dys[at].to_f64();
+            (d * (xs[at].to_f64() - mean[ci]) * invstd[ci], d)
+        });
+        let count = (n * s) as f64;
+        // dx = k·dy + a·x̂ + b per channel, with x̂ = (x − mean)·invstd.
+        let coef: Vec<[M; 4]> = (0..c)
+            .map(|ci| {
+                let k = w.as_ref().map_or(1.0, |w| w[ci]) * invstd[ci];
+                let (a, b) = if training { (-k * dw[ci] / count, -k * db[ci] / count) } else { (0.0, 0.0) };
+                [M::of(k), M::of(a), M::of(b), M::of(mean[ci])]
+            })
+            .collect();
+        let inv: Vec<M> = invstd.iter().map(|&v| M::of(v)).collect();
+        let dx: Vec<T> = xs
+            .par_iter()
+            .zip(dys)
+            .with_min_len(crate::strided::PAR_THRESHOLD)
+            .enumerate()
+            .map(|(i, (&xv, &d))| {
+                let ci = (i / s.max(1)) % c.max(1);
+                let [k, a, b, m] = coef[ci];
+                T::from_math(k * d.to_math() + a * (xv.to_math() - m) * inv[ci] + b)
+            })
+            .collect();
+        let to_t = |v: Vec<f64>| -> Vec<T> { v.into_iter().map(<T as Element>::from_f64).collect() };
+        Ok((tensor_from(&dx, x.shape())?, tensor_from(&to_t(dw), &[c])?, tensor_from(&to_t(db), &[c])?))
+    }, else Err(Error::dtype(OP, format!("expects a float tensor, got {}", x.dtype()))))
 }
 
 /// (N, C, product of the remaining dims) of a `[N, C, *]` float input.

@@ -7,6 +7,10 @@
 //! has loss (1 − ε)·(lse − x_t) + ε/C·Σ_c (lse − x_c), and
 //! dloss/dx_c = softmax_c − ε/C − (1 − ε)·[c = t].
 
+#[cfg(feature = "cuda")]
+#[path = "cross_entropy_cuda.rs"]
+pub(crate) mod cuda;
+
 use rayon::prelude::*;
 
 use crate::ops::softmax_backward::{as_f32, as_f32_mut};
@@ -65,38 +69,10 @@ impl Tensor {
         target: &Tensor,
         opts: CrossEntropyOptions,
     ) -> Result<(Tensor, Tensor)> {
-        host_kernel!("cross_entropy", self, target);
         const OP: &str = "cross_entropy";
-        let (rows, targets) = prepare(OP, self, target, &opts)?;
-        let c = rows.shape()[1];
-        crate::with_float_dtype!(rows.dtype(), T => {
-            let xs = rows.as_slice::<T>()?;
-            let eps = opts.label_smoothing;
-            let stats: Vec<(f64, f64)> = xs
-                .par_chunks(c.max(1))
-                .zip(targets.par_iter())
-                .with_min_len((PAR_THRESHOLD / c.max(1)).max(1))
-                .map(|(x, &t)| row_loss::<T>(x, t, opts.ignore_index, eps))
-                .collect();
-            let losses: Vec<f64> = stats.iter().map(|s| s.0).collect();
-            let lse: Vec<f64> = stats.iter().map(|s| s.1).collect();
-            let count = targets.iter().filter(|&&t| t != opts.ignore_index).count();
-            let loss = match opts.reduction {
-                Reduction::None => {
-                    let v: Vec<T> = losses.iter().map(|&l| <T as crate::Element>::from_f64(l)).collect();
-                    Tensor::from_vec(v, target.shape())?
-                }
-                Reduction::Sum => Tensor::scalar(<T as crate::Element>::from_f64(losses.iter().sum())),
-                Reduction::Mean => Tensor::scalar(<T as crate::Element>::from_f64(losses.iter().sum::<f64>() / count as f64)),
-            };
-            let n = lse.len();
-            let lse = if rows.dtype() == DType::F64 {
-                Tensor::from_vec(lse, &[n])?
-            } else {
-                Tensor::from_vec(lse.iter().map(|&v| v as f32).collect(), &[n])?
-            };
-            Ok((loss, lse))
-        }, else unreachable!("checked to be float"))
+        let be = crate::backend::dispatch(OP, &[self, target])?;
+        check(OP, self, target, &opts)?;
+        be.cross_entropy(self, target, opts)
     }
 
     /// dlogits of [`Tensor::cross_entropy_forward`] given the loss gradient `dloss`
@@ -111,10 +87,10 @@ impl Tensor {
         lse: &Tensor,
         opts: CrossEntropyOptions,
     ) -> Result<Tensor> {
-        host_kernel!("cross_entropy_backward", dloss, logits, target, lse);
         const OP: &str = "cross_entropy_backward";
-        let (rows, targets) = prepare(OP, logits, target, &opts)?;
-        let (n, c) = (rows.shape()[0], rows.shape()[1]);
+        let be = crate::backend::dispatch(OP, &[dloss, logits, target, lse])?;
+        let c = check(OP, logits, target, &opts)?;
+        let n = logits.numel() / c.max(1);
         if lse.numel() != n || !lse.dtype().is_float() {
             return Err(Error::shape(
                 OP,
@@ -140,43 +116,92 @@ impl Tensor {
                 ),
             ));
         }
-        let lse = lse.to_dtype(DType::F64)?.to_vec::<f64>()?;
-        let g = dloss.to_dtype(DType::F64)?.to_vec::<f64>()?;
-        let count = targets.iter().filter(|&&t| t != opts.ignore_index).count() as f64;
-        let scale = |r: usize| match opts.reduction {
-            Reduction::None => g[r],
-            Reduction::Sum => g[0],
-            Reduction::Mean => g[0] / count,
-        };
-        let eps = opts.label_smoothing;
-        let dx = crate::with_float_dtype!(rows.dtype(), T => {
-            let xs = rows.as_slice::<T>()?;
-            Tensor::build_overwrite::<T>(OP, rows.shape(), |dx| {
-                if c == 0 {
-                    return;
-                }
-                dx.par_chunks_mut(c)
-                    .enumerate()
-                    .with_min_len((PAR_THRESHOLD / c).max(1))
-                    .for_each(|(r, out)| {
-                        let t = targets[r];
-                        let s = if t == opts.ignore_index { 0.0 } else { scale(r) };
-                        row_grad::<T>(&xs[r * c..(r + 1) * c], t, lse[r], s, eps, out);
-                    })
-            })?
-        }, else unreachable!("checked to be float"));
-        restore(dx, logits.shape())
+        be.cross_entropy_backward(dloss, logits, target, lse, opts)
     }
 }
 
-/// The logits as contiguous rows `[N, C]` and the targets as a vector,
-/// after checking dtypes, shapes, the target range and ε.
-fn prepare(
-    op: &'static str,
+/// The CPU kernel of [`Tensor::cross_entropy_forward`] (operands checked
+/// but for the target range).
+pub(crate) fn cpu_forward(
     x: &Tensor,
     target: &Tensor,
-    opts: &CrossEntropyOptions,
-) -> Result<(Tensor, Vec<i64>)> {
+    opts: CrossEntropyOptions,
+) -> Result<(Tensor, Tensor)> {
+    const OP: &str = "cross_entropy";
+    let (rows, targets) = prepare(OP, x, target, &opts)?;
+    let c = rows.shape()[1];
+    crate::with_float_dtype!(rows.dtype(), T => {
+        let xs = rows.as_slice::<T>()?;
+        let eps = opts.label_smoothing;
+        let stats: Vec<(f64, f64)> = xs
+            .par_chunks(c.max(1))
+            .zip(targets.par_iter())
+            .with_min_len((PAR_THRESHOLD / c.max(1)).max(1))
+            .map(|(x, &t)| row_loss::<T>(x, t, opts.ignore_index, eps))
+            .collect();
+        let losses: Vec<f64> = stats.iter().map(|s| s.0).collect();
+        let lse: Vec<f64> = stats.iter().map(|s| s.1).collect();
+        let count = targets.iter().filter(|&&t| t != opts.ignore_index).count();
+        let loss = match opts.reduction {
+            Reduction::None => {
+                let v: Vec<T> = losses.iter().map(|&l| <T as crate::Element>::from_f64(l)).collect();
+                Tensor::from_vec(v, target.shape())?
+            }
+            Reduction::Sum => Tensor::scalar(<T as crate::Element>::from_f64(losses.iter().sum())),
+            Reduction::Mean => Tensor::scalar(<T as crate::Element>::from_f64(losses.iter().sum::<f64>() / count as f64)),
+        };
+        let n = lse.len();
+        let lse = if rows.dtype() == DType::F64 {
+            Tensor::from_vec(lse, &[n])?
+        } else {
+            Tensor::from_vec(lse.iter().map(|&v| v as f32).collect(), &[n])?
+        };
+        Ok((loss, lse))
+    }, else unreachable!("checked to be float"))
+}
+
+/// The CPU kernel of [`Tensor::cross_entropy_backward`] (operands checked
+/// but for the target range).
+pub(crate) fn cpu_backward(
+    dloss: &Tensor,
+    logits: &Tensor,
+    target: &Tensor,
+    lse: &Tensor,
+    opts: CrossEntropyOptions,
+) -> Result<Tensor> {
+    const OP: &str = "cross_entropy_backward";
+    let (rows, targets) = prepare(OP, logits, target, &opts)?;
+    let c = rows.shape()[1];
+    let lse = lse.to_dtype(DType::F64)?.to_vec::<f64>()?;
+    let g = dloss.to_dtype(DType::F64)?.to_vec::<f64>()?;
+    let count = targets.iter().filter(|&&t| t != opts.ignore_index).count() as f64;
+    let scale = |r: usize| match opts.reduction {
+        Reduction::None => g[r],
+        Reduction::Sum => g[0],
+        Reduction::Mean => g[0] / count,
+    };
+    let eps = opts.label_smoothing;
+    let dx = crate::with_float_dtype!(rows.dtype(), T => {
+        let xs = rows.as_slice::<T>()?;
+        Tensor::build_overwrite::<T>(OP, rows.shape(), |dx| {
+            if c == 0 {
+                return;
+            }
+            dx.par_chunks_mut(c)
+                .enumerate()
+                .with_min_len((PAR_THRESHOLD / c).max(1))
+                .for_each(|(r, out)| {
+                    let t = targets[r];
+                    let s = if t == opts.ignore_index { 0.0 } else { scale(r) };
+                    row_grad::<T>(&xs[r * c..(r + 1) * c], t, lse[r], s, eps, out);
+                })
+        })?
+    }, else unreachable!("checked to be float"));
+    restore(dx, logits.shape())
+}
+
+/// The number of classes, after checking the dtypes, the shapes and ε.
+fn check(op: &'static str, x: &Tensor, target: &Tensor, opts: &CrossEntropyOptions) -> Result<usize> {
     x.device().same_as(target.device(), op)?;
     if !x.dtype().is_float() || target.dtype() != DType::I64 {
         return Err(Error::dtype(
@@ -213,23 +238,49 @@ fn prepare(
             ),
         ));
     }
-    let c = if x.ndim() == 1 { x.shape()[0] } else { x.shape()[1] };
-    let rows = match x.ndim() {
-        1 => x.reshape([1, c])?.contiguous()?,
-        2 => x.contiguous()?,
-        nd => x.permute(&moved_last(nd))?.reshape(((), c))?.contiguous()?,
-    };
-    let targets = target.contiguous()?.to_vec::<i64>()?;
+    Ok(if x.ndim() == 1 { x.shape()[0] } else { x.shape()[1] })
+}
+
+/// The logits as contiguous rows `[N, C]` (checked by [`check`]).
+pub(crate) fn rows(x: &Tensor, c: usize) -> Result<Tensor> {
+    match x.ndim() {
+        1 => x.reshape([1, c])?.contiguous(),
+        2 => x.contiguous(),
+        nd => x.permute(&moved_last(nd))?.reshape(((), c))?.contiguous(),
+    }
+}
+
+/// The targets as a vector after checking that each is a class in `0..c`
+/// or `ignore_index`.
+pub(crate) fn checked_targets(
+    op: &'static str,
+    target: &Tensor,
+    c: usize,
+    ignore_index: i64,
+) -> Result<Vec<i64>> {
+    let targets = target.cpu()?.contiguous()?.to_vec::<i64>()?;
     if let Some(&bad) = targets
         .iter()
-        .find(|&&t| t != opts.ignore_index && !(0..c as i64).contains(&t))
+        .find(|&&t| t != ignore_index && !(0..c as i64).contains(&t))
     {
         return Err(Error::index(
             op,
             format!("target {bad} is out of range for {c} classes"),
         ));
     }
-    Ok((rows, targets))
+    Ok(targets)
+}
+
+/// The logits as contiguous rows `[N, C]` and the targets as a vector,
+/// after checking dtypes, shapes, the target range and ε.
+fn prepare(
+    op: &'static str,
+    x: &Tensor,
+    target: &Tensor,
+    opts: &CrossEntropyOptions,
+) -> Result<(Tensor, Vec<i64>)> {
+    let c = check(op, x, target, opts)?;
+    Ok((rows(x, c)?, checked_targets(op, target, c, opts.ignore_index)?))
 }
 
 /// The permutation moving dim 1 of an `nd`-dim tensor last.
@@ -240,7 +291,7 @@ fn moved_last(nd: usize) -> Vec<isize> {
 }
 
 /// `[N·d…, C]` rows back in the logits' shape.
-fn restore(rows: Tensor, shape: &[usize]) -> Result<Tensor> {
+pub(crate) fn restore(rows: Tensor, shape: &[usize]) -> Result<Tensor> {
     match shape.len() {
         1 | 2 => rows.reshape(shape),
         nd => {

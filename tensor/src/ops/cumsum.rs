@@ -1,5 +1,9 @@
 //! Cumulative sum and product along one dim.
 
+#[cfg(feature = "cuda")]
+#[path = "cumsum_cuda.rs"]
+pub(crate) mod cuda;
+
 use crate::ops::lanes::map_lanes;
 use crate::{dim_index, Element, FloatElement, FloatMath, Result, Tensor};
 
@@ -8,18 +12,18 @@ impl Tensor {
     /// their dtype (accumulated in f32, f64 for f64); integers and bool give
     /// i64 like PyTorch. Errors on an out-of-range dim.
     pub fn cumsum(&self, dim: isize) -> Result<Tensor> {
-        host_kernel!("cumsum", self);
-        self.scan("cumsum", dim, false)
+        crate::backend::dispatch("cumsum", &[self])?.scan("cumsum", self, dim, false)
     }
 
     /// Running products along `dim`, with the dtype rules of
     /// [`Tensor::cumsum`]. Errors on an out-of-range dim.
     pub fn cumprod(&self, dim: isize) -> Result<Tensor> {
-        host_kernel!("cumprod", self);
-        self.scan("cumprod", dim, true)
+        crate::backend::dispatch("cumprod", &[self])?.scan("cumprod", self, dim, true)
     }
 
-    fn scan(&self, op: &'static str, dim: isize, prod: bool) -> Result<Tensor> {
+    /// The CPU kernel of [`Tensor::cumsum`] and (`prod`) [`Tensor::cumprod`],
+    /// reported as `op`.
+    pub(crate) fn scan(&self, op: &'static str, dim: isize, prod: bool) -> Result<Tensor> {
         if self.ndim() == 0 {
             dim_index(op, dim, 1)?;
             return self.reshape([1])?.scan(op, 0, prod)?.reshape([]);

@@ -1,6 +1,10 @@
 //! Group normalization: channels split into groups, each (sample, group)
 //! normalized on its own, then a per-channel affine; forward and backward.
 
+#[cfg(feature = "cuda")]
+#[path = "group_norm_cuda.rs"]
+pub(crate) mod cuda;
+
 use crate::ops::norm_common::{
     channel_sums, check_eps, check_float, check_grad, param, row_stats, rows_backward, rows_forward,
     stats_tensor, tensor_from,
@@ -35,10 +39,26 @@ impl Tensor {
         bias: Option<&Tensor>,
         eps: f64,
     ) -> Result<(Tensor, Tensor, Tensor)> {
-        host_kernel!("group_norm", self, weight, bias);
         const OP: &str = "group_norm";
+        let be = crate::backend::dispatch(OP, &[self, &weight, &bias])?;
         let g = Groups::of(OP, self, num_groups)?;
         check_eps(OP, eps)?;
+        for (name, p) in [("weight", weight), ("bias", bias)] {
+            check_param(OP, name, p, self, g.c)?;
+        }
+        be.group_norm(self, &g, weight, bias, eps)
+    }
+
+    /// The CPU kernel of [`Tensor::group_norm_forward`] (arguments checked).
+    pub(crate) fn group_norm_cpu(
+        &self,
+        g: &Groups,
+        weight: Option<&Tensor>,
+        bias: Option<&Tensor>,
+        eps: f64,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        const OP: &str = "group_norm";
+        let (g, num_groups) = (*g, g.groups);
         let x = self.contiguous()?;
         crate::with_float_dtype!(self.dtype(), T => {
             type M = <T as FloatElement>::Math;
@@ -67,10 +87,27 @@ impl Tensor {
         num_groups: usize,
         weight: Option<&Tensor>,
     ) -> Result<(Tensor, Tensor, Tensor)> {
-        host_kernel!("group_norm_backward", dy, x, mean, rstd, weight);
         const OP: &str = "group_norm_backward";
+        let be = crate::backend::dispatch(OP, &[dy, x, mean, rstd, &weight])?;
         let g = Groups::of(OP, x, num_groups)?;
         check_grad(OP, dy, x)?;
+        check_param(OP, "weight", weight, x, g.c)?;
+        check_param(OP, "mean", Some(mean), x, g.n * num_groups)?;
+        check_param(OP, "rstd", Some(rstd), x, g.n * num_groups)?;
+        be.group_norm_backward(dy, x, mean, rstd, &g, weight)
+    }
+
+    /// The CPU kernel of [`Tensor::group_norm_backward`] (arguments checked).
+    pub(crate) fn group_norm_backward_cpu(
+        dy: &Tensor,
+        x: &Tensor,
+        mean: &Tensor,
+        rstd: &Tensor,
+        g: &Groups,
+        weight: Option<&Tensor>,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        const OP: &str = "group_norm_backward";
+        let (g, num_groups) = (*g, g.groups);
         let (xc, dyc) = (x.contiguous()?, dy.contiguous()?);
         crate::with_float_dtype!(x.dtype(), T => {
             type M = <T as FloatElement>::Math;
@@ -95,12 +132,12 @@ impl Tensor {
 
 /// The grouping of a `[N, C, *]` input: rows are (sample, group) pairs of
 /// `per_group · s` contiguous elements.
-#[derive(Clone, Copy)]
-struct Groups {
-    n: usize,
-    c: usize,
-    s: usize,
-    groups: usize,
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Groups {
+    pub(crate) n: usize,
+    pub(crate) c: usize,
+    pub(crate) s: usize,
+    pub(crate) groups: usize,
     per_group: usize,
 }
 
@@ -135,7 +172,7 @@ impl Groups {
     }
 
     /// Elements per row.
-    fn k(&self) -> usize {
+    pub(crate) fn k(&self) -> usize {
         self.per_group * self.s
     }
 
@@ -143,4 +180,23 @@ impl Groups {
     fn channel(&self, r: usize, i: usize) -> usize {
         (r % self.groups) * self.per_group + i / self.s
     }
+}
+
+/// Errors, naming `op`, unless the optional `t` is a float tensor of
+/// `numel` elements on `x`'s device.
+fn check_param(op: &'static str, what: &str, t: Option<&Tensor>, x: &Tensor, numel: usize) -> Result<()> {
+    let Some(t) = t else { return Ok(()) };
+    x.device().same_as(t.device(), op)?;
+    if !t.dtype().is_float() || t.numel() != numel {
+        return Err(Error::shape(
+            op,
+            format!(
+                "{what} of shape {:?} ({}) should be a float tensor of {numel} elements for input of shape {:?}",
+                t.shape(),
+                t.dtype(),
+                x.shape()
+            ),
+        ));
+    }
+    Ok(())
 }

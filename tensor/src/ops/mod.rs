@@ -2,22 +2,6 @@
 //! [`crate::Tensor`]; its CPU kernels sit beside it (`cpu.rs`), so a faster
 //! kernel or a CUDA launch can replace one without touching callers.
 
-/// `host_kernel!(op, operands..)`: dispatches an op whose only kernel is
-/// the CPU's through the backend of its operands' device
-/// ([`crate::backend::Backend::host_kernel`]): returns the backend's
-/// [`crate::Error::Device`] from the enclosing op when the operands (a
-/// tensor, an `Option<&Tensor>` or a slice of tensors) are on a GPU, or on
-/// different devices.
-///
-/// The dispatch is bound to a local, so the op's profiler span
-/// ([`crate::profile`]) lasts until the end of the enclosing block.
-macro_rules! host_kernel {
-    ($op:expr, $($t:expr),+ $(,)?) => {
-        let _span = $crate::backend::dispatch($op, &[$(&$t as &dyn $crate::backend::Operands),+])?;
-        _span.host_kernel($op)?;
-    };
-}
-
 /// `same_device!(op, operands..)`: returns an [`crate::Error::Device`]
 /// naming the op and both devices from the enclosing op when its operands
 /// are on different devices. For ops composed of other ops that may run on

@@ -1,5 +1,9 @@
 //! `pad`: constant, reflect and replicate padding of any trailing dims.
 
+#[cfg(feature = "cuda")]
+#[path = "pad_cuda.rs"]
+pub(crate) mod cuda;
+
 use crate::ops::rows::for_each_row;
 use crate::{Element, Error, Result, Tensor};
 
@@ -22,51 +26,70 @@ impl Tensor {
     /// length or more than two entries per dim, when reflect padding is not
     /// smaller than its dim's size, or when replicate pads an empty dim.
     pub fn pad(&self, pads: &[usize], mode: PadMode) -> Result<Tensor> {
-        host_kernel!("pad", self);
         const OP: &str = "pad";
-        let nd = self.ndim();
-        if !pads.len().is_multiple_of(2) || pads.len() > 2 * nd {
-            return Err(Error::arg(
-                OP,
-                format!(
-                    "pads {pads:?} must be (left, right) pairs for at most the {nd} dims of shape {:?}",
-                    self.shape()
-                ),
-            ));
-        }
-        let lr = |d: usize| {
-            let k = nd - 1 - d;
-            pads.get(2 * k).map_or((0, 0), |&l| (l, pads[2 * k + 1]))
-        };
-        let mut shape = Vec::with_capacity(nd);
-        for (d, &n) in self.shape().iter().enumerate() {
-            let (l, r) = lr(d);
-            shape.push(padded_len(OP, mode, d, n, l, r)?);
-        }
-        if nd == 0 {
-            return Ok(self.clone());
-        }
-        crate::tensor::checked_numel(OP, &shape)?;
-        // Each map is no longer than the (now known to fit) output, or the
-        // output is empty and has nothing to map.
-        let maps: Vec<Vec<Option<usize>>> = if shape.contains(&0) {
-            Vec::new()
-        } else {
-            (0..nd)
-                .map(|d| source_map(mode, self.shape()[d], lr(d).0, shape[d]))
-                .collect::<Result<_>>()?
-        };
-        if maps.is_empty() {
-            return crate::with_dtype!(self.dtype(), T => Tensor::build::<T>(OP, &shape, |_| {}));
-        }
-        Ok(crate::with_dtype!(self.dtype(), T => {
-            let value = match mode {
-                PadMode::Constant(v) => T::from_f64(v),
-                _ => T::ZERO,
-            };
-            pad_kernel::<T>(self, &maps, pads.first().copied().unwrap_or(0), &shape, value)?
-        }))
+        let be = crate::backend::dispatch(OP, &[self])?;
+        padded_shape(self, pads, mode)?;
+        be.pad(self, pads, mode)
     }
+}
+
+/// The shape of `x` padded by `pads` with `mode`. Errors as [`Tensor::pad`]
+/// describes.
+pub(crate) fn padded_shape(x: &Tensor, pads: &[usize], mode: PadMode) -> Result<Vec<usize>> {
+    const OP: &str = "pad";
+    let nd = x.ndim();
+    if !pads.len().is_multiple_of(2) || pads.len() > 2 * nd {
+        return Err(Error::arg(
+            OP,
+            format!(
+                "pads {pads:?} must be (left, right) pairs for at most the {nd} dims of shape {:?}",
+                x.shape()
+            ),
+        ));
+    }
+    let mut shape = Vec::with_capacity(nd);
+    for (d, &n) in x.shape().iter().enumerate() {
+        let (l, r) = pad_of(pads, nd, d);
+        shape.push(padded_len(OP, mode, d, n, l, r)?);
+    }
+    crate::tensor::checked_numel(OP, &shape)?;
+    Ok(shape)
+}
+
+/// The (left, right) padding of dim `d` of an `nd`-dim tensor.
+pub(crate) fn pad_of(pads: &[usize], nd: usize, d: usize) -> (usize, usize) {
+    let k = nd - 1 - d;
+    pads.get(2 * k).map_or((0, 0), |&l| (l, pads[2 * k + 1]))
+}
+
+/// The CPU kernel of [`Tensor::pad`] (arguments checked).
+pub(crate) fn cpu_pad(x: &Tensor, pads: &[usize], mode: PadMode) -> Result<Tensor> {
+    const OP: &str = "pad";
+    let nd = x.ndim();
+    let shape = padded_shape(x, pads, mode)?;
+    if nd == 0 {
+        return Ok(x.clone());
+    }
+    let lr = |d: usize| pad_of(pads, nd, d);
+    // Each map is no longer than the (now known to fit) output, or the
+    // output is empty and has nothing to map.
+    let maps: Vec<Vec<Option<usize>>> = if shape.contains(&0) {
+        Vec::new()
+    } else {
+        (0..nd)
+            .map(|d| source_map(mode, x.shape()[d], lr(d).0, shape[d]))
+            .collect::<Result<_>>()?
+    };
+    if maps.is_empty() {
+        return crate::with_dtype!(x.dtype(), T => Tensor::build::<T>(OP, &shape, |_| {}));
+    }
+    Ok(crate::with_dtype!(x.dtype(), T => {
+        let value = match mode {
+            PadMode::Constant(v) => T::from_f64(v),
+            _ => T::ZERO,
+        };
+        pad_kernel::<T>(x, &maps, pads.first().copied().unwrap_or(0), &shape, value)?
+    }))
 }
 
 /// The padded size of dimension `d` (size `n`, padding `l`, `r`). Errors as

@@ -8,7 +8,8 @@ impl Tensor {
     /// `repeat`). The result is a new contiguous tensor. Errors when
     /// `repeats` is shorter than the rank or the result would overflow.
     pub fn repeat(&self, repeats: &[usize]) -> Result<Tensor> {
-        host_kernel!("repeat", self);
+        // A broadcast view made contiguous: the device's strided copy on a
+        // GPU, the CPU's row copy elsewhere.
         const OP: &str = "repeat";
         let nd = self.ndim();
         if repeats.len() < nd {

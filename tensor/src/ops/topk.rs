@@ -2,6 +2,10 @@
 //! larger than every number (as in PyTorch), and equal values are ordered
 //! by position, so results are unique and independent of the thread count.
 
+#[cfg(feature = "cuda")]
+#[path = "topk_cuda.rs"]
+pub(crate) mod cuda;
+
 use std::cmp::Ordering;
 
 use crate::ops::rows::for_each_row;
@@ -15,8 +19,8 @@ impl Tensor {
     /// not `sorted` is set, as an unsorted order is unspecified. Errors when
     /// `dim` is out of range or `k` exceeds the size of `dim`.
     pub fn topk(&self, k: usize, dim: isize, largest: bool, sorted: bool) -> Result<(Tensor, Tensor)> {
-        host_kernel!("topk", self);
         const OP: &str = "topk";
+        let be = crate::backend::dispatch(OP, &[self])?;
         let _ = sorted;
         let d = dim_index(OP, dim, self.ndim())?;
         let n = self.shape()[d];
@@ -29,7 +33,7 @@ impl Tensor {
                 ),
             ));
         }
-        self.select_along(d, k, largest)
+        be.topk(self, d, k, largest)
     }
 
     /// The elements sorted along `dim` and their I64 original positions
@@ -37,24 +41,24 @@ impl Tensor {
     /// order). NaN sorts as the largest value. Errors when `dim` is out of
     /// range.
     pub fn sort(&self, dim: isize, descending: bool) -> Result<(Tensor, Tensor)> {
-        host_kernel!("sort", self);
+        let be = crate::backend::dispatch("sort", &[self])?;
         let d = dim_index("sort", dim, self.ndim())?;
-        self.select_along(d, self.shape()[d], descending)
+        be.topk(self, d, self.shape()[d], descending)
     }
 
     /// The I64 positions that sort `self` along `dim` (stable; see
     /// [`Tensor::sort`]). Errors when `dim` is out of range.
     pub fn argsort(&self, dim: isize, descending: bool) -> Result<Tensor> {
-        host_kernel!("argsort", self);
+        let be = crate::backend::dispatch("argsort", &[self])?;
         let d = dim_index("argsort", dim, self.ndim())?;
-        Ok(self.select_along(d, self.shape()[d], descending)?.1)
+        Ok(be.topk(self, d, self.shape()[d], descending)?.1)
     }
 
     /// The first `k` elements along `d` in the order (value descending when
     /// `largest`, else ascending; then position ascending), and their
     /// positions. Each line along `d` is made contiguous (moved last) so
     /// lines are independent rows that run in parallel.
-    fn select_along(&self, d: usize, k: usize, largest: bool) -> Result<(Tensor, Tensor)> {
+    pub(crate) fn select_along(&self, d: usize, k: usize, largest: bool) -> Result<(Tensor, Tensor)> {
         let last = self.ndim() as isize - 1;
         let lines = self.transpose(d as isize, last)?.contiguous()?;
         let n = self.shape()[d];

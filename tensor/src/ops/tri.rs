@@ -1,5 +1,9 @@
 //! `tril` / `triu`: the lower / upper triangle of (batches of) matrices.
 
+#[cfg(feature = "cuda")]
+#[path = "tri_cuda.rs"]
+pub(crate) mod cuda;
+
 use crate::ops::rows::for_each_row;
 use crate::{Element, Error, Result, Tensor};
 
@@ -8,27 +12,20 @@ impl Tensor {
     /// `j - i <= diagonal`, else zero (PyTorch's `tril`; leading dims are a
     /// batch). Errors when `self` has fewer than 2 dims.
     pub fn tril(&self, diagonal: isize) -> Result<Tensor> {
-        host_kernel!("tril", self);
-        self.triangle("tril", diagonal, true)
+        crate::backend::dispatch("tril", &[self])?.tri("tril", self, diagonal, true)
     }
 
     /// The upper triangle of the last two dims: element `(i, j)` is kept when
     /// `j - i >= diagonal`, else zero (PyTorch's `triu`; leading dims are a
     /// batch). Errors when `self` has fewer than 2 dims.
     pub fn triu(&self, diagonal: isize) -> Result<Tensor> {
-        host_kernel!("triu", self);
-        self.triangle("triu", diagonal, false)
+        crate::backend::dispatch("triu", &[self])?.tri("triu", self, diagonal, false)
     }
 
-    fn triangle(&self, op: &'static str, diagonal: isize, lower: bool) -> Result<Tensor> {
-        let nd = self.ndim();
-        if nd < 2 {
-            return Err(Error::shape(
-                op,
-                format!("expects at least 2 dims, got shape {:?}", self.shape()),
-            ));
-        }
-        let (rows, cols) = (self.shape()[nd - 2], self.shape()[nd - 1]);
+    /// The CPU kernel of [`Tensor::tril`] (`lower`) and [`Tensor::triu`],
+    /// reported as `op`.
+    pub(crate) fn triangle(&self, op: &'static str, diagonal: isize, lower: bool) -> Result<Tensor> {
+        let (rows, cols) = matrix_dims(op, self)?;
         crate::with_dtype!(self.dtype(), T => Tensor::build::<T>(op, self.shape(), |out| {
             self.copy_into(out);
             for_each_row(out, cols, |r, row| {
@@ -44,6 +41,19 @@ impl Tensor {
             });
         }))
     }
+}
+
+/// The (rows, cols) of the last two dims. Errors, naming `op`, for fewer
+/// than 2 dims.
+pub(crate) fn matrix_dims(op: &'static str, x: &Tensor) -> Result<(usize, usize)> {
+    let nd = x.ndim();
+    if nd < 2 {
+        return Err(Error::shape(
+            op,
+            format!("expects at least 2 dims, got shape {:?}", x.shape()),
+        ));
+    }
+    Ok((x.shape()[nd - 2], x.shape()[nd - 1]))
 }
 
 #[cfg(test)]

@@ -6,6 +6,8 @@
 mod casts;
 mod cuda_backend;
 mod cuda_nn_ops;
+mod cuda_shape_ops;
+mod cuda_train_ops;
 mod fuzz;
 mod no_panic;
 mod safetensors_torch;

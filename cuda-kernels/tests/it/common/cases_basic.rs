@@ -513,7 +513,7 @@ fn softmax_t<T: TF>(e: &impl Exec, dg: &mut Digest) {
             .collect();
         let pt = e.upload(&targets);
         let (loss, lse_d) = (e.upload(&vec![0f32; rows]), e.upload(&vec![0f32; rows]));
-        e.go(&[cross_entropy_fwd(px, pt, loss, lse_d, rows, cols, -100).unwrap()]);
+        e.go(&[cross_entropy_fwd(px, pt, loss, lse_d, rows, cols, -100, 0.0).unwrap()]);
         let want_loss: Vec<f64> = (0..rows)
             .map(|i| match targets[i] {
                 -100 => 0.0,
@@ -525,7 +525,7 @@ fn softmax_t<T: TF>(e: &impl Exec, dg: &mut Digest) {
         assert_close(&format!("ce_fwd {tag}"), &got_loss, &want_loss, 1e-5, 1e-5);
         let g: Vec<f32> = (0..rows).map(|i| 0.5 + i as f32).collect();
         let (pg, dx) = (e.upload(&g), e.upload(&vec![T::default(); rows * cols]));
-        e.go(&[cross_entropy_bwd(px, pt, lse_d, pg, dx, rows, cols, -100).unwrap()]);
+        e.go(&[cross_entropy_bwd(px, pt, lse_d, pg, dx, rows, cols, -100, 0.0).unwrap()]);
         let want_dx: Vec<f64> = (0..rows * cols)
             .map(|i| {
                 let (rr, c) = (i / cols, i % cols);

@@ -70,3 +70,134 @@ pub(crate) fn embedding_backward(
     }
     gw.to_dtype(grad.dtype())
 }
+
+/// The checked [`super::Gather`] of the GPU tensor `x` by the GPU i64
+/// `index` (index_select, gather), by element size (every dtype), reported
+/// as `op`. The index values were checked by the caller.
+///
+/// Errors: a device failure.
+pub(crate) fn gather(op: &'static str, x: &Tensor, index: &Tensor, g: &super::Gather) -> Result<Tensor> {
+    let state = crate::cuda::common_device(op, &[x, index])?;
+    let shape = g.src.shape();
+    let out = crate::cuda::Output::new(op, &state, x.dtype(), shape.iter().product())?;
+    let dim_size = x.shape()[g.dim];
+    let idx = crate::cuda::operand::<i64>(index, &g.idx);
+    macro_rules! go {
+        ($T:ty) => {
+            tessera_cuda_kernels::ops::elementwise::gather::<$T>(
+                crate::cuda::operand(x, &g.src),
+                g.dim,
+                dim_size,
+                g.dim_stride,
+                idx,
+                out.ptr(),
+                shape,
+            )
+        };
+    }
+    let l = match x.dtype().size_in_bytes() {
+        1 => go!(u8),
+        2 => go!(crate::f16),
+        4 => go!(f32),
+        _ => go!(u64),
+    }
+    .map_err(crate::cuda::kernel_err(op, state.device()))?;
+    crate::cuda::launch(op, &state, &[l])?;
+    Ok(out.into_tensor(shape))
+}
+
+/// `value` (rounded to `x`'s dtype) where the bool `mask` is true, `x`
+/// elsewhere, broadcast: the device's `where`.
+///
+/// Errors: shapes that do not broadcast, a dtype without kernels, a device
+/// failure.
+pub(crate) fn masked_fill(x: &Tensor, mask: &Tensor, value: f64) -> Result<Tensor> {
+    let v = Tensor::full(&[], value, x.dtype())?.to_device(x.device())?;
+    let y = Tensor::where_(mask, &v, x)?;
+    // `where` broadcasts `x` to the mask's shape as well; masked_fill keeps `x`'s.
+    if y.shape() != x.shape() {
+        return Err(Error::shape(
+            "masked_fill",
+            format!(
+                "mask of shape {:?} does not broadcast to the input's shape {:?}",
+                mask.shape(),
+                x.shape()
+            ),
+        ));
+    }
+    Ok(y)
+}
+
+/// The checked scatter `how` of the GPU tensor `x` along `d` by the GPU
+/// i64 `index` (values checked by the caller), reported as `op`: a
+/// contiguous copy of `x` written in place by the scatter kernel (by
+/// element size; accumulation for floats only).
+///
+/// Errors: scatter_add of an integer or bool tensor, a device failure.
+pub(crate) fn scatter(
+    op: &'static str,
+    x: &Tensor,
+    d: usize,
+    index: &Tensor,
+    how: super::Scatter<'_>,
+) -> Result<Tensor> {
+    use tessera_cuda_kernels::ops::elementwise::{scatter as scatter_launch, Operand, Scatter as How};
+    let state = common_device(op, &[x, index])?;
+    let out = Output::new(op, &state, x.dtype(), x.numel())?;
+    crate::cuda::copy_into(op, x, &out, &crate::Layout::contiguous(x.shape()))?;
+    let (src, h) = match how {
+        super::Scatter::Src(s) => (Some(s), How::Src),
+        super::Scatter::Add(s) => {
+            if !x.dtype().is_float() {
+                return Err(no_kernel(
+                    op,
+                    state.device(),
+                    format_args!("{} tensors", x.dtype()),
+                ));
+            }
+            (Some(s), How::Add)
+        }
+        super::Scatter::Value(v) => {
+            // The value in x's dtype, converted as the CPU converts it.
+            let one = Tensor::full(&[], v, x.dtype())?;
+            let bytes = one.storage().as_bytes();
+            let mut w = [0u8; 8];
+            w[..bytes.len()].copy_from_slice(bytes);
+            (None, How::Value(u64::from_le_bytes(w)))
+        }
+    };
+    if let Some(s) = src {
+        common_device(op, &[x, s])?;
+    }
+    let out_strides = crate::contiguous_strides(x.shape());
+    macro_rules! go {
+        ($T:ty) => {
+            scatter_launch::<$T>(
+                h,
+                src.map(|s| crate::cuda::operand::<$T>(s, s.layout())),
+                crate::cuda::operand::<i64>(index, index.layout()),
+                Operand {
+                    ptr: out.ptr::<$T>(),
+                    offset: 0,
+                    strides: &out_strides,
+                },
+                d,
+                x.shape()[d],
+                index.shape(),
+            )
+        };
+    }
+    let l = match (x.dtype(), h) {
+        (DType::F16, How::Add) => go!(crate::f16),
+        (DType::BF16, How::Add) => go!(crate::bf16),
+        (dtype, _) => match dtype.size_in_bytes() {
+            1 => go!(u8),
+            2 => go!(crate::f16),
+            4 => go!(f32),
+            _ => go!(u64),
+        },
+    }
+    .map_err(kernel_err(op, state.device()))?;
+    launch(op, &state, &[l])?;
+    Ok(out.into_tensor(x.shape()))
+}

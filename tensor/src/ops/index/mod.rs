@@ -25,8 +25,8 @@ impl Tensor {
     /// 1-d I64 tensor. Errors when `dim` is out of range, `index` is not I64
     /// or has more than one dimension, or an index is outside `0..size(dim)`.
     pub fn index_select(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
-        host_kernel!("index_select", self, index);
         const OP: &str = "index_select";
+        let be = crate::backend::dispatch(OP, &[self, index])?;
         self.device().same_as(index.device(), OP)?;
         let d = dim_index(OP, dim, self.ndim())?;
         if index.ndim() > 1 {
@@ -45,9 +45,13 @@ impl Tensor {
         let mut idx_strides = vec![0isize; shape.len()];
         idx_strides[d] = index.strides().first().copied().unwrap_or(0);
         let idx_layout = Layout::new(shape.clone(), idx_strides, index.layout().offset());
-        let dim_stride = self.strides()[d];
-        Ok(crate::with_dtype!(self.dtype(), T =>
-            cpu::gather_rows::<T>(OP, self, &src, dim_stride, index, &idx_layout, &shape)?))
+        let g = Gather {
+            src,
+            dim: d,
+            dim_stride: self.strides()[d],
+            idx: idx_layout,
+        };
+        be.gather(OP, self, index, &g)
     }
 
     /// `out[i][j][k] = self[index[i][j][k]][j][k]` for `dim == 0`, and so on
@@ -56,8 +60,8 @@ impl Tensor {
     /// rank differs from `self`'s, `index.size(d) > self.size(d)` for some
     /// `d != dim`, or an index is outside `0..size(dim)`.
     pub fn gather(&self, dim: isize, index: &Tensor) -> Result<Tensor> {
-        host_kernel!("gather", self, index);
         const OP: &str = "gather";
+        let be = crate::backend::dispatch(OP, &[self, index])?;
         self.device().same_as(index.device(), OP)?;
         let d = dim_index(OP, dim, self.ndim())?;
         check_index_shape(OP, d, index.shape(), self.shape(), "self")?;
@@ -65,10 +69,13 @@ impl Tensor {
         check_range(OP, &idx, d, self.shape()[d])?;
         let mut src_strides = self.strides().to_vec();
         src_strides[d] = 0;
-        let src = Layout::new(index.shape().to_vec(), src_strides, self.layout().offset());
-        let dim_stride = self.strides()[d];
-        Ok(crate::with_dtype!(self.dtype(), T =>
-            cpu::gather_rows::<T>(OP, self, &src, dim_stride, index, index.layout(), index.shape())?))
+        let g = Gather {
+            src: Layout::new(index.shape().to_vec(), src_strides, self.layout().offset()),
+            dim: d,
+            dim_stride: self.strides()[d],
+            idx: index.layout().clone(),
+        };
+        be.gather(OP, self, index, &g)
     }
 
     /// A copy of `self` with `out[index[i][j]][j] = src[i][j]` for `dim == 0`,
@@ -78,29 +85,14 @@ impl Tensor {
     /// `self`'s, the ranks differ, `index.size(d)` exceeds `src.size(d)` or
     /// (for `d != dim`) `self.size(d)`, or an index is outside `0..size(dim)`.
     pub fn scatter(&self, dim: isize, index: &Tensor, src: &Tensor) -> Result<Tensor> {
-        host_kernel!("scatter", self, index, src);
-        self.scatter_with("scatter", dim, index, src, false)
+        self.scatter_with("scatter", dim, index, Scatter::Src(src))
     }
 
     /// A copy of `self` with `out[index[i][j]][j] = value` for `dim == 0`, and
     /// so on (PyTorch's `scatter` with a scalar; `value` is converted to the
     /// dtype as [`Element::from_f64`] does). Errors as [`Tensor::scatter`].
     pub fn scatter_value(&self, dim: isize, index: &Tensor, value: f64) -> Result<Tensor> {
-        host_kernel!("scatter_value", self, index);
-        const OP: &str = "scatter_value";
-        self.device().same_as(index.device(), OP)?;
-        let d = dim_index(OP, dim, self.ndim())?;
-        check_index_shape(OP, d, index.shape(), self.shape(), "self")?;
-        let idx = index_values(OP, index)?;
-        check_range(OP, &idx, d, self.shape()[d])?;
-        let plan = cpu::ScatterPlan::new(d, index.shape(), self.shape());
-        Ok(crate::with_dtype!(self.dtype(), T => {
-            let v = T::from_f64(value);
-            Tensor::build::<T>(OP, self.shape(), |out| {
-                self.copy_into(out);
-                plan.run(out, &idx, |_| v, |o, x| *o = x);
-            })?
-        }))
+        self.scatter_with("scatter_value", dim, index, Scatter::Value(value))
     }
 
     /// A copy of `self` with `out[index[i][j]][j] += src[i][j]` for `dim == 0`,
@@ -109,8 +101,7 @@ impl Tensor {
     /// thread count. Floats add in their own precision (f16/bf16 through
     /// f32), integers wrap, bools OR. Errors as [`Tensor::scatter`].
     pub fn scatter_add(&self, dim: isize, index: &Tensor, src: &Tensor) -> Result<Tensor> {
-        host_kernel!("scatter_add", self, index, src);
-        self.scatter_with("scatter_add", dim, index, src, true)
+        self.scatter_with("scatter_add", dim, index, Scatter::Add(src))
     }
 
     /// `value` where `mask` is true, `self` elsewhere (PyTorch's
@@ -119,17 +110,22 @@ impl Tensor {
     /// with `self`. Errors when `mask` is not Bool or the shapes do not
     /// broadcast.
     pub fn masked_fill(&self, mask: &Tensor, value: f64) -> Result<Tensor> {
-        host_kernel!("masked_fill", self, mask);
         const OP: &str = "masked_fill";
+        let be = crate::backend::dispatch(OP, &[self, mask])?;
         if mask.dtype() != DType::Bool {
             return Err(Error::dtype(
                 OP,
                 format!("mask must be bool, got {}", mask.dtype()),
             ));
         }
+        be.masked_fill(self, mask, value)
+    }
+
+    /// The CPU kernel of [`Tensor::masked_fill`] (`mask` checked to be bool).
+    pub(crate) fn masked_fill_cpu(&self, mask: &Tensor, value: f64) -> Result<Tensor> {
         crate::with_dtype!(self.dtype(), T => {
             let v = T::from_f64(value);
-            self.zip_map::<T, bool, T>(mask, OP, move |x, m| if m { v } else { x })
+            self.zip_map::<T, bool, T>(mask, "masked_fill", move |x, m| if m { v } else { x })
         })
     }
 
@@ -139,7 +135,6 @@ impl Tensor {
     /// for an empty tensor). Errors when `self` is not I64 or an index is
     /// negative or not below `num_classes`.
     pub fn one_hot(&self, num_classes: Option<usize>) -> Result<Tensor> {
-        host_kernel!("one_hot", self);
         const OP: &str = "one_hot";
         let idx = index_values(OP, self)?;
         if let Some(&neg) = idx.iter().find(|&&i| i < 0) {
@@ -158,61 +153,127 @@ impl Tensor {
         let mut shape = self.shape().to_vec();
         shape.push(classes);
         crate::tensor::checked_numel(OP, &shape)?;
-        Tensor::build::<i64>(OP, &shape, |out| {
-            for (row, &i) in idx.iter().enumerate() {
-                out[row * classes + i as usize] = 1;
-            }
-        })
+        // A 1 scattered along the class dim of zeros, on `self`'s device.
+        let zeros = Tensor::zeros(&shape, DType::I64)?.to_device(self.device())?;
+        if classes == 0 {
+            return Ok(zeros);
+        }
+        zeros.scatter_value(-1, &self.unsqueeze(-1)?, 1.0)
     }
 
-    fn scatter_with(
-        &self,
-        op: &'static str,
-        dim: isize,
-        index: &Tensor,
-        src: &Tensor,
-        add: bool,
-    ) -> Result<Tensor> {
-        self.device().same_as(index.device(), op)?;
-        self.device().same_as(src.device(), op)?;
+    fn scatter_with(&self, op: &'static str, dim: isize, index: &Tensor, how: Scatter<'_>) -> Result<Tensor> {
+        let src = match how {
+            Scatter::Src(t) | Scatter::Add(t) => Some(t),
+            Scatter::Value(_) => None,
+        };
+        let be = crate::backend::dispatch(op, &[self, index, &src])?;
         let d = dim_index(op, dim, self.ndim())?;
-        if src.dtype() != self.dtype() {
-            return Err(Error::dtype(
-                op,
-                format!("src is {} but self is {}", src.dtype(), self.dtype()),
-            ));
-        }
         check_index_shape(op, d, index.shape(), self.shape(), "self")?;
-        if src.ndim() != index.ndim() || index.shape().iter().zip(src.shape()).any(|(i, s)| i > s) {
-            return Err(Error::shape(
-                op,
-                format!(
-                    "index of shape {:?} does not fit in src of shape {:?}",
-                    index.shape(),
-                    src.shape()
-                ),
-            ));
-        }
+        // src seen over the index's shape.
+        let vals = match src {
+            Some(src) => {
+                if src.dtype() != self.dtype() {
+                    return Err(Error::dtype(
+                        op,
+                        format!("src is {} but self is {}", src.dtype(), self.dtype()),
+                    ));
+                }
+                if src.ndim() != index.ndim() || index.shape().iter().zip(src.shape()).any(|(i, s)| i > s) {
+                    return Err(Error::shape(
+                        op,
+                        format!(
+                            "index of shape {:?} does not fit in src of shape {:?}",
+                            index.shape(),
+                            src.shape()
+                        ),
+                    ));
+                }
+                let mut vals = src.clone();
+                for (k, &n) in index.shape().iter().enumerate() {
+                    vals = vals.narrow(k as isize, 0, n)?;
+                }
+                Some(vals)
+            }
+            None => None,
+        };
         let idx = index_values(op, index)?;
         check_range(op, &idx, d, self.shape()[d])?;
-        let mut vals = src.clone();
-        for (k, &n) in index.shape().iter().enumerate() {
-            vals = vals.narrow(k as isize, 0, n)?;
-        }
-        let vals = vals.contiguous()?;
-        let plan = cpu::ScatterPlan::new(d, index.shape(), self.shape());
-        Ok(crate::with_dtype!(self.dtype(), T => {
-            let v = vals.as_slice::<T>()?;
-            Tensor::build::<T>(op, self.shape(), |out| {
-                self.copy_into(out);
-                if add {
-                    plan.run(out, &idx, |r| v[r], |o, x| *o = o.add(x));
-                } else {
-                    plan.run(out, &idx, |r| v[r], |o, x| *o = x);
-                }
-            })?
-        }))
+        let how = match (how, &vals) {
+            (Scatter::Src(_), Some(v)) => Scatter::Src(v),
+            (Scatter::Add(_), Some(v)) => Scatter::Add(v),
+            (other, _) => other,
+        };
+        be.scatter(op, self, d, index, how)
     }
+}
+
+/// What a scatter writes (src seen over the index's shape).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Scatter<'a> {
+    /// The elements of src (the last write of a repeated index wins).
+    Src(&'a Tensor),
+    /// The elements of src, accumulated.
+    Add(&'a Tensor),
+    /// One value, converted to the dtype.
+    Value(f64),
+}
+
+/// The CPU kernel of the checked scatter `how` of `x` along `d` by `index`,
+/// reported as `op`.
+pub(crate) fn cpu_scatter(
+    op: &'static str,
+    x: &Tensor,
+    d: usize,
+    index: &Tensor,
+    how: Scatter<'_>,
+) -> Result<Tensor> {
+    let idx = index_values(op, index)?;
+    let plan = cpu::ScatterPlan::new(d, index.shape(), x.shape());
+    match how {
+        Scatter::Value(value) => Ok(crate::with_dtype!(x.dtype(), T => {
+            let v = T::from_f64(value);
+            Tensor::build::<T>(op, x.shape(), |out| {
+                x.copy_into(out);
+                plan.run(out, &idx, |_| v, |o, e| *o = e);
+            })?
+        })),
+        Scatter::Src(src) | Scatter::Add(src) => {
+            let add = matches!(how, Scatter::Add(_));
+            let vals = src.contiguous()?;
+            Ok(crate::with_dtype!(x.dtype(), T => {
+                let v = vals.as_slice::<T>()?;
+                Tensor::build::<T>(op, x.shape(), |out| {
+                    x.copy_into(out);
+                    if add {
+                        plan.run(out, &idx, |r| v[r], |o, e| *o = o.add(e));
+                    } else {
+                        plan.run(out, &idx, |r| v[r], |o, e| *o = e);
+                    }
+                })?
+            }))
+        }
+    }
+}
+
+/// The plan of a gather (index_select, gather): output element `i` is the
+/// source element at `src`'s offset of `i` plus `dim_stride` times the
+/// index at `idx`'s offset of `i`; both layouts have the output's shape.
+#[derive(Debug, Clone)]
+pub(crate) struct Gather {
+    /// The source over the output shape, stride 0 along `dim`.
+    pub(crate) src: Layout,
+    /// The indexed dim.
+    pub(crate) dim: usize,
+    /// The source's stride along `dim`.
+    pub(crate) dim_stride: isize,
+    /// The indices over the output shape.
+    pub(crate) idx: Layout,
+}
+
+/// The CPU kernel of a checked [`Gather`] of `x` by `index`, reported as `op`.
+pub(crate) fn cpu_gather(op: &'static str, x: &Tensor, index: &Tensor, g: &Gather) -> Result<Tensor> {
+    crate::with_dtype!(x.dtype(), T =>
+        cpu::gather_rows::<T>(op, x, &g.src, g.dim_stride, index, &g.idx, g.src.shape()))
 }
 
 /// The values of an index tensor in row-major order; errors, naming `op`,

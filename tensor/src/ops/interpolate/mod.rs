@@ -7,6 +7,8 @@
 //! scale factor was given, else `in/out`). Coordinates and blends run in
 //! the math type (f32 for f32/f16/bf16, f64 for f64), as PyTorch does.
 
+#[cfg(feature = "cuda")]
+pub(crate) mod cuda;
 #[cfg(test)]
 mod tests;
 
@@ -32,8 +34,8 @@ impl Tensor {
         scale_factor: Option<[f64; 2]>,
         align_corners: bool,
     ) -> Result<Tensor> {
-        host_kernel!("interpolate_bilinear", self);
         const OP: &str = "interpolate_bilinear";
+        same_device!(OP, self);
         match (size, scale_factor) {
             (Some(s), None) => self.upsample_bilinear2d(s, align_corners, [None, None]),
             (None, Some(f)) => {
@@ -74,11 +76,23 @@ impl Tensor {
         align_corners: bool,
         scales: [Option<f64>; 2],
     ) -> Result<Tensor> {
-        host_kernel!("upsample_bilinear2d", self);
         const OP: &str = "upsample_bilinear2d";
+        let be = crate::backend::dispatch(OP, &[self])?;
         check_float(OP, self)?;
-        let (h, w) = spatial(OP, self.shape())?;
+        spatial(OP, self.shape())?;
         check_out(OP, out)?;
+        be.upsample_bilinear2d(self, out, align_corners, scales)
+    }
+
+    /// The CPU kernel of [`Tensor::upsample_bilinear2d`] (arguments checked).
+    pub(crate) fn upsample_bilinear2d_cpu(
+        &self,
+        out: [usize; 2],
+        align_corners: bool,
+        scales: [Option<f64>; 2],
+    ) -> Result<Tensor> {
+        const OP: &str = "upsample_bilinear2d";
+        let (h, w) = spatial(OP, self.shape())?;
         let x = self.contiguous()?;
         let (n, c) = (self.shape()[0], self.shape()[1]);
         Ok(crate::with_float_dtype!(self.dtype(), S => {
@@ -112,10 +126,10 @@ pub fn upsample_bilinear2d_backward(
     align_corners: bool,
     scales: [Option<f64>; 2],
 ) -> Result<Tensor> {
-    host_kernel!("upsample_bilinear2d_backward", grad_out);
     const OP: &str = "upsample_bilinear2d_backward";
+    let be = crate::backend::dispatch(OP, &[grad_out])?;
     check_float(OP, grad_out)?;
-    let (h, w) = spatial(OP, input_shape)?;
+    spatial(OP, input_shape)?;
     spatial(OP, grad_out.shape())?;
     if grad_out.shape()[..2] != input_shape[..2] {
         return Err(Error::shape(
@@ -126,6 +140,18 @@ pub fn upsample_bilinear2d_backward(
             ),
         ));
     }
+    be.upsample_bilinear2d_backward(grad_out, input_shape, align_corners, scales)
+}
+
+/// The CPU kernel of [`upsample_bilinear2d_backward`] (shapes checked).
+pub(crate) fn cpu_upsample_bilinear2d_backward(
+    grad_out: &Tensor,
+    input_shape: &[usize],
+    align_corners: bool,
+    scales: [Option<f64>; 2],
+) -> Result<Tensor> {
+    const OP: &str = "upsample_bilinear2d_backward";
+    let (h, w) = spatial(OP, input_shape)?;
     let (oh, ow) = (grad_out.shape()[2], grad_out.shape()[3]);
     Ok(crate::with_float_dtype!(grad_out.dtype(), S => {
         let go = math_vec::<S>(grad_out);
@@ -155,17 +181,17 @@ pub fn upsample_bilinear2d_backward(
 
 /// The two source indices of one output coordinate and their weights.
 #[derive(Debug, Clone, Copy)]
-struct Tap<T> {
-    i0: usize,
-    i1: usize,
-    l0: T,
-    l1: T,
+pub(crate) struct Tap<T> {
+    pub(crate) i0: usize,
+    pub(crate) i1: usize,
+    pub(crate) l0: T,
+    pub(crate) l1: T,
 }
 
 /// PyTorch's `area_pixel_compute_scale`, `area_pixel_compute_source_index`
 /// and `guard_index_and_lambda` for every output coordinate along one axis.
 /// Errors, naming `op`, when memory for them is out.
-fn taps<T: FloatMath>(
+pub(crate) fn taps<T: FloatMath>(
     op: &'static str,
     input: usize,
     output: usize,
@@ -217,7 +243,7 @@ fn taps<T: FloatMath>(
 }
 
 /// `(H, W)` of a 4-D shape with non-empty spatial dimensions.
-fn spatial(op: &'static str, shape: &[usize]) -> Result<(usize, usize)> {
+pub(crate) fn spatial(op: &'static str, shape: &[usize]) -> Result<(usize, usize)> {
     match shape {
         [_, _, h, w] if *h > 0 && *w > 0 => Ok((*h, *w)),
         _ => Err(Error::shape(

@@ -233,3 +233,24 @@ pub(crate) fn linear(
     shape.push(weight.shape()[0]);
     y.reshape(shape)
 }
+
+/// `beta·c + alpha·(a·b)` for checked GPU matrices `a` `[m, k]`, `b`
+/// `[k, n]` and `c` broadcastable to `[m, n]`: the device GEMM, then the
+/// scaling and the addition in f32, rounded once to `a`'s dtype. With
+/// `beta == 0`, `c` is not read.
+///
+/// Errors as [`matmul`].
+pub(crate) fn addmm(c: &Tensor, a: &Tensor, b: &Tensor, beta: f64, alpha: f64) -> Result<Tensor> {
+    let mut y = matmul(a, b)?.to_dtype(DType::F32)?;
+    if alpha != 1.0 {
+        y = y.mul_scalar(alpha)?;
+    }
+    if beta != 0.0 {
+        let mut init = c.to_dtype(DType::F32)?;
+        if beta != 1.0 {
+            init = init.mul_scalar(beta)?;
+        }
+        y = y.add(&init)?;
+    }
+    y.to_dtype(a.dtype())
+}

@@ -161,8 +161,8 @@ impl Tensor {
     ///
     /// Errors on shape, dtype or device mismatches (messages name `addmm`).
     pub fn addmm(&self, a: &Tensor, b: &Tensor, beta: f64, alpha: f64) -> Result<Tensor> {
-        host_kernel!("addmm", self, a, b);
         const OP: &str = "addmm";
+        let be = crate::backend::dispatch(OP, &[self, a, b])?;
         check_operands(OP, a, b)?;
         check_operands(OP, a, self)?;
         if a.ndim() != 2 || b.ndim() != 2 || a.shape()[1] != b.shape()[0] {
@@ -175,8 +175,8 @@ impl Tensor {
                 ),
             ));
         }
-        let (m, k, n) = (a.shape()[0], a.shape()[1], b.shape()[1]);
-        let init = self.broadcast_to(&[m, n]).map_err(|_| {
+        let (m, n) = (a.shape()[0], b.shape()[1]);
+        self.broadcast_to(&[m, n]).map_err(|_| {
             Error::shape(
                 OP,
                 format!(
@@ -185,6 +185,13 @@ impl Tensor {
                 ),
             )
         })?;
+        be.addmm(self, a, b, beta, alpha)
+    }
+
+    /// The CPU kernel of [`Tensor::addmm`] (operands checked).
+    pub(crate) fn addmm_cpu(&self, a: &Tensor, b: &Tensor, beta: f64, alpha: f64) -> Result<Tensor> {
+        let (m, k, n) = (a.shape()[0], a.shape()[1], b.shape()[1]);
+        let init = self.broadcast_to(&[m, n])?;
         Ok(crate::with_float_dtype!(a.dtype(), S => {
             type T = <S as FloatElement>::Math;
             let mut c: Vec<T> = if beta == 0.0 {

@@ -14,40 +14,54 @@ impl Tensor {
     /// Errors when the tensor is not 3-D/4-D or not float, or has an empty
     /// spatial dimension.
     pub fn adaptive_avg_pool2d(&self, out: [usize; 2]) -> Result<Tensor> {
-        host_kernel!("adaptive_avg_pool2d", self);
         const OP: &str = "adaptive_avg_pool2d";
+        let be = crate::backend::dispatch(OP, &[self])?;
         check_float(OP, self)?;
-        let (_, h, w) = spatial(OP, self.shape())?;
-        let mut shape = self.shape().to_vec();
-        let nd = shape.len();
-        shape[nd - 2..].copy_from_slice(&out);
-        let plane = plane_dims(OP, &shape).and_then(|_| {
+        spatial(OP, self.shape())?;
+        let shape = out_shape(self.shape(), out);
+        plane_dims(OP, &shape).and_then(|_| {
             out[0]
                 .checked_mul(out[1])
                 .ok_or_else(|| super::too_large(OP, &shape))
         })?;
-        let x = self.contiguous()?;
-        Ok(crate::with_float_dtype!(self.dtype(), S => {
-            let xs = x.as_slice::<S>()?;
-            fill_planes::<S>(&shape, plane, |pl, o| {
-                let src = &xs[pl * h * w..(pl + 1) * h * w];
-                for oy in 0..out[0] {
-                    let ys = bounds(oy, out[0], h);
-                    for ox in 0..out[1] {
-                        let xr = bounds(ox, out[1], w);
-                        let mut sum = <<S as FloatElement>::Math as FloatMath>::ZERO;
-                        for y in ys.clone() {
-                            for v in &src[y * w + xr.start..y * w + xr.end] {
-                                sum += v.to_math();
-                            }
-                        }
-                        let count = <<S as FloatElement>::Math as FloatMath>::of((ys.len() * xr.len()) as f64);
-                        o[oy * out[1] + ox] = S::from_math(sum / count);
-                    }
-                }
-            })?
-        }, else unreachable!("checked float")))
+        be.adaptive_avg_pool2d(self, out)
     }
+}
+
+/// `shape` with its last two sizes replaced by `out`.
+pub(super) fn out_shape(shape: &[usize], out: [usize; 2]) -> Vec<usize> {
+    let mut s = shape.to_vec();
+    let nd = s.len();
+    s[nd - 2..].copy_from_slice(&out);
+    s
+}
+
+/// The CPU kernel of [`Tensor::adaptive_avg_pool2d`] (input and sizes checked).
+pub(crate) fn cpu_adaptive_avg_pool2d(x: &Tensor, out: [usize; 2]) -> Result<Tensor> {
+    let (_, h, w) = plane_dims("adaptive_avg_pool2d", x.shape())?;
+    let shape = out_shape(x.shape(), out);
+    let plane = out[0] * out[1];
+    let x = x.contiguous()?;
+    Ok(crate::with_float_dtype!(x.dtype(), S => {
+        let xs = x.as_slice::<S>()?;
+        fill_planes::<S>(&shape, plane, |pl, o| {
+            let src = &xs[pl * h * w..(pl + 1) * h * w];
+            for oy in 0..out[0] {
+                let ys = bounds(oy, out[0], h);
+                for ox in 0..out[1] {
+                    let xr = bounds(ox, out[1], w);
+                    let mut sum = <<S as FloatElement>::Math as FloatMath>::ZERO;
+                    for y in ys.clone() {
+                        for v in &src[y * w + xr.start..y * w + xr.end] {
+                            sum += v.to_math();
+                        }
+                    }
+                    let count = <<S as FloatElement>::Math as FloatMath>::of((ys.len() * xr.len()) as f64);
+                    o[oy * out[1] + ox] = S::from_math(sum / count);
+                }
+            }
+        })?
+    }, else unreachable!("checked float")))
 }
 
 /// The gradient of [`Tensor::adaptive_avg_pool2d`] with respect to its input
@@ -56,10 +70,10 @@ impl Tensor {
 ///
 /// Errors when the shapes do not fit each other or `grad_out` is not float.
 pub fn adaptive_avg_pool2d_backward(grad_out: &Tensor, input_shape: &[usize]) -> Result<Tensor> {
-    host_kernel!("adaptive_avg_pool2d_backward", grad_out);
     const OP: &str = "adaptive_avg_pool2d_backward";
+    let be = crate::backend::dispatch(OP, &[grad_out])?;
     check_float(OP, grad_out)?;
-    let (_, h, w) = spatial(OP, input_shape)?;
+    spatial(OP, input_shape)?;
     let nd = input_shape.len();
     if grad_out.ndim() != nd || grad_out.shape()[..nd - 2] != input_shape[..nd - 2] {
         return Err(Error::shape(
@@ -70,6 +84,13 @@ pub fn adaptive_avg_pool2d_backward(grad_out: &Tensor, input_shape: &[usize]) ->
             ),
         ));
     }
+    be.adaptive_avg_pool2d_backward(grad_out, input_shape)
+}
+
+/// The CPU kernel of [`adaptive_avg_pool2d_backward`] (shapes checked).
+pub(crate) fn cpu_adaptive_avg_pool2d_backward(grad_out: &Tensor, input_shape: &[usize]) -> Result<Tensor> {
+    let (_, h, w) = plane_dims("adaptive_avg_pool2d_backward", input_shape)?;
+    let nd = input_shape.len();
     let (oh, ow) = (grad_out.shape()[nd - 2], grad_out.shape()[nd - 1]);
     Ok(crate::with_float_dtype!(grad_out.dtype(), S => {
         let go = crate::ops::matmul::math_vec::<S>(grad_out);

@@ -1,10 +1,13 @@
-//! GPU dispatch of max pooling: the `pool.cu` kernels of
-//! `tessera-cuda-kernels`. The backward gathers in the CPU's scatter order,
-//! so both give the same bits.
+//! GPU dispatch of max and average pooling: the `pool.cu` kernels of
+//! `tessera-cuda-kernels`. The forwards sum (or compare) each window in the
+//! CPU's order and the backwards gather in the CPU's scatter order, so both
+//! give the same bits.
 
 use std::sync::Arc;
 
-use tessera_cuda_kernels::ops::pool::{max_pool2d_bwd, max_pool2d_fwd, PoolGeom};
+use tessera_cuda_kernels::ops::pool::{
+    avg_pool2d_bwd, avg_pool2d_fwd, max_pool2d_bwd, max_pool2d_fwd, AvgGeom, AvgWindows, PoolGeom,
+};
 
 use super::{plane_dims, Window};
 use crate::cuda::{
@@ -68,5 +71,118 @@ fn geometry(w: &Window, planes: usize) -> PoolGeom {
         stride: w.p.stride,
         padding: w.p.padding,
         dilation: w.p.dilation,
+    }
+}
+
+/// Average pooling of the checked GPU input `x` with window `w`.
+///
+/// Errors: a dtype without kernels (f64), a device failure.
+pub(crate) fn avg_pool2d(state: &Arc<DeviceState>, x: &Tensor, w: &Window) -> Result<Tensor> {
+    let (planes, _, _) = plane_dims("avg_pool2d", x.shape())?;
+    avg_forward("avg_pool2d", state, x, &avg_geometry(w, planes), &w.out_shape())
+}
+
+/// The input gradient of average pooling with window `w` (`grad_out`
+/// checked against it).
+///
+/// Errors: a dtype without kernels, a device failure.
+pub(crate) fn avg_pool2d_backward(state: &Arc<DeviceState>, grad_out: &Tensor, w: &Window) -> Result<Tensor> {
+    let (planes, _, _) = plane_dims("avg_pool2d_backward", grad_out.shape())?;
+    let mut shape = w.out_shape();
+    let nd = shape.len();
+    shape[nd - 2..].copy_from_slice(&[w.h, w.w]);
+    avg_backward(
+        "avg_pool2d_backward",
+        state,
+        grad_out,
+        &avg_geometry(w, planes),
+        &shape,
+    )
+}
+
+/// Adaptive average pooling of the checked GPU input `x` to `out`.
+///
+/// Errors: a dtype without kernels, a device failure.
+pub(crate) fn adaptive_avg_pool2d(state: &Arc<DeviceState>, x: &Tensor, out: [usize; 2]) -> Result<Tensor> {
+    const OP: &str = "adaptive_avg_pool2d";
+    let (planes, h, w) = plane_dims(OP, x.shape())?;
+    let g = adaptive_geometry(planes, [h, w], out);
+    avg_forward(OP, state, x, &g, &super::adaptive::out_shape(x.shape(), out))
+}
+
+/// The input gradient of adaptive average pooling (shapes checked).
+///
+/// Errors: a dtype without kernels, a device failure.
+pub(crate) fn adaptive_avg_pool2d_backward(
+    state: &Arc<DeviceState>,
+    grad_out: &Tensor,
+    input_shape: &[usize],
+) -> Result<Tensor> {
+    const OP: &str = "adaptive_avg_pool2d_backward";
+    let (planes, h, w) = plane_dims(OP, input_shape)?;
+    let nd = grad_out.ndim();
+    let out = [grad_out.shape()[nd - 2], grad_out.shape()[nd - 1]];
+    avg_backward(
+        OP,
+        state,
+        grad_out,
+        &adaptive_geometry(planes, [h, w], out),
+        input_shape,
+    )
+}
+
+fn avg_forward(
+    op: &'static str,
+    state: &Arc<DeviceState>,
+    x: &Tensor,
+    g: &AvgGeom,
+    shape: &[usize],
+) -> Result<Tensor> {
+    let x = contiguous(x)?;
+    with_kernel_float!(x.dtype(), T => {
+        let y = Output::new(op, state, x.dtype(), shape.iter().product())?;
+        let l = avg_pool2d_fwd::<T>(g, contiguous_ptr(&x), y.ptr()).map_err(kernel_err(op, state.device()))?;
+        launch(op, state, &[l])?;
+        Ok(y.into_tensor(shape))
+    }, else Err(no_kernel(op, state.device(), x.dtype())))
+}
+
+fn avg_backward(
+    op: &'static str,
+    state: &Arc<DeviceState>,
+    grad_out: &Tensor,
+    g: &AvgGeom,
+    shape: &[usize],
+) -> Result<Tensor> {
+    let go = contiguous(grad_out)?;
+    with_kernel_float!(go.dtype(), T => {
+        let dx = Output::new(op, state, go.dtype(), shape.iter().product())?;
+        let l = avg_pool2d_bwd::<T>(g, contiguous_ptr(&go), dx.ptr()).map_err(kernel_err(op, state.device()))?;
+        launch(op, state, &[l])?;
+        Ok(dx.into_tensor(shape))
+    }, else Err(no_kernel(op, state.device(), go.dtype())))
+}
+
+fn avg_geometry(w: &Window, planes: usize) -> AvgGeom {
+    AvgGeom {
+        planes,
+        input: [w.h, w.w],
+        output: [w.oh, w.ow],
+        windows: AvgWindows::Fixed {
+            kernel: w.p.kernel,
+            stride: w.p.stride,
+            padding: w.p.padding,
+            count_include_pad: w.p.count_include_pad,
+            divisor: w.p.divisor_override,
+        },
+    }
+}
+
+fn adaptive_geometry(planes: usize, input: [usize; 2], output: [usize; 2]) -> AvgGeom {
+    AvgGeom {
+        planes,
+        input,
+        output,
+        windows: AvgWindows::Adaptive,
     }
 }

@@ -13,6 +13,7 @@ pub(crate) mod cuda;
 mod tests;
 
 pub use adaptive::adaptive_avg_pool2d_backward;
+pub(crate) use adaptive::{cpu_adaptive_avg_pool2d, cpu_adaptive_avg_pool2d_backward};
 
 use rayon::prelude::*;
 
@@ -116,13 +117,18 @@ impl Tensor {
     ///
     /// Errors as [`Tensor::max_pool2d`], and when `divisor_override` is 0.
     pub fn avg_pool2d(&self, p: &Pool2dParams) -> Result<Tensor> {
-        host_kernel!("avg_pool2d", self);
         const OP: &str = "avg_pool2d";
+        let be = crate::backend::dispatch(OP, &[self])?;
         let g = Window::new(OP, self, p)?;
         g.check_avg(OP)?;
-        crate::with_float_dtype!(self.dtype(), S => avg_forward::<S>(self, &g),
-            else unreachable!("Window::new admits only floats"))
+        be.avg_pool2d(self, &g)
     }
+}
+
+/// The CPU kernel of [`Tensor::avg_pool2d`] (input and window checked).
+pub(crate) fn cpu_avg_pool2d(x: &Tensor, g: &Window) -> Result<Tensor> {
+    crate::with_float_dtype!(x.dtype(), S => avg_forward::<S>(x, g),
+        else unreachable!("Window::new admits only floats"))
 }
 
 /// The gradient of [`Tensor::max_pool2d`] with respect to its input of shape
@@ -212,12 +218,18 @@ pub(crate) fn cpu_max_pool2d_backward(
 ///
 /// Errors when the shapes do not describe that pooling, or as [`Tensor::avg_pool2d`].
 pub fn avg_pool2d_backward(grad_out: &Tensor, input_shape: &[usize], p: &Pool2dParams) -> Result<Tensor> {
-    host_kernel!("avg_pool2d_backward", grad_out);
     const OP: &str = "avg_pool2d_backward";
+    let be = crate::backend::dispatch(OP, &[grad_out])?;
     check_float(OP, grad_out)?;
     let g = Window::from_shape(OP, input_shape, p)?;
     g.check_avg(OP)?;
     g.check_grad(OP, grad_out)?;
+    be.avg_pool2d_backward(grad_out, &g)
+}
+
+/// The CPU kernel of [`avg_pool2d_backward`] (operands checked).
+pub(crate) fn cpu_avg_pool2d_backward(grad_out: &Tensor, g: &Window) -> Result<Tensor> {
+    let input_shape = g.shape.as_slice();
     Ok(crate::with_float_dtype!(grad_out.dtype(), S => {
         let go = crate::ops::matmul::math_vec::<S>(grad_out);
         let l = g.oh * g.ow;

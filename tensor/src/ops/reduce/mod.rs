@@ -11,6 +11,8 @@ pub(crate) mod cpu;
 #[cfg(feature = "cuda")]
 pub(crate) mod cuda;
 mod simd;
+#[cfg(feature = "cuda")]
+pub(crate) mod stats_cuda;
 #[cfg(test)]
 mod tests;
 
@@ -83,27 +85,33 @@ impl Tensor {
     /// inf or NaN when N ≤ correction, like PyTorch. Computed in f64. Errors
     /// for non-float dtypes and on bad dims.
     pub fn var(&self, dims: &[isize], correction: f64, keepdim: bool) -> Result<Tensor> {
-        host_kernel!("var", self);
-        Ok(self.var_mean_impl("var", dims, correction, keepdim, false)?.0)
+        Ok(crate::backend::dispatch("var", &[self])?
+            .var_mean("var", self, dims, correction, keepdim, false)?
+            .0)
     }
 
     /// The standard deviation: the square root of [`Tensor::var`].
     pub fn std(&self, dims: &[isize], correction: f64, keepdim: bool) -> Result<Tensor> {
-        host_kernel!("std", self);
-        Ok(self.var_mean_impl("std", dims, correction, keepdim, true)?.0)
+        Ok(crate::backend::dispatch("std", &[self])?
+            .var_mean("std", self, dims, correction, keepdim, true)?
+            .0)
     }
 
     /// The variance (as [`Tensor::var`]) and the mean over `dims`, in one
     /// pass. Errors for non-float dtypes and on bad dims.
     pub fn var_mean(&self, dims: &[isize], correction: f64, keepdim: bool) -> Result<(Tensor, Tensor)> {
-        host_kernel!("var_mean", self);
-        self.var_mean_impl("var_mean", dims, correction, keepdim, false)
+        crate::backend::dispatch("var_mean", &[self])?
+            .var_mean("var_mean", self, dims, correction, keepdim, false)
     }
 
     /// log Σ exp(x) over `dims`, stable for large |x| (−inf for an empty
     /// reduction). Errors for non-float dtypes and on bad dims.
     pub fn logsumexp(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        host_kernel!("logsumexp", self);
+        crate::backend::dispatch("logsumexp", &[self])?.logsumexp(self, dims, keepdim)
+    }
+
+    /// The CPU kernel of [`Tensor::logsumexp`].
+    pub(crate) fn logsumexp_cpu(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
         let plan = Plan::new("logsumexp", self.layout(), dims, keepdim)?;
         crate::with_float_dtype!(self.dtype(), T => {
             self.float_reduce::<T, _>(&plan, &LogSumExp, |a, _| LogSumExp::finish(a))
@@ -115,11 +123,16 @@ impl Tensor {
     /// Errors for non-float dtypes, NaN p, bad dims, and an empty reduction
     /// with p = ±∞.
     pub fn norm(&self, p: f64, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        host_kernel!("norm", self);
-        const OP: &str = "norm";
+        let be = crate::backend::dispatch("norm", &[self])?;
         if p.is_nan() {
-            return Err(Error::arg(OP, "p must not be NaN"));
+            return Err(Error::arg("norm", "p must not be NaN"));
         }
+        be.norm(self, p, dims, keepdim)
+    }
+
+    /// The CPU kernel of [`Tensor::norm`] (p not NaN).
+    pub(crate) fn norm_cpu(&self, p: f64, dims: &[isize], keepdim: bool) -> Result<Tensor> {
+        const OP: &str = "norm";
         let plan = Plan::new(OP, self.layout(), dims, keepdim)?;
         crate::with_float_dtype!(self.dtype(), T => {
             type M = <T as FloatElement>::Math;
@@ -147,15 +160,13 @@ impl Tensor {
     /// True (bool) where every element over `dims` is non-zero (NaN counts
     /// as non-zero); true for an empty reduction. Errors on bad dims.
     pub fn all(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        host_kernel!("all", self);
-        self.truth("all", dims, keepdim, true)
+        crate::backend::dispatch("all", &[self])?.truth_reduce("all", self, dims, keepdim, true)
     }
 
     /// True (bool) where some element over `dims` is non-zero; false for an
     /// empty reduction. Errors on bad dims.
     pub fn any(&self, dims: &[isize], keepdim: bool) -> Result<Tensor> {
-        host_kernel!("any", self);
-        self.truth("any", dims, keepdim, false)
+        crate::backend::dispatch("any", &[self])?.truth_reduce("any", self, dims, keepdim, false)
     }
 }
 
@@ -238,7 +249,7 @@ impl Tensor {
         from_vec_shaped(out, &plan.out_shape)
     }
 
-    fn truth(&self, op: &'static str, dims: &[isize], keepdim: bool, all: bool) -> Result<Tensor> {
+    pub(crate) fn truth(&self, op: &'static str, dims: &[isize], keepdim: bool, all: bool) -> Result<Tensor> {
         let plan = Plan::new(op, self.layout(), dims, keepdim)?;
         let out = crate::with_dtype!(self.dtype(), T => reduce(self.storage().as_slice::<T>(), &plan, &Truth { all }));
         from_vec_shaped(out, &plan.out_shape)
@@ -292,7 +303,7 @@ impl Tensor {
             .expect("indices requested"))
     }
 
-    fn var_mean_impl(
+    pub(crate) fn var_mean_impl(
         &self,
         op: &'static str,
         dims: &[isize],

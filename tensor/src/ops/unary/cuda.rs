@@ -2,7 +2,7 @@
 //! input (contiguous fast path inside the kernel), f32/f16/bf16, computed
 //! in f32 and rounded once, as on the CPU.
 
-use tessera_cuda_kernels::ops::elementwise::unary as unary_launch;
+use tessera_cuda_kernels::ops::elementwise::{clamp as clamp_launch, unary as unary_launch};
 
 use crate::backend::UnaryOp;
 use crate::cuda::{kernel_err, launch, no_kernel, operand, state_of, with_kernel_float, Output};
@@ -30,4 +30,20 @@ pub(crate) fn unary(t: &Tensor, k: UnaryOp) -> Result<Tensor> {
         launch(op, &state, &[l])?;
         Ok(out.into_tensor(x.shape()))
     }, else Err(no_kernel(op, x.device(), format_args!("{} tensors", x.dtype()))))
+}
+
+/// The GPU tensor `x` clamped to [`lo`, `hi`] (bounds checked by the
+/// caller), computed in f32 and rounded once, as the CPU's float kernel.
+///
+/// Errors: no kernel for the dtype (f64, integers, bool), a device failure.
+pub(crate) fn clamp(x: &Tensor, lo: f64, hi: f64) -> Result<Tensor> {
+    const OP: &str = "clamp";
+    let state = state_of(OP, x)?;
+    with_kernel_float!(x.dtype(), T => {
+        let out = Output::new(OP, &state, x.dtype(), x.numel())?;
+        let l = clamp_launch::<T>(operand(x, x.layout()), out.ptr(), x.shape(), lo as f32, hi as f32)
+            .map_err(kernel_err(OP, state.device()))?;
+        launch(OP, &state, &[l])?;
+        Ok(out.into_tensor(x.shape()))
+    }, else Err(no_kernel(OP, x.device(), format_args!("{} tensors", x.dtype()))))
 }

@@ -76,7 +76,7 @@ impl Tensor {
     /// rounded up, max rounded down, saturating). Errors when both bounds are
     /// absent, a bound is NaN, or the tensor is bool.
     pub fn clamp(&self, min: Option<f64>, max: Option<f64>) -> Result<Tensor> {
-        host_kernel!("clamp", self);
+        let be = crate::backend::dispatch("clamp", &[self])?;
         if min.is_none() && max.is_none() {
             return Err(Error::arg("clamp", "at least one of min and max must be given"));
         }
@@ -86,8 +86,15 @@ impl Tensor {
                 format!("bounds must not be NaN, got min {min:?}, max {max:?}"),
             ));
         }
-        let lo = min.unwrap_or(f64::NEG_INFINITY);
-        let hi = max.unwrap_or(f64::INFINITY);
+        be.clamp(
+            self,
+            min.unwrap_or(f64::NEG_INFINITY),
+            max.unwrap_or(f64::INFINITY),
+        )
+    }
+
+    /// The CPU kernel of [`Tensor::clamp`] with checked bounds `lo`, `hi`.
+    pub(crate) fn clamp_cpu(&self, lo: f64, hi: f64) -> Result<Tensor> {
         keep_dtype_unary!(self, "clamp",
             float |x: M| cpu::clamp_to(x, M::of(lo), M::of(hi)),
             int |x| cpu::clamp_to(x, crate::Element::from_f64(lo.ceil()), crate::Element::from_f64(hi.floor())),
