@@ -10,8 +10,16 @@ After the freeze step and a few steps after it, it prints per parameter
 test accuracy after every epoch, or the step at which a parameter stopped
 being finite.
 
-Usage: python3 scripts/onebit_adam_mnist_freeze.py FREEZE_STEP LR EPOCHS
-(measured: 40 0.001 2 -> NaN at step 46; 150 0.001 3 -> 97.65%)
+With MASK_RATIO it also applies tessera's automatic exp-avg mask
+(`OnebitAdam::with_variance_mask`): after each compressed exchange the
+momentum is zeroed where v <= MASK_RATIO^2 * mean(v) over the parameter
+(it prints how many coordinates that masks, and how many have v == 0).
+
+Usage: python3 scripts/onebit_adam_mnist_freeze.py FREEZE_STEP LR EPOCHS [MASK_RATIO]
+Measured (2 epochs, lr 0.001): Adam (FREEZE_STEP 1000000) 97.05%;
+freeze 40 -> NaN at step 46; freeze 40, ratio 0.001 -> NaN at step 48;
+ratio 0.01 -> 96.95% (12% of fc1's weights masked, 4% with v == 0);
+ratio 0.1 -> 96.80%. Freeze 150, 3 epochs, no mask -> 97.65%.
 """
 import gzip
 import math

@@ -19,7 +19,7 @@ use tessera::parallel::{CommExt, Communicator, DdpConfig, DistributedDataParalle
 use tessera::tensor::{rng, Checkpoint, StateDict};
 
 use super::cli::Args;
-use super::common::ddp::{compressed_optimizer, launch, rank_rows};
+use super::common::ddp::{compressed_optimizer, launch, rank_rows, COMPRESSED};
 use super::common::{append_line, count_correct, cpu_model, evaluate, write_report, BoxResult, Split};
 use super::data::{channel_stats, Batcher, Images};
 use super::progress::Bar;
@@ -230,7 +230,9 @@ fn run(args: &Args, setup: &Setup, comm: Option<&dyn Communicator>, clock: Insta
         "momentum": args.momentum,
         "accum_steps": args.accum_steps,
         "data_parallel": comm.map(|c| json!({"world": world, "backend": c.backend()})),
-        "freeze_step": args.compressed.freeze_step,
+        "freeze_step": COMPRESSED
+            .contains(&args.opt.as_str())
+            .then_some(args.compressed.freeze_step),
         "precision": format!("{:?}", args.precision).to_lowercase(),
         "lr": args.lr,
         "weight_decay": args.weight_decay,
