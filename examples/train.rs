@@ -25,6 +25,15 @@
 //! `OUT/metrics.jsonl`, which also gets a `"step"` line every `--log-every`
 //! optimizer steps, and rewrites `OUT/report.html` from it; `--resume` continues from the checkpoint. The final weights go to
 //! `OUT/model.safetensors` (a timm/PyTorch-loadable state dict).
+//!
+//! `--ddp` trains with `DistributedDataParallel` over `--world N` threads
+//! (`--backend local`) or the processes of `tessera-run --nproc-per-node N
+//! -- train --ddp --backend tcp`: each batch is split into N equal row
+//! blocks, so the run is the single-process one up to the reduction order
+//! (without drop path, which each rank draws for itself). Under `--ddp`,
+//! `--opt onebit-adam|onebit-lamb|zero-one-adam` selects DeepSpeed's
+//! communication-compressed optimizers (`--freeze-step`,
+//! `--local-step-scaler`, `--variance-mask`).
 
 #[path = "train/cli.rs"]
 mod cli;

@@ -10,8 +10,16 @@ After the freeze step and a few steps after it, it prints per parameter
 test accuracy after every epoch, or the step at which a parameter stopped
 being finite.
 
-Usage: python3 scripts/onebit_adam_mnist_freeze.py FREEZE_STEP LR EPOCHS
-(measured: 40 0.001 2 -> NaN at step 46; 150 0.001 3 -> 97.65%)
+With MASK_RATIO it also applies tessera's automatic exp-avg mask
+(`OnebitAdam::with_variance_mask`): after each compressed exchange the
+momentum is zeroed where v <= MASK_RATIO^2 * mean(v) over the parameter
+(it prints how many coordinates that masks, and how many have v == 0).
+
+Usage: python3 scripts/onebit_adam_mnist_freeze.py FREEZE_STEP LR EPOCHS [MASK_RATIO]
+Measured (2 epochs, lr 0.001): Adam (FREEZE_STEP 1000000) 97.05%;
+freeze 40 -> NaN at step 46; freeze 40, ratio 0.001 -> NaN at step 48;
+ratio 0.01 -> 96.95% (12% of fc1's weights masked, 4% with v == 0);
+ratio 0.1 -> 96.80%. Freeze 150, 3 epochs, no mask -> 97.65%.
 """
 import gzip
 import math
@@ -90,7 +98,7 @@ def one_cycle(step, total, max_lr):
     return cos(max_lr, end, p), cos(0.85, 0.95, p)
 
 
-def train(freeze, max_lr, epochs, n=2, seed=0, wd=5e-4, eps=1e-8, b2=0.999):
+def train(freeze, max_lr, epochs, mask_ratio=None, n=2, seed=0, wd=5e-4, eps=1e-8, b2=0.999):
     x, y, xt, yt = load()
     torch.manual_seed(seed)
     net = cnn()
@@ -98,6 +106,7 @@ def train(freeze, max_lr, epochs, n=2, seed=0, wd=5e-4, eps=1e-8, b2=0.999):
     m = [torch.zeros_like(p) for p in params]
     v = [torch.zeros_like(p) for p in params]
     errors = [None] * len(params)
+    masks = [None] * len(params)
     gen = torch.Generator().manual_seed(seed)
     steps_per_epoch = len(x) // 128
     total, step = epochs * steps_per_epoch, 0
@@ -126,6 +135,12 @@ def train(freeze, max_lr, epochs, n=2, seed=0, wd=5e-4, eps=1e-8, b2=0.999):
                                          [torch.zeros(size // n) for _ in range(n)])
                         bufs = [(b1 * m[k] + (1 - b1) * gr[k]).flatten() for gr in local]
                         m[k] = compressed_allreduce(bufs, *errors[k]).view_as(p)
+                        if mask_ratio is not None:
+                            if masks[k] is None:
+                                rms = v[k].mean().sqrt()
+                                masks[k] = (v[k].sqrt() >= mask_ratio * rms).float()
+                                print(f"mask {k}: {int((masks[k] == 0).sum())} of {p.numel()} masked, exactly-0 v: {int((v[k] == 0).sum())}")
+                            m[k] = m[k] * masks[k]
                     p.add_(-lr * (m[k] / (v[k].sqrt() + eps) + wd * p))
             step += 1
             if step - freeze in (0, 1, 2, 5, 10):
@@ -143,4 +158,5 @@ def train(freeze, max_lr, epochs, n=2, seed=0, wd=5e-4, eps=1e-8, b2=0.999):
 if __name__ == "__main__":
     torch.set_num_threads(2)
     freeze, lr, epochs = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
-    print(train(freeze, lr, epochs))
+    ratio = float(sys.argv[4]) if len(sys.argv) > 4 else None
+    print(train(freeze, lr, epochs, ratio))

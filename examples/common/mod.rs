@@ -1,6 +1,8 @@
 //! What the training examples (`train_mnist`, `train`) share: the in-memory
-//! split, its normalisation statistics, accuracy and the metrics log.
+//! split, its normalisation statistics, accuracy, the metrics log, and data
+//! parallelism.
 
+pub(crate) mod ddp;
 pub(crate) mod precision;
 
 use std::fs::OpenOptions;

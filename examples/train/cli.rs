@@ -2,13 +2,17 @@
 
 use std::path::PathBuf;
 
+use super::common::ddp::{parse_variance_mask, CompressedSettings, COMPRESSED};
 use super::common::precision::Precision;
 
 /// The usage text printed on a bad flag or `--help`.
 pub const USAGE: &str = "usage: train --model NAME [--data DIR] [--out DIR] [--epochs N] \
 [--batch-size N] [--lr F] [--weight-decay F] [--warmup-epochs N] [--min-lr F] [--smoothing F] \
-[--clip-grad F] [--ema-decay F] [--img-size N] [--patch-size N] [--depth N] [--embed-dim N] [--widths S,W1,W2,W3,W4] [--blocks B1,B2,B3,B4] \
-[--num-heads N] [--drop-path F] [--opt adamw|lamb|lars] [--momentum F] [--sched cosine|onecycle]
+[--clip-grad F] [--ema-decay F] [--img-size N] [--patch-size N] [--depth N] [--embed-dim N] \
+[--num-heads N] [--widths S,W1,W2,W3,W4] [--blocks B1,B2,B3,B4] [--drop-path F]
+[--opt adamw|lamb|lars|onebit-adam|onebit-lamb|zero-one-adam]
+[--momentum F] [--sched cosine|onecycle] [--ddp [--world N] [--backend local|tcp]]
+[--freeze-step N] [--local-step-scaler N] [--variance-mask R|off]
 [--accum-steps N] [--mixup F] [--cutmix F] [--mixup-prob F] [--mixup-switch-prob F]
 [--randaugment N,M] [--progressive MIN,START,END] [--seed N] [--threads N] [--log-every N]
 [--resume] [--train-limit N] [--test-limit N] [--stop-after N] [--precision f32|bf16|f16]
@@ -22,7 +26,27 @@ pub const USAGE: &str = "usage: train --model NAME [--data DIR] [--out DIR] [--e
                   ema.safetensors and model.safetensors (runs/train)
   --epochs        epochs (10)
   --batch-size    samples per step (128)
-  --opt           optimizer: adamw, lamb (timm's), lars (timm's) (adamw)
+  --opt           optimizer: adamw, lamb (timm's), lars (timm's), or under --ddp
+                  DeepSpeed's onebit-adam, onebit-lamb (exact for --freeze-step
+                  steps, then the momentum is exchanged as signs and scales
+                  instead of DDP's gradient all-reduce) and zero-one-adam (0/1
+                  Adam) (adamw)
+  --ddp           data parallelism: DistributedDataParallel over --world ranks;
+                  every batch is split into equal row blocks, one per rank
+                  (batches the world size does not divide are skipped); f32,
+                  no --accum-steps, --resume or --stop-after
+  --world N       ranks of the local backend (2)
+  --backend B     local: --world ranks as threads of this process (default);
+                  tcp: one rank per process, from tessera-run's environment
+  --freeze-step N warm-up steps of onebit-adam/onebit-lamb, the last variance
+                  step of zero-one-adam (100)
+  --local-step-scaler N
+                  zero-one-adam: local steps between doublings of the sync
+                  interval (DeepSpeed's 32678)
+  --variance-mask R
+                  the compressed optimizers zero the exchanged momentum where
+                  the variance is at most R^2 times its parameter's mean (units
+                  that never fired in the warm-up); off: DeepSpeed's (0.01)
   --momentum      LARS momentum (0.9)
   --lr            peak learning rate (1e-3)
   --weight-decay  weight decay, not applied to biases, norms and
@@ -106,6 +130,10 @@ pub struct Args {
     pub test_limit: Option<usize>,
     pub stop_after: Option<usize>,
     pub precision: Precision,
+    pub ddp: bool,
+    pub world: usize,
+    pub backend: String,
+    pub compressed: CompressedSettings,
 }
 
 impl Args {
@@ -151,6 +179,10 @@ impl Args {
             test_limit: None,
             stop_after: None,
             precision: Precision::F32,
+            ddp: false,
+            world: 2,
+            backend: "local".into(),
+            compressed: CompressedSettings::default(),
         };
         let mut it = args.flat_map(|s| match s.split_once('=') {
             Some((k, v)) if s.starts_with("--") => vec![k.to_string(), v.to_string()],
@@ -160,6 +192,10 @@ impl Args {
             match flag.as_str() {
                 "--resume" => {
                     a.resume = true;
+                    continue;
+                }
+                "--ddp" => {
+                    a.ddp = true;
                     continue;
                 }
                 "--help" | "-h" => return Err("help".into()),
@@ -226,6 +262,11 @@ impl Args {
                 "--test-limit" => a.test_limit = Some(parse!()),
                 "--stop-after" => a.stop_after = Some(parse!()),
                 "--precision" => a.precision = value.parse().map_err(|e: String| bad(&e))?,
+                "--world" => a.world = parse!(),
+                "--backend" => a.backend = value,
+                "--freeze-step" => a.compressed.freeze_step = parse!(),
+                "--local-step-scaler" => a.compressed.local_step_scaler = parse!(),
+                "--variance-mask" => a.compressed.variance_mask = parse_variance_mask(&value)?,
                 _ => return Err(format!("unknown flag {flag}")),
             }
         }
@@ -243,8 +284,29 @@ impl Args {
         if a.ema_decay.is_some_and(|d| !(0.0..1.0).contains(&d)) {
             return Err("--ema-decay must be in [0, 1)".into());
         }
-        if !["adamw", "lamb", "lars"].contains(&a.opt.as_str()) {
-            return Err(format!("--opt {:?}: expected adamw, lamb or lars", a.opt));
+        let compressed = COMPRESSED.contains(&a.opt.as_str());
+        if !["adamw", "lamb", "lars"].contains(&a.opt.as_str()) && !compressed {
+            return Err(format!(
+                "--opt {:?}: expected adamw, lamb, lars, onebit-adam, onebit-lamb or zero-one-adam",
+                a.opt
+            ));
+        }
+        if compressed && !a.ddp {
+            return Err(format!("--opt {} needs --ddp", a.opt));
+        }
+        if a.compressed.local_step_scaler == 0 {
+            return Err("--local-step-scaler must be positive".into());
+        }
+        if a.ddp {
+            if !["local", "tcp"].contains(&a.backend.as_str()) || a.world == 0 {
+                return Err(format!(
+                    "--backend must be local or tcp and --world positive, got {} and {}",
+                    a.backend, a.world
+                ));
+            }
+            if a.accum_steps > 1 || a.resume || a.stop_after.is_some() || a.precision != Precision::F32 {
+                return Err("--ddp trains in f32 without --accum-steps, --resume and --stop-after".into());
+            }
         }
         if !["cosine", "onecycle"].contains(&a.sched.as_str()) {
             return Err(format!("--sched {:?}: expected cosine or onecycle", a.sched));

@@ -1,28 +1,43 @@
 //! The training loop: data, model, optimizer and schedule, EMA,
-//! gradient accumulation, evaluation, metrics log, report and checkpoints.
+//! gradient accumulation, evaluation, metrics log, report and checkpoints;
+//! under `--ddp` the same loop on every rank of a data-parallel group.
 
 use std::time::Instant;
 
 use serde_json::json;
 
-use tessera::autograd::{CrossEntropyOptions, Target, Var};
+use tessera::autograd::{CrossEntropyOptions, Gradients, Target, Var};
 use tessera::data::transforms::{Mixup, ProgressiveResize, RandAugment};
 use tessera::data::{DataLoader, VecDataset};
 use tessera::nn::{state_dict, Module};
 use tessera::optim::{
     clip_grad_norm, param_groups_weight_decay, AdamWOptions, AdamWRule, CosineLR, CosineOptions,
-    GradAccumulator, GroupOptimizer, LambOptions, LambRule, LarsOptions, LarsRule, LrScheduler, OneCycleLR,
-    OneCycleOptions, Optimizer, Parameter, Rule,
+    GradAccumulator, GradScaler, GroupOptimizer, LambOptions, LambRule, LarsOptions, LarsRule, LrScheduler,
+    OneCycleLR, OneCycleOptions, OnebitOptions, Optimizer, Parameter, Rule,
 };
+use tessera::parallel::{CommExt, Communicator, DdpConfig, DistributedDataParallel, ReduceOp};
 use tessera::tensor::{rng, Checkpoint, StateDict};
 
 use super::cli::Args;
-use super::common::{append_line, count_correct, cpu_model, evaluate, write_report, BoxResult};
+use super::common::ddp::{compressed_optimizer, launch, rank_rows, COMPRESSED};
+use super::common::{append_line, count_correct, cpu_model, evaluate, write_report, BoxResult, Split};
 use super::data::{channel_stats, Batcher, Images};
 use super::progress::Bar;
 use super::zoo::{self, Ema};
 
-/// Trains as `args` says, printing progress and per-epoch results.
+/// What every rank reads: the decoded splits and how batches are made.
+struct Setup {
+    train: Images,
+    test: Split,
+    test_len: usize,
+    batcher: Batcher,
+    classes: usize,
+    in_chans: usize,
+    img_size: usize,
+}
+
+/// Trains as `args` says, printing progress and per-epoch results; under
+/// `--ddp` on every rank of the group, rank 0 printing, logging and saving.
 pub fn train(args: &Args) -> BoxResult<()> {
     let clock = Instant::now();
     if let Some(n) = args.threads {
@@ -53,17 +68,110 @@ pub fn train(args: &Args) -> BoxResult<()> {
         rayon::current_num_threads(),
         cpu_model()
     );
+    let setup = Setup {
+        train,
+        test,
+        test_len: test_raw.len(),
+        batcher,
+        classes,
+        in_chans,
+        img_size,
+    };
+    if args.ddp {
+        return launch(&args.backend, args.world, "rank", |comm| {
+            run(args, &setup, Some(comm), clock)
+        });
+    }
+    run(args, &setup, None, clock)
+}
+
+/// The model, wrapped in `DistributedDataParallel` under `--ddp`.
+enum Net<'c> {
+    Single(Box<dyn Module>),
+    Ddp(DistributedDataParallel<'c, Box<dyn Module>>),
+}
+
+impl Net<'_> {
+    /// The model itself (parameter names without DDP's `module.` prefix).
+    fn model(&self) -> &dyn Module {
+        match self {
+            Net::Single(m) => m.as_ref(),
+            Net::Ddp(ddp) => ddp.module().as_ref(),
+        }
+    }
+
+    fn train(&mut self, training: bool) {
+        match self {
+            Net::Single(m) => m.train(training),
+            Net::Ddp(ddp) => ddp.train(training),
+        }
+    }
+
+    fn forward(&self, x: &Var) -> tessera::tensor::Result<Var> {
+        match self {
+            Net::Single(m) => m.forward(x),
+            Net::Ddp(ddp) => ddp.forward(x),
+        }
+    }
+
+    /// The (scaled) gradients of `loss` for `opt`'s next step: averaged
+    /// over the ranks under DDP unless `opt` exchanges them itself (a
+    /// compressed optimizer after its warm-up).
+    fn backward(&self, loss: &Var, scaler: &GradScaler, opt: &dyn Optimizer) -> BoxResult<Gradients> {
+        Ok(match self {
+            Net::Ddp(ddp) if opt.wants_averaged_grads() => ddp.backward_with(|| scaler.backward(loss))?,
+            _ => scaler.backward(loss)?,
+        })
+    }
+}
+
+/// Sums `values` over the ranks of `comm` (unchanged without one).
+fn sum_over_ranks<const K: usize>(
+    comm: Option<&dyn Communicator>,
+    mut values: [f64; K],
+) -> BoxResult<[f64; K]> {
+    if let Some(c) = comm {
+        c.all_reduce_slice(&mut values, ReduceOp::Sum)?;
+    }
+    Ok(values)
+}
+
+/// One rank's training (the only one without `comm`): every rank trains on
+/// its equal share of each batch (batches the world size does not divide
+/// are skipped); rank 0 evaluates, logs and saves.
+fn run(args: &Args, setup: &Setup, comm: Option<&dyn Communicator>, clock: Instant) -> BoxResult<()> {
+    let Setup {
+        train,
+        test,
+        test_len,
+        batcher,
+        classes,
+        in_chans,
+        img_size,
+    } = setup;
+    let (classes, in_chans, img_size) = (*classes, *in_chans, *img_size);
+    let (rank, world) = comm.map_or((0, 1), |c| (c.rank(), c.world_size()));
+    let lead = rank == 0;
     let n_train = train.len();
     let loader = DataLoader::builder(VecDataset::new((0..n_train as i64).collect::<Vec<_>>()))
         .batch_size(args.batch_size)
         .shuffle(true)
         .seed(args.seed)
         .build()?;
-    let batches_per_epoch = loader.len();
+    let usable = |b: &Vec<usize>| b.len().is_multiple_of(world);
+    // Every epoch has the same batch sizes, so epoch 0 counts them all.
+    let batches_per_epoch = loader.batch_indices(0).iter().filter(|b| usable(b)).count();
+    if batches_per_epoch == 0 {
+        return Err(format!(
+            "no batch of --batch-size {} over {n_train} images divides into {world} ranks",
+            args.batch_size
+        )
+        .into());
+    }
     let steps_per_epoch = batches_per_epoch.div_ceil(args.accum_steps);
 
     rng::manual_seed(args.seed);
-    let mut model = zoo::build(args, img_size, in_chans, classes)?;
+    let model = zoo::build(args, img_size, in_chans, classes)?;
     let ema = match args.ema_decay {
         Some(d) => Some(Ema::new(
             zoo::build(args, img_size, in_chans, classes)?,
@@ -72,12 +180,18 @@ pub fn train(args: &Args) -> BoxResult<()> {
         )?),
         None => None,
     };
-    let mut opt = optimizer(args, model.as_ref())?;
+    let mut opt = optimizer(args, model.as_ref(), comm)?;
     let total_steps = (args.epochs * steps_per_epoch) as u64;
     let warmup = (args.warmup_epochs * steps_per_epoch) as u64;
     let mut sched = scheduler(args, opt.as_mut(), total_steps, warmup)?;
-    std::fs::create_dir_all(&args.out)
-        .map_err(|e| format!("cannot create the output directory {}: {e}", args.out.display()))?;
+    let mut net = match comm {
+        Some(c) => Net::Ddp(DistributedDataParallel::new(model, c, DdpConfig::default())?),
+        None => Net::Single(model),
+    };
+    if lead {
+        std::fs::create_dir_all(&args.out)
+            .map_err(|e| format!("cannot create the output directory {}: {e}", args.out.display()))?;
+    }
     let ckpt_path = args.out.join("checkpoint.safetensors");
     let ema_path = args.out.join("ema.safetensors");
     let log_path = args.out.join("metrics.jsonl");
@@ -86,7 +200,7 @@ pub fn train(args: &Args) -> BoxResult<()> {
     let mut scaler = args.precision.scaler()?;
     if args.resume {
         let ck = Checkpoint::load(&ckpt_path)?;
-        model.load_state_dict(&ck.model, true)?;
+        net.model().load_state_dict(&ck.model, true)?;
         opt.load_state_dict(ck.optimizer()?)?;
         sched.load_state_dict(ck.scheduler()?)?;
         if let Ok(sd) = ck.scaler() {
@@ -103,18 +217,22 @@ pub fn train(args: &Args) -> BoxResult<()> {
     let config = json!({
         "kind": "config",
         "model": args.model,
-        "params": model.num_parameters(),
+        "params": net.model().num_parameters(),
         "img_size": img_size,
         "in_chans": in_chans,
         "classes": classes,
         "data": args.data.display().to_string(),
         "train_samples": n_train,
-        "test_samples": test_raw.len(),
+        "test_samples": test_len,
         "epochs": args.epochs,
         "batch_size": args.batch_size,
         "optimizer": args.opt,
         "momentum": args.momentum,
         "accum_steps": args.accum_steps,
+        "data_parallel": comm.map(|c| json!({"world": world, "backend": c.backend()})),
+        "freeze_step": COMPRESSED
+            .contains(&args.opt.as_str())
+            .then_some(args.compressed.freeze_step),
         "precision": format!("{:?}", args.precision).to_lowercase(),
         "lr": args.lr,
         "weight_decay": args.weight_decay,
@@ -135,9 +253,11 @@ pub fn train(args: &Args) -> BoxResult<()> {
         "threads": rayon::current_num_threads(),
         "cpu": cpu_model(),
     });
-    eprintln!("{config}");
-    if start_epoch == 0 {
-        append_line(&log_path, &config.to_string())?;
+    if lead {
+        eprintln!("{config}");
+        if start_epoch == 0 {
+            append_line(&log_path, &config.to_string())?;
+        }
     }
 
     // MixUp/CutMix targets carry the smoothing themselves (timm's
@@ -153,27 +273,29 @@ pub fn train(args: &Args) -> BoxResult<()> {
     let mut accumulator = GradAccumulator::new(args.accum_steps, true)?;
     let end_epoch = args.stop_after.map_or(args.epochs, |s| s.min(args.epochs));
     for epoch in start_epoch..end_epoch {
-        model.train(true);
-        let batches = loader.batch_indices(epoch as u64);
-        let mut bar = Bar::new(format!("epoch {}/{}", epoch + 1, args.epochs), batches.len());
+        net.train(true);
+        let mut batches = loader.batch_indices(epoch as u64);
+        batches.retain(|b| usable(b));
+        let mut bar = lead.then(|| Bar::new(format!("epoch {}/{}", epoch + 1, args.epochs), batches.len()));
         let (mut loss_sum, mut correct, mut seen) = (0.0, 0usize, 0usize);
         let (mut group_loss, mut group_len) = (0.0, 0usize);
         let epoch_start = Instant::now();
         for (i, idx) in batches.iter().enumerate() {
-            let batch = batcher.train_batch(&train, idx, epoch, epoch * batches_per_epoch + i)?;
+            let idx = rank_rows(idx, rank, world);
+            let batch = batcher.train_batch(train, idx, epoch, epoch * batches_per_epoch + i)?;
             let target = match &batch.soft_targets {
                 Some(probs) => Target::Probs(probs),
                 None => Target::Indices(&batch.labels),
             };
             let (logits, loss) = args.precision.run(|| {
-                let logits = model.forward(&Var::constant(batch.images.clone()))?;
+                let logits = net.forward(&Var::constant(batch.images.clone()))?;
                 let loss = logits.cross_entropy(target, &ce)?;
                 Ok((logits, loss))
             })?;
             let micro_loss = loss.tensor().to_scalar::<f32>()? as f64;
             // Scaled gradients are summed over the micro-batches and
             // unscaled once, at the step (PyTorch's accumulation under AMP).
-            let grads = match accumulator.add(scaler.backward(&loss)?)? {
+            let grads = match accumulator.add(net.backward(&loss, &scaler, opt.as_ref())?)? {
                 None if i + 1 == batches.len() => accumulator.flush()?,
                 ready => ready,
             };
@@ -183,7 +305,9 @@ pub fn train(args: &Args) -> BoxResult<()> {
             seen += n;
             group_loss += micro_loss;
             group_len += 1;
-            bar.update(i + 1, seen, loss_sum / seen as f64, correct as f64 / seen as f64);
+            if let Some(bar) = &mut bar {
+                bar.update(i + 1, seen, loss_sum / seen as f64, correct as f64 / seen as f64);
+            }
             let Some(mut grads) = grads else { continue };
             let scale = scaler.scale();
             scaler.unscale_(&mut grads)?;
@@ -202,49 +326,60 @@ pub fn train(args: &Args) -> BoxResult<()> {
             scaler.update()?;
             sched.step(opt.as_mut())?;
             if let Some(e) = &ema {
-                e.update(model.as_ref())?;
+                e.update(net.model())?;
             }
             let step = epoch * steps_per_epoch + i / args.accum_steps;
             if (step + 1).is_multiple_of(args.log_every) {
+                // The mean over the ranks' shares: the loss of the whole batch.
+                let [group_loss, group_len] = sum_over_ranks(comm, [group_loss, group_len as f64])?;
                 let line = json!({
                     "kind": "step",
                     "step": step + 1,
                     "epoch": epoch as f64 + (i + 1) as f64 / batches_per_epoch as f64,
-                    "loss": group_loss / group_len as f64,
+                    "loss": group_loss / group_len,
                     "lr": lr,
                     "grad_norm": grad_norm,
-                    "samples_per_s": seen as f64 / epoch_start.elapsed().as_secs_f64().max(1e-9),
+                    "samples_per_s": (seen * world) as f64 / epoch_start.elapsed().as_secs_f64().max(1e-9),
                 });
-                append_line(&log_path, &line.to_string())?;
+                if lead {
+                    append_line(&log_path, &line.to_string())?;
+                }
             }
             (group_loss, group_len) = (0.0, 0);
         }
-        bar.finish();
+        if let Some(bar) = &bar {
+            bar.finish();
+        }
         let train_secs = epoch_start.elapsed().as_secs_f64();
-        model.eval();
-        let test_acc = 100.0 * evaluate(model.as_ref(), &test, 500, args.precision)?;
+        let [loss_sum, correct, seen] = sum_over_ranks(comm, [loss_sum, correct as f64, seen as f64])?;
+        net.train(false);
+        if !lead {
+            continue;
+        }
+        let test_acc = 100.0 * evaluate(net.model(), test, 500, args.precision)?;
         let ema_acc = match &ema {
-            Some(e) => Some(100.0 * evaluate(e.model.as_ref(), &test, 500, args.precision)?),
+            Some(e) => Some(100.0 * evaluate(e.model.as_ref(), test, 500, args.precision)?),
             None => None,
         };
         let elapsed = elapsed_before + clock.elapsed().as_secs_f64();
-        let train_acc = 100.0 * correct as f64 / seen.max(1) as f64;
+        let seen = seen.max(1.0);
+        let train_acc = 100.0 * correct / seen;
         println!(
             "epoch {:>2}: train loss {:.4} acc {train_acc:.2}% | test acc {test_acc:.2}%{} | {:.0} samples/s | {elapsed:.1}s",
             epoch + 1,
-            loss_sum / seen.max(1) as f64,
+            loss_sum / seen,
             ema_acc.map_or(String::new(), |a| format!(" (EMA {a:.2}%)")),
-            seen as f64 / train_secs
+            seen / train_secs
         );
         let metrics = json!({
             "kind": "epoch",
             "epoch": epoch + 1,
-            "train_loss": loss_sum / seen.max(1) as f64,
+            "train_loss": loss_sum / seen,
             "train_acc": train_acc,
             "test_acc": test_acc,
             "ema_test_acc": ema_acc,
             "lr": sched.get_lr()[0],
-            "samples_per_s": seen as f64 / train_secs,
+            "samples_per_s": seen / train_secs,
             "elapsed_s": elapsed,
         });
         // The EMA weights, then the checkpoint, then the log line: a kill
@@ -252,7 +387,7 @@ pub fn train(args: &Args) -> BoxResult<()> {
         if let Some(e) = &ema {
             e.model.state_dict().save(&ema_path)?;
         }
-        Checkpoint::new(model.state_dict())
+        Checkpoint::new(net.model().state_dict())
             .at((epoch + 1) as u64, sched.last_epoch())
             .with_optimizer(opt.state_dict())
             .with_scheduler(sched.state_dict())
@@ -266,14 +401,32 @@ pub fn train(args: &Args) -> BoxResult<()> {
         eprintln!("stopped after epoch {end_epoch} (--stop-after); continue with --resume");
         return Ok(());
     }
-    state_dict::save(model.as_ref(), args.out.join("model.safetensors"))?;
+    if lead {
+        state_dict::save(net.model(), args.out.join("model.safetensors"))?;
+    }
     Ok(())
 }
 
 /// The optimizer of `--opt` over `model`'s parameters, without weight
-/// decay on biases, norms, `pos_embed` and `cls_token` (timm's groups).
-fn optimizer(args: &Args, model: &dyn Module) -> BoxResult<Box<dyn Optimizer>> {
+/// decay on biases, norms, `pos_embed` and `cls_token` (timm's groups); the
+/// compressed ones exchange their momentum over `comm`.
+fn optimizer<'c>(
+    args: &Args,
+    model: &dyn Module,
+    comm: Option<&'c dyn Communicator>,
+) -> BoxResult<Box<dyn Optimizer + 'c>> {
     let named = model.named_parameters();
+    if let Some(c) = comm {
+        let hyper = OnebitOptions {
+            lr: args.lr,
+            weight_decay: args.weight_decay,
+            ..Default::default()
+        };
+        let groups = param_groups_weight_decay(&named, &hyper, NO_WEIGHT_DECAY);
+        if let Some(opt) = compressed_optimizer(&args.opt, groups, args.compressed, c)? {
+            return Ok(opt);
+        }
+    }
     match args.opt.as_str() {
         "lamb" => grouped::<LambRule>(
             &named,
@@ -303,12 +456,15 @@ fn optimizer(args: &Args, model: &dyn Module) -> BoxResult<Box<dyn Optimizer>> {
     }
 }
 
+/// Parameters besides biases and norms that timm's ViT excludes from decay.
+const NO_WEIGHT_DECAY: &[&str] = &["pos_embed", "cls_token"];
+
 /// The optimizer of rule `R` with `hyper`, in timm's two weight-decay groups.
-fn grouped<R: Rule + Default>(
+fn grouped<'c, R: Rule + Default + 'c>(
     named: &[(String, Parameter)],
     hyper: R::Hyper,
-) -> BoxResult<Box<dyn Optimizer>> {
-    let groups = param_groups_weight_decay(named, &hyper, &["pos_embed", "cls_token"]);
+) -> BoxResult<Box<dyn Optimizer + 'c>> {
+    let groups = param_groups_weight_decay(named, &hyper, NO_WEIGHT_DECAY);
     Ok(Box::new(GroupOptimizer::<R>::with_groups(groups)?))
 }
 

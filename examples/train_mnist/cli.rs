@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use tessera::tensor::Device;
 
+use super::common::ddp::{parse_variance_mask, CompressedSettings, COMPRESSED};
 use super::common::precision::Precision;
 
 /// The usage text printed on a bad flag or `--help`.
@@ -12,7 +13,7 @@ pub const USAGE: &str = "usage: train_mnist [--epochs N] [--batch-size N] [--lr 
 [--pipeline-stages P --micro-batches M --schedule gpipe|1f1b|deepspeed|interleaved [--chunks V]]
 [--ddp | --zero 1|2|3] [--backend local|tcp] [--world N]
 [--optim sgd|adam|onebit-adam|onebit-lamb|zero-one-adam] [--freeze-step N]
-[--local-step-scaler N] [--device cpu|cuda[:N]] [--precision f32|bf16|f16] [--overflow-at STEP]
+[--local-step-scaler N] [--variance-mask R|off] [--device cpu|cuda[:N]] [--precision f32|bf16|f16] [--overflow-at STEP]
 
   --epochs      epochs to train (10)
   --batch-size  samples per step (128)
@@ -63,6 +64,13 @@ pub const USAGE: &str = "usage: train_mnist [--epochs N] [--batch-size N] [--lr 
   --local-step-scaler N
                 zero-one-adam: local steps between doublings of the
                 synchronisation interval (DeepSpeed's 32678; at most 16)
+  --variance-mask R
+                the compressed optimizers zero the exchanged momentum of
+                coordinates whose variance is at most R^2 times their
+                parameter's mean (ReLU units that never fired in the
+                warm-up: 1-bit compression cannot send 0, and divided by a
+                ~0 variance it throws them away); off: DeepSpeed's
+                behaviour (0.01)
   --device D    where the model trains: cpu (default) or cuda[:N] (a GPU,
                 or the CPU emulator of one in a `cuda-emu` build); the
                 single-process mode only
@@ -102,8 +110,7 @@ pub struct Args {
     pub world: usize,
     pub device: Device,
     pub optim: String,
-    pub freeze_step: u64,
-    pub local_step_scaler: u64,
+    pub compressed: CompressedSettings,
     pub precision: Precision,
     pub overflow_at: Option<usize>,
 }
@@ -140,8 +147,7 @@ impl Args {
             world: 2,
             device: Device::Cpu,
             optim: "sgd".into(),
-            freeze_step: 100,
-            local_step_scaler: 32_678,
+            compressed: CompressedSettings::default(),
             precision: Precision::F32,
             overflow_at: None,
         };
@@ -161,7 +167,8 @@ impl Args {
             if flag == "--help" || flag == "-h" {
                 return Err("help".into());
             }
-            const VALUED: [&str; 24] = [
+            const VALUED: [&str; 25] = [
+                "--variance-mask",
                 "--precision",
                 "--overflow-at",
                 "--device",
@@ -219,10 +226,13 @@ impl Args {
                 "--optim" => a.optim = value,
                 "--precision" => a.precision = value.parse().map_err(bad)?,
                 "--overflow-at" => a.overflow_at = Some(value.parse().map_err(|e| bad(format!("{e}")))?),
-                "--freeze-step" => a.freeze_step = value.parse().map_err(|e| bad(format!("{e}")))?,
+                "--freeze-step" => {
+                    a.compressed.freeze_step = value.parse().map_err(|e| bad(format!("{e}")))?
+                }
+                "--variance-mask" => a.compressed.variance_mask = parse_variance_mask(&value)?,
                 "--local-step-scaler" => {
-                    a.local_step_scaler = value.parse().map_err(|e| bad(format!("{e}")))?;
-                    if a.local_step_scaler == 0 {
+                    a.compressed.local_step_scaler = value.parse().map_err(|e| bad(format!("{e}")))?;
+                    if a.compressed.local_step_scaler == 0 {
                         return Err(bad("must be positive".into()));
                     }
                 }
@@ -274,10 +284,7 @@ impl Args {
                     .into(),
             );
         }
-        if !matches!(
-            a.optim.as_str(),
-            "sgd" | "adam" | "onebit-adam" | "onebit-lamb" | "zero-one-adam"
-        ) {
+        if !["sgd", "adam"].contains(&a.optim.as_str()) && !COMPRESSED.contains(&a.optim.as_str()) {
             return Err(format!(
                 "--optim takes sgd, adam, onebit-adam, onebit-lamb or zero-one-adam, got {}",
                 a.optim

@@ -20,19 +20,18 @@ use tessera::autograd::Parameter;
 use tessera::autograd::{CrossEntropyOptions, Target, Var};
 use tessera::nn::{models::mnist_cnn, state_dict, Module, Sequential};
 use tessera::optim::{
-    Adam, AdamOptions, LrScheduler, OneCycleLR, OneCycleOptions, OnebitAdam, OnebitLamb, OnebitLambConfig,
-    OnebitOptions, Optimizer, ZeroOneAdam, ZeroOneAdamConfig,
+    Adam, AdamOptions, LrScheduler, OneCycleLR, OneCycleOptions, OnebitOptions, Optimizer, ParamGroup,
 };
 use tessera::parallel::{
-    tcp, Communicator, CompressedAllReduce, DdpConfig, DistributedDataParallel, LocalGroup, Zero3,
-    ZeroConfig, ZeroOptimizer, ZeroStage,
+    Communicator, DdpConfig, DistributedDataParallel, Zero3, ZeroConfig, ZeroOptimizer, ZeroStage,
 };
 use tessera::tensor::{rng, Tensor};
 
 use super::cli::Args;
+use super::common::ddp::{compressed_optimizer, launch, rank_rows};
 use super::common::precision::Precision;
 use super::common::{count_correct, evaluate, BoxResult, Split};
-use super::run::{load_data, optimizer, rank_0_records, EpochRecord, WEIGHT_DECAY};
+use super::run::{load_data, optimizer, EpochRecord, WEIGHT_DECAY};
 
 /// Trains as `args` says with data parallelism; returns rank 0's epoch
 /// records.
@@ -47,14 +46,9 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
         .map(|e| data.loader.batch_indices(e as u64))
         .collect();
     let (train, test) = (&data.train, &data.test);
-    if args.backend == "tcp" {
-        let comm = tcp::init_from_env()?;
-        return run_rank(&comm, args, train, test, &batches, clock);
-    }
-    let outs = LocalGroup::run(args.world, |comm| {
-        run_rank(comm, args, train, test, &batches, clock).map_err(|e| e.to_string())
-    })?;
-    rank_0_records(outs, "rank")
+    launch(&args.backend, args.world, "rank", |comm| {
+        run_rank(comm, args, train, test, &batches, clock)
+    })
 }
 
 /// DDP or ZeRO around the model and the optimizer.
@@ -128,40 +122,24 @@ fn ddp_optimizer<'c>(
     params: Vec<Parameter>,
     comm: &'c dyn Communicator,
 ) -> BoxResult<Box<dyn Optimizer + 'c>> {
+    if args.optim == "adam" {
+        let o = AdamOptions {
+            lr: args.lr,
+            weight_decay: WEIGHT_DECAY,
+            ..Default::default()
+        };
+        return Ok(Box::new(Adam::new(params, o)?));
+    }
     let hyper = OnebitOptions {
         lr: args.lr,
         weight_decay: WEIGHT_DECAY,
         ..Default::default()
     };
-    Ok(match args.optim.as_str() {
-        "adam" => {
-            let o = AdamOptions {
-                lr: args.lr,
-                weight_decay: WEIGHT_DECAY,
-                ..Default::default()
-            };
-            Box::new(Adam::new(params, o)?)
-        }
-        "onebit-adam" => Box::new(
-            OnebitAdam::new(params, hyper, args.freeze_step)?.with_reducer(CompressedAllReduce::new(comm)),
-        ),
-        "onebit-lamb" => {
-            let cfg = OnebitLambConfig {
-                freeze_step: args.freeze_step,
-                ..Default::default()
-            };
-            Box::new(OnebitLamb::new(params, hyper, cfg)?.with_reducer(CompressedAllReduce::new(comm)))
-        }
-        "zero-one-adam" => {
-            let cfg = ZeroOneAdamConfig {
-                var_freeze_step: args.freeze_step,
-                local_step_scaler: args.local_step_scaler,
-                ..Default::default()
-            };
-            Box::new(ZeroOneAdam::new(params, hyper, cfg)?.with_reducer(CompressedAllReduce::new(comm)))
-        }
-        _ => Box::new(optimizer(params, args.lr)?),
-    })
+    let groups = vec![ParamGroup::new(params.clone(), hyper)];
+    match compressed_optimizer(&args.optim, groups, args.compressed, comm)? {
+        Some(opt) => Ok(opt),
+        None => Ok(Box::new(optimizer(params, args.lr)?)),
+    }
 }
 
 /// One rank's training loop; rank 0 also evaluates, prints and logs.
@@ -222,8 +200,8 @@ fn run_rank(
         let (mut loss_sum, mut correct, mut seen) = (0.0, 0usize, 0usize);
         let epoch_start = Instant::now();
         for idx in epoch_batches.iter().filter(|b| usable(b)) {
-            let rows = idx.len() / n;
-            let mine = &idx[rank * rows..(rank + 1) * rows];
+            let mine = rank_rows(idx, rank, n);
+            let rows = mine.len();
             let t = Tensor::from_vec(mine.iter().map(|&j| j as i64).collect(), &[rows])?;
             let x = Var::constant(train.images.index_select(0, &t)?);
             let y = train.labels.index_select(0, &t)?;

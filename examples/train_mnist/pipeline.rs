@@ -26,9 +26,10 @@ use tessera::parallel::{tcp, CommExt, Communicator, LocalGroup};
 use tessera::tensor::{rng, DType, StateDict, Tensor};
 
 use super::cli::Args;
+use super::common::ddp::rank_0_result;
 use super::common::precision::Precision;
 use super::common::{count_correct, evaluate, BoxResult, Split};
-use super::run::{load_data, optimizer, rank_0_records, EpochRecord};
+use super::run::{load_data, optimizer, EpochRecord};
 
 /// Message tags of the per-epoch reports to stage 0.
 const TAG_NAMES: u64 = 1 << 40;
@@ -96,7 +97,7 @@ pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
     let outs = LocalGroup::run(args.pipeline_stages, |comm| {
         run_stage(comm, args, &data, &schedule, clock).map_err(|e| e.to_string())
     })?;
-    rank_0_records(outs, "stage")
+    rank_0_result(outs, "stage")
 }
 
 /// The data every stage reads.

@@ -284,24 +284,3 @@ fn complete_log(path: &Path, ck: &Checkpoint) -> BoxResult<()> {
     }
     Ok(())
 }
-
-/// Rank 0's records from the results of ranks run as threads, or every
-/// rank's error, each named `{what} {rank}`.
-pub(crate) fn rank_0_records(
-    outs: Vec<Result<Vec<EpochRecord>, String>>,
-    what: &str,
-) -> BoxResult<Vec<EpochRecord>> {
-    let mut records = None;
-    let mut errors = Vec::new();
-    for (rank, out) in outs.into_iter().enumerate() {
-        match out {
-            Ok(r) if rank == 0 => records = Some(r),
-            Ok(_) => {}
-            Err(e) => errors.push(format!("{what} {rank}: {e}")),
-        }
-    }
-    match records {
-        Some(r) if errors.is_empty() => Ok(r),
-        _ => Err(errors.join("; ").into()),
-    }
-}

@@ -78,7 +78,7 @@ pub use lars::{Lars, LarsOptions, LarsRule};
 pub use lr_find::{lr_find, lr_find_with, LrFindOptions, LrFindResult, LrFindTarget};
 pub use onebit::{
     padded_len, CompressedReducer, ErrorFeedback, OnebitAdam, OnebitLamb, OnebitLambConfig, OnebitOptions,
-    WireStats, ZeroOneAdam, ZeroOneAdamConfig, ZeroOneStep,
+    WireStats, ZeroOneAdam, ZeroOneAdamConfig, ZeroOneStep, DEFAULT_VARIANCE_MASK,
 };
 pub use optimizer::{param_groups_weight_decay, Optimizer, ParamGroup};
 pub use rmsprop::{RmsProp, RmsPropOptions, RmsPropRule};

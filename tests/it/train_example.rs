@@ -7,11 +7,11 @@
 
 #[allow(dead_code)]
 #[path = "../../examples/train/cli.rs"]
-mod cli;
+pub(crate) mod cli;
 #[path = "../../examples/train/data.rs"]
 mod data;
 #[path = "../../examples/train/run.rs"]
-mod run;
+pub(crate) mod run;
 #[path = "../../examples/train/zoo.rs"]
 mod zoo;
 
@@ -22,7 +22,9 @@ use super::train_mnist_example::{common, progress};
 
 use tessera::tensor::StateDict;
 
-fn args(out: &Path, extra: &[&str]) -> cli::Args {
+/// The flags of a 2-epoch ViT run on 256 images of `datasets/mnist`, then
+/// `extra`, writing to `out`.
+pub(crate) fn args(out: &Path, extra: &[&str]) -> cli::Args {
     let data = concat!(env!("CARGO_MANIFEST_DIR"), "/datasets/mnist");
     let base = [
         "--model",
@@ -59,14 +61,15 @@ fn args(out: &Path, extra: &[&str]) -> cli::Args {
     cli::Args::parse(all).unwrap()
 }
 
-fn tmp(name: &str) -> PathBuf {
+/// A fresh temporary directory path for run `name` of this process.
+pub(crate) fn tmp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("tessera-train-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
 }
 
 /// The `"epoch"` lines of the metrics log, without their timings.
-fn epochs(dir: &Path) -> Vec<serde_json::Value> {
+pub(crate) fn epochs(dir: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(dir.join("metrics.jsonl"))
         .unwrap()
         .lines()

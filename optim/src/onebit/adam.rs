@@ -3,7 +3,7 @@
 use tessera_autograd::{Gradients, Parameter};
 use tessera_tensor::{Result, StateDict, Tensor};
 
-use super::slots::{apply_mask, group_accessors, Factors, OnebitOptions, Slots};
+use super::slots::{apply_mask, group_accessors, mask_low_variance, Factors, OnebitOptions, Slots};
 use super::{CompressedReducer, ErrorFeedback, WireStats};
 use crate::{Optimizer, ParamGroup};
 
@@ -24,28 +24,40 @@ use crate::{Optimizer, ParamGroup};
 /// this rank's local gradients. Without a reducer (a single process) the
 /// compressed exchange is skipped, as DeepSpeed skips it for one rank.
 ///
-/// # The warm-up must outlast near-zero variances
+/// # Coordinates whose variance is (nearly) 0: the automatic mask
 ///
 /// After the freeze each coordinate moves by `γ·m/(√v+ε)` with `m` the
 /// compressed momentum, which is never 0: 1-bit compression sends every
 /// element as `±s`, `s` the root mean square of its chunk. A coordinate
 /// whose gradient was (nearly) always 0 during the warm-up, such as a
 /// weight of a ReLU unit that has not fired yet, has `√v ≈ 0` and takes
-/// steps of about `γ·s/ε` (ε = 1e-8). This is DeepSpeed's algorithm, not
-/// a defect of this implementation: a PyTorch re-implementation of spec
-/// §4.2 on the MNIST CNN (two simulated ranks, `train_mnist`'s one-cycle
-/// schedule) frozen at step 40 has 7% of the first linear layer's and 6%
-/// of the second's weights at `√v < 10⁻⁶` (dead hidden units); they jump
-/// to ±20–600 on the first compressed step, the units come alive and the
-/// loss is NaN 6 steps after the freeze, as `train_mnist --freeze-step 40`
-/// does. Frozen at step 150, 5% are still at `√v < 10⁻⁶` and swing to
-/// ±70, but those units stay dead and training goes on (97.65% after 3
-/// epochs); `train_mnist` over 4 epochs (248 steps) still ends in NaN
-/// frozen at step 75 or 150. Warm up until the units in use have seen gradients (Tang et
-/// al. warm up for 15–25% of training), and mask coordinates that are 0
-/// by construction with [`OnebitAdam::set_exp_avg_mask`]. The variance
-/// is also not bias-corrected, so a short warm-up freezes it small
-/// (`1−β2^t` of its scale) and every later step is that much longer.
+/// steps of about `γ·s/ε` (ε = 1e-8). A PyTorch re-implementation of
+/// spec §4.2 (`scripts/onebit_adam_mnist_freeze.py`: the MNIST CNN, two
+/// simulated ranks, `train_mnist`'s one-cycle schedule) frozen at step 40
+/// has 7% of the first linear layer's weights at `√v < 10⁻⁶`; they jump to
+/// ±20–600 on the first compressed step and the loss is NaN 6 steps later.
+/// DeepSpeed does the same: its answer is a user-supplied `exp_avg_mask`
+/// ([`OnebitAdam::set_exp_avg_mask`]), which needs the user to know which
+/// coordinates will be 0.
+///
+/// So, by default, the mask is also built from the frozen variance: after
+/// each compressed exchange the momentum is zeroed wherever
+/// `v ≤ r²·mean(v)` over the parameter, `r` =
+/// [`crate::DEFAULT_VARIANCE_MASK`] (0.01; [`OnebitAdam::with_variance_mask`]
+/// changes it, `None` restores DeepSpeed's behaviour). Exact Adam leaves
+/// such a coordinate (nearly) where it is, since its momentum is 0 with
+/// its gradient; masked, it stays where the freeze left it (weight decay
+/// still applies). The variance is built from averaged gradients, so the
+/// mask is the same on every rank and the ranks stay bitwise equal. It
+/// changes nothing before the freeze, on one process (nothing is
+/// compressed) or where no variance is that small. The price: a unit that
+/// was dead through the warm-up cannot come alive afterwards, which a
+/// frozen variance of 0 could not have trained anyway. With it, the
+/// PyTorch script frozen at step 40 trains on (see the script's
+/// docstring), and `train_mnist --ddp --optim onebit-adam` reaches Adam's
+/// accuracy (README). The variance is also not bias-corrected, so a short
+/// warm-up freezes it small (`1−β2^t` of its scale) and every later step
+/// is that much longer: Tang et al. warm up for 15–25% of training.
 ///
 /// Unlike DeepSpeed, the first `step` is a real step: DeepSpeed's first
 /// call is a dry run that only allocates its buffers (spec §4.2's
@@ -92,6 +104,18 @@ impl<'r> OnebitAdam<'r> {
     /// differs from it.
     pub fn set_exp_avg_mask(&mut self, param: &Parameter, mask: &Tensor) -> Result<()> {
         self.slots.set_exp_avg_mask(param, mask)
+    }
+
+    /// Sets the automatic exp-avg mask: after each compressed exchange the
+    /// momentum of every coordinate whose frozen variance is at most
+    /// `ratio²` times its parameter's mean variance is zeroed (on by
+    /// default with [`crate::DEFAULT_VARIANCE_MASK`]; `Some(0.0)` masks
+    /// only coordinates whose gradient was exactly 0 through the warm-up;
+    /// `None` is DeepSpeed's behaviour). Errors when the ratio is negative
+    /// or not finite.
+    pub fn with_variance_mask(mut self, ratio: Option<f64>) -> Result<Self> {
+        self.slots.set_variance_mask(ratio)?;
+        Ok(self)
     }
 
     /// True once the variance is frozen (the compression stage).
@@ -141,6 +165,7 @@ impl Optimizer for OnebitAdam<'_> {
             state,
             reducer,
             masks,
+            variance_mask,
             ..
         } = &mut self.slots;
         for (gi, grp) in groups.iter().enumerate() {
@@ -167,6 +192,7 @@ impl Optimizer for OnebitAdam<'_> {
                     if compress {
                         let r = reducer.as_mut().expect("compress implies a reducer");
                         r.compressed_all_reduce(m, errors)?;
+                        mask_low_variance(m, v, *variance_mask);
                     }
                     apply_mask(masks, p, m);
                 } else {

@@ -1,9 +1,11 @@
 //! 1-bit LAMB (Li et al. 2021; DeepSpeed `onebit/lamb.py`, spec §4.3).
 
 use tessera_autograd::{Gradients, Parameter};
-use tessera_tensor::{Error, Result, StateDict};
+use tessera_tensor::{Error, Result, StateDict, Tensor};
 
-use super::slots::{group_accessors, norm, Factors, OnebitOptions, Slots};
+use super::slots::{
+    apply_mask, group_accessors, mask_low_variance, norm, variance_floor, Factors, OnebitOptions, Slots,
+};
 use super::{CompressedReducer, ErrorFeedback, WireStats};
 use crate::{Optimizer, ParamGroup};
 
@@ -115,6 +117,25 @@ impl<'r> OnebitLamb<'r> {
         self
     }
 
+    /// Multiplies `param`'s momentum by `mask` after every compressed
+    /// exchange (DeepSpeed's `exp_avg_mask`: 1-bit compression cannot
+    /// encode 0). Errors when `param` is not optimized here or `mask`'s
+    /// shape differs from it.
+    pub fn set_exp_avg_mask(&mut self, param: &Parameter, mask: &Tensor) -> Result<()> {
+        self.slots.set_exp_avg_mask(param, mask)
+    }
+
+    /// Sets the automatic exp-avg mask, as [`crate::OnebitAdam::with_variance_mask`]
+    /// (on by default): after each compressed exchange the momentum of a
+    /// coordinate whose frozen variance is at most `ratio²` times its
+    /// parameter's mean is zeroed, and the coordinate is left out of the
+    /// factor's maximum (its fresh variance only decays, which would drive
+    /// the factor up). Errors when the ratio is negative or not finite.
+    pub fn with_variance_mask(mut self, ratio: Option<f64>) -> Result<Self> {
+        self.slots.set_variance_mask(ratio)?;
+        Ok(self)
+    }
+
     /// True once the trust ratios are frozen (the compression stage).
     pub fn frozen(&self) -> bool {
         self.frozen
@@ -216,6 +237,8 @@ impl<'r> OnebitLamb<'r> {
             state,
             reducer,
             name,
+            masks,
+            variance_mask,
             ..
         } = &mut self.slots;
         // DeepSpeed fixes each layer's momentum scaling once, at the first
@@ -282,6 +305,15 @@ impl<'r> OnebitLamb<'r> {
                 let last = &lasts[k];
                 for i in 0..numel {
                     m[i] = flat[offset + i] / s;
+                }
+                let floor = if n > 1 {
+                    mask_low_variance(m, v, *variance_mask);
+                    variance_floor(v, *variance_mask)
+                } else {
+                    None
+                };
+                apply_mask(masks, p, m);
+                for i in 0..numel {
                     let rec = (m[i] - last[i] * b1) / w1;
                     fresh[i] = fresh[i] * b2 + w2 * rec * rec;
                 }
@@ -291,7 +323,9 @@ impl<'r> OnebitLamb<'r> {
                 let mut u = Vec::with_capacity(numel);
                 for i in 0..numel {
                     let denom = v[i].sqrt() + eps;
-                    factor = factor.max(f64::from(denom / (fresh[i].sqrt() + eps)));
+                    if floor.is_none_or(|f| f64::from(v[i]) > f) {
+                        factor = factor.max(f64::from(denom / (fresh[i].sqrt() + eps)));
+                    }
                     let up = m[i] / denom;
                     pre.push(up);
                     u.push(if wd > 0.0 { up + wd * weight[i] } else { up });

@@ -38,7 +38,7 @@ use tessera_tensor::{Error, Result};
 
 pub use adam::OnebitAdam;
 pub use lamb::{OnebitLamb, OnebitLambConfig};
-pub use slots::OnebitOptions;
+pub use slots::{OnebitOptions, DEFAULT_VARIANCE_MASK};
 pub use zoadam::{ZeroOneAdam, ZeroOneAdamConfig, ZeroOneStep};
 
 /// Exchanges buffers as signs plus scales with error feedback, averaging

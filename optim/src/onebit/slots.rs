@@ -122,6 +122,9 @@ pub(crate) struct Slots<'r> {
     pub reducer: Option<Box<dyn CompressedReducer + 'r>>,
     /// Exp-avg masks by parameter (set by the caller, never saved).
     pub masks: Vec<(Parameter, Vec<f32>)>,
+    /// The ratio of [`mask_low_variance`] (`None`: DeepSpeed's behaviour,
+    /// no automatic mask).
+    pub variance_mask: Option<f64>,
 }
 
 impl<'r> Slots<'r> {
@@ -165,6 +168,7 @@ impl<'r> Slots<'r> {
             step: 0,
             reducer: None,
             masks: Vec::new(),
+            variance_mask: Some(DEFAULT_VARIANCE_MASK),
         })
     }
 
@@ -200,6 +204,22 @@ impl<'r> Slots<'r> {
         let values = mask.to_dtype(DType::F32)?.to_vec::<f32>()?;
         self.masks.retain(|(p, _)| !p.same(param));
         self.masks.push((param.clone(), values));
+        Ok(())
+    }
+
+    /// Sets the ratio of the automatic low-variance mask (see
+    /// [`mask_low_variance`]; `None` turns it off). Errors when the ratio
+    /// is negative or not finite.
+    pub fn set_variance_mask(&mut self, ratio: Option<f64>) -> Result<()> {
+        if let Some(r) = ratio {
+            if !(r.is_finite() && r >= 0.0) {
+                return Err(Error::arg(
+                    self.name,
+                    format!("invalid variance mask ratio {r} (must be finite and >= 0)"),
+                ));
+            }
+        }
+        self.variance_mask = ratio;
         Ok(())
     }
 
@@ -372,6 +392,42 @@ fn validate(op: &'static str, h: &OnebitOptions) -> Result<()> {
 pub(crate) fn apply_mask(masks: &[(Parameter, Vec<f32>)], param: &Parameter, buf: &mut [f32]) {
     if let Some((_, mask)) = masks.iter().find(|(q, _)| q.same(param)) {
         buf.iter_mut().zip(mask).for_each(|(b, &k)| *b *= k);
+    }
+}
+
+/// The default ratio of the automatic low-variance mask of the compressed
+/// optimizers: after a compressed exchange a coordinate's buffer is zeroed
+/// when its variance is at most `0.01²` times its parameter's mean variance
+/// (`√v ≤ 0.01·√mean(v)`; see [`crate::OnebitAdam::with_variance_mask`]).
+pub const DEFAULT_VARIANCE_MASK: f64 = 1e-2;
+
+/// The largest variance a coordinate of a parameter with variances `v` may
+/// have and still be masked: `ratio²·mean(v)`, or `None` without a ratio.
+pub(crate) fn variance_floor(v: &[f32], ratio: Option<f64>) -> Option<f64> {
+    let ratio = ratio?;
+    let mean = v.iter().map(|&x| f64::from(x)).sum::<f64>() / v.len().max(1) as f64;
+    Some(ratio * ratio * mean)
+}
+
+/// Zeroes the elements of the exchanged buffer `buf` whose variance in `v`
+/// (same length) is at most [`variance_floor`]: the automatic exp-avg mask.
+///
+/// 1-bit compression cannot send 0: every element comes back as `±s`,
+/// `s` about the root mean square of the parameter's buffer. Divided by a
+/// variance that is (nearly) 0 — a weight of a ReLU unit that never fired
+/// during the warm-up — that is a step of about `γ·s/ε`, which throws the
+/// unit far away and makes training diverge a few steps later. Exact Adam
+/// leaves such a coordinate where it is (its momentum is 0 with its
+/// gradient), and so does the mask. The variance is the same on every rank
+/// (it was built from averaged gradients), so is the mask, and the ranks'
+/// parameters stay bitwise equal.
+pub(crate) fn mask_low_variance(buf: &mut [f32], v: &[f32], ratio: Option<f64>) {
+    if let Some(floor) = variance_floor(v, ratio) {
+        for (b, &vi) in buf.iter_mut().zip(v) {
+            if f64::from(vi) <= floor {
+                *b = 0.0;
+            }
+        }
     }
 }
 

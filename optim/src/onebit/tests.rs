@@ -213,7 +213,36 @@ fn bad_inputs_are_errors() {
         min_coeff: 0.0,
         ..Default::default()
     };
-    assert!(OnebitLamb::new(vec![p], hyper(), cfg).is_err());
+    assert!(OnebitLamb::new(vec![p.clone()], hyper(), cfg).is_err());
+    for r in [-1.0, f64::NAN, f64::INFINITY] {
+        let e = OnebitAdam::new(vec![p.clone()], hyper(), 3)
+            .unwrap()
+            .with_variance_mask(Some(r))
+            .err()
+            .expect("a bad ratio is an error");
+        assert!(e.to_string().contains("variance mask ratio"), "{e}");
+    }
+}
+
+/// The automatic mask zeroes exactly the coordinates whose variance is at
+/// most `r²·mean(v)`: with `r = 0` only exact zeros, with `None` nothing.
+#[test]
+fn low_variance_mask_follows_the_ratio() {
+    use super::slots::mask_low_variance;
+    let v = [0.0f32, 1e-9, 1.0, 2.0, 3.0, 1.2e-4];
+    let run = |ratio| {
+        let mut buf = [5.0f32; 6];
+        mask_low_variance(&mut buf, &v, ratio);
+        buf.map(|b| b == 0.0)
+    };
+    // mean(v) = 6.0001/6, so the floor of r = 0.01 is 1.00002e-4.
+    assert_eq!(run(Some(0.01)), [true, true, false, false, false, false]);
+    assert_eq!(run(Some(0.011)), [true, true, false, false, false, true]);
+    assert_eq!(run(Some(0.0)), [true, false, false, false, false, false]);
+    assert_eq!(run(None), [false; 6]);
+    let mut all_zero = [1.0f32; 3];
+    mask_low_variance(&mut all_zero, &[0.0; 3], Some(DEFAULT_VARIANCE_MASK));
+    assert_eq!(all_zero, [0.0; 3], "a parameter that never had a gradient");
 }
 
 /// DeepSpeed's warm-up trust ratio and its running average, against an

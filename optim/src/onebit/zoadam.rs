@@ -3,7 +3,7 @@
 use tessera_autograd::{Gradients, Parameter};
 use tessera_tensor::{Error, Result, StateDict, Tensor};
 
-use super::slots::{apply_mask, group_accessors, Factors, OnebitOptions, Slots};
+use super::slots::{apply_mask, group_accessors, mask_low_variance, Factors, OnebitOptions, Slots};
 use super::{CompressedReducer, ErrorFeedback, WireStats};
 use crate::{Optimizer, ParamGroup};
 
@@ -120,11 +120,12 @@ impl Policy {
 /// has not fired) keep `v ≈ 0`, but the 1-bit exchanges never send 0, so
 /// their momentum becomes `±s` and they move by about `γ·s/ε`: the same
 /// hazard as [`crate::OnebitAdam`]'s short warm-up, here from the first
-/// compressed step (after `var_update_scaler` variance steps). On
-/// `train_mnist`'s CNN it blows up within the first epoch (NaN at 4
-/// epochs with `--freeze-step 150`); mask coordinates that are 0 by
-/// construction with [`ZeroOneAdam::set_exp_avg_mask`]. DeepSpeed behaves
-/// the same.
+/// compressed step (after `var_update_scaler` variance steps). DeepSpeed
+/// leaves it to a user-supplied mask ([`ZeroOneAdam::set_exp_avg_mask`]);
+/// here the automatic mask of [`crate::OnebitAdam`] also applies (on by
+/// default, [`ZeroOneAdam::with_variance_mask`]), built from the variance
+/// as it stands at each exchange, so a unit that starts firing on a later
+/// variance step is unmasked from then on.
 ///
 /// Differences from DeepSpeed, all deliberate: no first-call dry run (as
 /// [`crate::OnebitAdam`]); the variance freezes after step
@@ -187,6 +188,16 @@ impl<'r> ZeroOneAdam<'r> {
     /// `param` is not optimized here or `mask`'s shape differs from it.
     pub fn set_exp_avg_mask(&mut self, param: &Parameter, mask: &Tensor) -> Result<()> {
         self.slots.set_exp_avg_mask(param, mask)
+    }
+
+    /// Sets the automatic exp-avg mask, as [`crate::OnebitAdam::with_variance_mask`]
+    /// (on by default): the compressed gradient (before the freeze) and
+    /// the synchronised update (after it) are zeroed where the variance,
+    /// as it stands, is at most `ratio²` times its parameter's mean.
+    /// Errors when the ratio is negative or not finite.
+    pub fn with_variance_mask(mut self, ratio: Option<f64>) -> Result<Self> {
+        self.slots.set_variance_mask(ratio)?;
+        Ok(self)
     }
 
     /// True once the variance is frozen (the local-step stage).
@@ -295,6 +306,7 @@ impl Optimizer for ZeroOneAdam<'_> {
             state,
             reducer,
             masks,
+            variance_mask,
             ..
         } = &mut self.slots;
         for (gi, grp) in groups.iter().enumerate() {
@@ -329,6 +341,7 @@ impl Optimizer for ZeroOneAdam<'_> {
                 } else if kind == ZeroOneStep::Compressed && compress {
                     let r = reducer.as_mut().expect("compress implies a reducer");
                     r.compressed_all_reduce(&mut g, errors)?;
+                    mask_low_variance(&mut g, v, *variance_mask);
                     apply_mask(masks, p, &mut g);
                 }
                 for (mi, &gi) in m.iter_mut().zip(&g) {
@@ -357,6 +370,7 @@ impl Optimizer for ZeroOneAdam<'_> {
                     if compress {
                         let r = reducer.as_mut().expect("compress implies a reducer");
                         r.compressed_all_reduce(&mut u, errors)?;
+                        mask_low_variance(&mut u, v, *variance_mask);
                         apply_mask(masks, p, &mut u);
                     }
                     let lrs = lrs as f32;

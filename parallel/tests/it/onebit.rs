@@ -461,17 +461,28 @@ fn lamb_early_freeze_matches_the_reference() {
 
 /// Spec §4.5 item 8 (DS `TestOneBitAdamExpAvgMask`): masked positions stay
 /// exactly 0 in the momentum through compressed steps, which they do not
-/// without the mask; a reload zeroes the error buffers.
+/// without a mask (DeepSpeed's behaviour: `with_variance_mask(None)`); the
+/// automatic mask finds the row that never got a gradient by itself; a
+/// reload zeroes the error buffers.
 #[test]
 fn exp_avg_mask_and_reload_zero_the_errors() {
     let outs = LocalGroup::run(2, |comm| {
         let w = Parameter::new(Tensor::from_vec(input(3, 0, 12), &[4, 3]).unwrap());
+        let w_auto = Parameter::new(w.tensor().clone());
+        let w_plain = Parameter::new(w.tensor().clone());
         let mut masked = OnebitAdam::new(vec![w.clone()], hyper(), 2)
             .unwrap()
-            .with_reducer(CompressedAllReduce::new(comm));
-        let mut plain = OnebitAdam::new(vec![w.clone()], hyper(), 2)
+            .with_reducer(CompressedAllReduce::new(comm))
+            .with_variance_mask(None)
+            .unwrap();
+        let mut auto = OnebitAdam::new(vec![w_auto.clone()], hyper(), 2)
             .unwrap()
             .with_reducer(CompressedAllReduce::new(comm));
+        let mut plain = OnebitAdam::new(vec![w_plain.clone()], hyper(), 2)
+            .unwrap()
+            .with_reducer(CompressedAllReduce::new(comm))
+            .with_variance_mask(None)
+            .unwrap();
         let mask: Vec<f32> = (0..12).map(|i| if i / 3 == 1 { 0.0 } else { 1.0 }).collect();
         masked
             .set_exp_avg_mask(&w, &Tensor::from_vec(mask.clone(), &[4, 3]).unwrap())
@@ -483,27 +494,35 @@ fn exp_avg_mask_and_reload_zero_the_errors() {
                 .zip(&mask)
                 .map(|(g, m)| g * m)
                 .collect();
-            let mut grads = tessera_autograd::Gradients::default();
-            grads.insert(w.id().unwrap(), Tensor::from_vec(g, &[4, 3]).unwrap());
-            masked.step(&grads).unwrap();
-            plain.step(&grads).unwrap();
+            for (opt, p) in [(&mut masked, &w), (&mut auto, &w_auto), (&mut plain, &w_plain)] {
+                let mut grads = tessera_autograd::Gradients::default();
+                grads.insert(p.id().unwrap(), Tensor::from_vec(g.clone(), &[4, 3]).unwrap());
+                opt.step(&grads).unwrap();
+            }
         }
         let m = masked.state_buffer(0, 0, "exp_avg").unwrap().to_vec();
+        let a = auto.state_buffer(0, 0, "exp_avg").unwrap().to_vec();
         let p = plain.state_buffer(0, 0, "exp_avg").unwrap().to_vec();
         assert!(!masked.error_feedback(0, 0).unwrap().is_empty());
         let sd = masked.state_dict();
         masked.load_state_dict(&sd).unwrap();
         let reset = masked.error_feedback(0, 0).unwrap().is_empty() && masked.frozen();
-        Ok::<_, CommError>((m, p, reset))
+        Ok::<_, CommError>((m, a, p, reset))
     })
     .unwrap();
     for out in outs {
-        let (m, p, reset) = out.unwrap();
-        assert!(m[3..6].iter().all(|&v| v == 0.0), "masked row: {:?}", &m[3..6]);
-        assert!(m
-            .iter()
-            .enumerate()
-            .all(|(i, &v)| (3..6).contains(&i) || v != 0.0));
+        let (m, a, p, reset) = out.unwrap();
+        for (name, buf) in [("masked", &m), ("automatic mask", &a)] {
+            assert!(
+                buf[3..6].iter().all(|&v| v == 0.0),
+                "{name} row: {:?}",
+                &buf[3..6]
+            );
+            assert!(buf
+                .iter()
+                .enumerate()
+                .all(|(i, &v)| (3..6).contains(&i) || v != 0.0));
+        }
         assert!(
             p[3..6].iter().any(|&v| v != 0.0),
             "without the mask the row fills: {:?}",
