@@ -85,7 +85,10 @@ fn torch(py: &str, name: &str, batch: usize, runs: usize, ours: f64) {
     {
         Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
         Ok(o) => {
-            println!("# torch {name} failed: {}", String::from_utf8_lossy(&o.stderr).trim());
+            println!(
+                "# torch {name} failed: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
             return;
         }
         Err(e) => {
@@ -93,10 +96,7 @@ fn torch(py: &str, name: &str, batch: usize, runs: usize, ours: f64) {
             return;
         }
     };
-    let mut times: Vec<f64> = out
-        .split_whitespace()
-        .filter_map(|v| v.parse().ok())
-        .collect();
+    let mut times: Vec<f64> = out.split_whitespace().filter_map(|v| v.parse().ok()).collect();
     if times.len() != runs {
         println!("# torch {name}: expected {runs} run times, got {out:?}");
         return;

@@ -28,6 +28,7 @@ mod fetch;
 mod model;
 mod partition;
 mod stage3;
+mod stage3_consolidate;
 mod stage3_state;
 mod state;
 
@@ -40,6 +41,7 @@ use tessera_tensor::{with_float_dtype, DType, Device, Tensor};
 pub use model::{comm_model, memory_model, memory_model_with, ZeroStage};
 pub use partition::{FlatLayout, ALIGNMENT_FACTOR};
 pub use stage3::Zero3;
+pub use stage3_consolidate::consolidate_zero3_sharded;
 pub use stage3_state::{zero3_shard_file, ZERO3_INDEX_FILE};
 pub use state::{consolidate_sharded, shard_file, INDEX_FILE};
 

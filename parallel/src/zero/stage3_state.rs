@@ -8,6 +8,7 @@ use tessera_tensor::StateDict;
 
 use super::fetch::lock;
 use super::stage3::{copy, Zero3};
+use super::stage3_consolidate::Layout;
 use crate::error::{CommError, Result};
 
 /// The name of a ZeRO-3 sharded checkpoint's index file.
@@ -19,16 +20,6 @@ pub fn zero3_shard_file(rank: usize, world: usize) -> String {
 }
 
 impl Zero3 {
-    /// The layout that a checkpoint must match: each partitioned
-    /// parameter's name, element count and shard length.
-    fn layout(&self) -> (Vec<String>, Vec<usize>, Vec<usize>) {
-        let core = lock(&self.core);
-        let names = core.parts.iter().map(|p| p.name.clone()).collect();
-        let numels = core.parts.iter().map(|p| p.numel).collect();
-        let ps = core.parts.iter().map(|p| p.ps).collect();
-        (names, numels, ps)
-    }
-
     /// Writes a sharded checkpoint into `dir`: each rank its parameter
     /// shards, master shards and inner optimizer state
     /// ([`zero3_shard_file`]), rank 0 the index ([`ZERO3_INDEX_FILE`]),
@@ -42,12 +33,9 @@ impl Zero3 {
         std::fs::create_dir_all(dir).map_err(|e| CommError::io(OP, format!("{}: {e}", dir.display())))?;
         let mut sd = StateDict::new();
         sd.merge_prefixed("optimizer", self.inner.state_dict());
-        let (names, numels, ps) = self.layout();
         sd.set("zero3.world", world);
         sd.set("zero3.rank", rank);
-        sd.set("zero3.names", names);
-        sd.set("zero3.numels", numels);
-        sd.set("zero3.ps", ps);
+        self.layout().save(&mut sd);
         {
             let core = lock(&self.core);
             for (g, s) in core.shards.iter().enumerate() {
@@ -72,8 +60,9 @@ impl Zero3 {
 
     /// Resumes from a checkpoint written by [`Zero3::save_sharded`] on the
     /// same number of ranks: this rank reads its own file. Errors, changing
-    /// nothing, when it was written by another number of ranks (gather the
-    /// model with [`Zero3::consolidated_model_state_dict`] instead), when
+    /// nothing, when it was written by another number of ranks (consolidate
+    /// it with [`super::consolidate_zero3_sharded`] and load that with
+    /// [`Zero3::load_consolidated`]), when
     /// its parameters (names, sizes) differ from this model's, or a file is
     /// missing or corrupt.
     pub fn load_sharded(&mut self, dir: &Path) -> Result<()> {
@@ -85,19 +74,13 @@ impl Zero3 {
             return Err(CommError::arg(
                 OP,
                 format!(
-                    "{} was written by {saved} ranks, this run has {world}: a ZeRO-3 sharded checkpoint resumes on the same number of ranks",
+                    "{} was written by {saved} ranks, this run has {world}: consolidate it (consolidate_zero3_sharded) and load that with load_consolidated",
                     dir.display()
                 ),
             ));
         }
         let sd = StateDict::load(dir.join(zero3_shard_file(rank, world)))?;
-        let (names, numels, ps) = self.layout();
-        let got: (Vec<String>, Vec<usize>, Vec<usize>) = (
-            sd.get(OP, "zero3.names")?,
-            sd.get(OP, "zero3.numels")?,
-            sd.get(OP, "zero3.ps")?,
-        );
-        if got != (names, numels, ps) {
+        if Layout::load(OP, &sd)? != self.layout() {
             return Err(CommError::arg(
                 OP,
                 format!(
