@@ -534,9 +534,9 @@ impl<T: AttnMath> Ctx<'_, T> {
             vec![zero; g.s * g.e],
             vec![zero; g.s * g.ev],
         );
-        let mut p = vec![zero; BLOCK * BLOCK];
-        let mut pd = vec![zero; BLOCK * BLOCK];
-        let mut ds = vec![zero; BLOCK * BLOCK];
+        let mut p = [zero; BLOCK * BLOCK];
+        let mut pd = [zero; BLOCK * BLOCK];
+        let mut ds = [zero; BLOCK * BLOCK];
         let causal = matches!(self.mask, Mask::Causal);
         for j0 in (0..g.s).step_by(BLOCK) {
             let bc = BLOCK.min(g.s - j0);

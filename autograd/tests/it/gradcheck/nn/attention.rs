@@ -6,7 +6,6 @@ use tessera_autograd::{
     scaled_dot_product_attention, scaled_dot_product_attention_composite, AttnMask, AttnOptions,
     GradcheckReport, Var,
 };
-use tessera_tensor::Result;
 use tessera_tensor::{manual_seed, Tensor};
 
 use super::{seen_var, view};
@@ -65,7 +64,7 @@ fn qkv() -> impl Strategy<Value = (Input, Input, Input, (usize, usize, usize, us
 }
 
 /// An attention entry point: the fused op or its composition.
-type Sdpa = fn(&Var, &Var, &Var, &AttnOptions<'_>) -> Result<Var>;
+type Sdpa = fn(&Var, &Var, &Var, &AttnOptions<'_>) -> tessera_tensor::Result<Var>;
 
 pub fn attention_case(n: u32) -> Checked {
     attention_case_of(n, scaled_dot_product_attention)
