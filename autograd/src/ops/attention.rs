@@ -47,8 +47,9 @@ pub struct AttnOptions<'a> {
 /// Runs the device's fused kernel ([`Tensor::sdpa`]) and records one node
 /// whose backward is the fused backward; gradients reach `q`, `k`, `v` and
 /// an additive mask that requires grad. Where the device has no fused
-/// kernel for the call (see [`Tensor::sdpa_fused_available`]: the CUDA
-/// backend, empty sizes) it runs
+/// kernel for the call (see [`Tensor::sdpa_fused_available`]: on the CUDA
+/// backend a mask tensor, dropout, E ≠ Ev or non-square causal scores;
+/// empty sizes anywhere) it runs
 /// [`scaled_dot_product_attention_composite`]. Dropout draws the same keep
 /// mask from the default generator either way (one f32 uniform per weight
 /// of the `[batch.., L, S]` weights), so a seed gives the same result on
@@ -81,7 +82,7 @@ pub fn scaled_dot_product_attention(q: &Var, k: &Var, v: &Var, opts: &AttnOption
     if let Some(AttnMask::Additive(b)) = opts.mask {
         inputs.push(b);
     }
-    let saved = Saved {
+    let node = FusedNode {
         q: qt.clone(),
         k: kt.clone(),
         v: vt.clone(),
@@ -99,13 +100,13 @@ pub fn scaled_dot_product_attention(q: &Var, k: &Var, v: &Var, opts: &AttnOption
         reg::SCALED_DOT_PRODUCT_ATTENTION,
         fwd.out,
         &inputs,
-        move |g, needs| saved.backward(g, needs),
+        move |g, needs| node.backward(g, needs),
     )
 }
 
 /// What the fused node keeps for its backward: the inputs, the mask, the
 /// options with the dropout stream, the output and the row log-sum-exp.
-struct Saved {
+struct FusedNode {
     q: Tensor,
     k: Tensor,
     v: Tensor,
@@ -118,7 +119,7 @@ struct Saved {
     lse: Tensor,
 }
 
-impl Saved {
+impl FusedNode {
     /// The gradients of q, k, v (and of an additive mask) for output
     /// gradient `g`, each summed down to its input's shape.
     fn backward(self, g: &Tensor, needs: &[bool]) -> Result<Vec<Option<Tensor>>> {
