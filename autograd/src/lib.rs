@@ -39,7 +39,9 @@ pub use engine::{backward_many, Gradients};
 pub use gradcheck::{gradcheck, op_names, GradcheckOptions, GradcheckReport};
 pub use mode::{enable_grad, is_grad_enabled, no_grad, GradModeGuard};
 pub use node::{BackwardFn, Hook};
-pub use ops::attention::{scaled_dot_product_attention, AttnMask, AttnOptions};
+pub use ops::attention::{
+    scaled_dot_product_attention, scaled_dot_product_attention_composite, AttnMask, AttnOptions,
+};
 pub use ops::loss::{CrossEntropyOptions, Reduction, Target};
 pub use ops::registry::DIFFERENTIABLE_OPS;
 pub use ops::sum_to;

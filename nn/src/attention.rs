@@ -132,12 +132,16 @@ impl MultiheadAttention {
             is_causal: masks.is_causal,
             scale: None,
         };
+        // The fused kernel stores its output [B, L, heads, E/heads] when q
+        // is a head-split view, so merging the heads is a view too; the
+        // composite path (no fused kernel on the device) copies here.
         let o = scaled_dot_product_attention(&q, &k, &v, &opts)?;
-        let o = o.transpose(1, 2)?.contiguous()?.reshape([b, l, e])?;
+        let o = o.transpose(1, 2)?.reshape([b, l, e])?;
         self.out_proj.forward(&o)
     }
 
-    /// `[B, T, E]` → `[B, heads, T, E/heads]`.
+    /// `[B, T, E]` → `[B, heads, T, E/heads]` as a strided view (no copy):
+    /// the fused attention kernel reads it with its strides.
     fn split_heads(&self, x: &Var) -> Result<Var> {
         let (b, t) = (x.shape()[0], x.shape()[1]);
         x.reshape((b, t, self.num_heads, ()))?.transpose(1, 2)

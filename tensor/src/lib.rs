@@ -92,6 +92,7 @@ pub use error::{Error, Result};
 pub use half::{bf16, f16};
 pub use layout::{broadcast_shapes, checked_numel, contiguous_strides, dim_index, dim_indices, Layout};
 pub use meter::{MemoryMeter, MeterGuard};
+pub use ops::attention::{SdpaArgs, SdpaDropout, SdpaGrads, SdpaMask, SdpaOutput};
 pub use ops::batch_norm::{BatchNormForward, BatchNormOutput};
 pub use ops::creation::TensorOptions;
 pub use ops::cross_entropy::{CrossEntropyOptions, Reduction};

@@ -147,18 +147,18 @@ registry! {NN_OPS:
     TRIU = "triu",
     DROPOUT = "dropout",
     CROSS_ENTROPY = "cross_entropy",
+    SCALED_DOT_PRODUCT_ATTENTION = "scaled_dot_product_attention",
 }
 
 /// Composite entry points: functions that record their parts (matmul,
 /// softmax, ...) rather than a node of their own, so they are not in
 /// [`DIFFERENTIABLE_OPS`]. They are named so that the autocast table
 /// ([`crate::autocast::cast_policy`]) can give them a policy of their own.
-pub const SCALED_DOT_PRODUCT_ATTENTION: Op = Op("scaled_dot_product_attention");
-/// `Var::nll_loss` (composite; see [`SCALED_DOT_PRODUCT_ATTENTION`]).
+/// `Var::nll_loss`.
 pub const NLL_LOSS: Op = Op("nll_loss");
-/// `Var::mse_loss` (composite; see [`SCALED_DOT_PRODUCT_ATTENTION`]).
+/// `Var::mse_loss` (composite; see [`NLL_LOSS`]).
 pub const MSE_LOSS: Op = Op("mse_loss");
-/// `Var::bce_with_logits` (composite; see [`SCALED_DOT_PRODUCT_ATTENTION`]).
+/// `Var::bce_with_logits` (composite; see [`NLL_LOSS`]).
 pub const BCE_WITH_LOGITS: Op = Op("bce_with_logits");
 
 /// The name of every differentiable op recorded in this crate.

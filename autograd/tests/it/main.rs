@@ -3,6 +3,7 @@
 //! process-global state of its own (the live-byte counter, a global
 //! allocator) is a separate file in `tests/` that says why in its first line.
 
+mod attention;
 mod device;
 mod errors;
 mod fused;

@@ -40,8 +40,7 @@ fn a_training_step_is_profiled_forward_and_backward() {
             &[
                 "layer_norm",
                 "linear",
-                "matmul",
-                "softmax",
+                "scaled_dot_product_attention",
                 "gelu",
                 "cross_entropy",
             ][..],
@@ -53,7 +52,7 @@ fn a_training_step_is_profiled_forward_and_backward() {
                 "gelu_backward",
                 "layer_norm_backward",
                 "matmul",
-                "softmax_backward",
+                "scaled_dot_product_attention_backward",
             ][..],
         ),
     ];

@@ -5,6 +5,7 @@
 
 mod autocast;
 mod init_stats;
+mod mha_fused;
 mod models;
 mod module_to;
 mod state_dict;

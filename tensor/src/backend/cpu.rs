@@ -402,6 +402,40 @@ impl Backend for Cpu {
         crate::ops::index::cpu_scatter(op, x, d, index, how)
     }
 
+    fn sdpa_supports(
+        &self,
+        _q: &Tensor,
+        _g: &crate::ops::attention::Geom,
+        _args: &crate::SdpaArgs<'_>,
+    ) -> bool {
+        true
+    }
+
+    fn sdpa(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        g: &crate::ops::attention::Geom,
+        args: &crate::SdpaArgs<'_>,
+    ) -> Result<crate::SdpaOutput> {
+        crate::ops::attention::cpu::forward(q, k, v, g, args)
+    }
+
+    fn sdpa_backward(
+        &self,
+        dout: &Tensor,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        fwd: &crate::SdpaOutput,
+        g: &crate::ops::attention::Geom,
+        args: &crate::SdpaArgs<'_>,
+        mask_grad: bool,
+    ) -> Result<crate::SdpaGrads> {
+        crate::ops::attention::cpu::backward(dout, q, k, v, fwd, g, args, mask_grad)
+    }
+
     fn host_kernel(&self, _op: &'static str) -> Result<()> {
         Ok(())
     }

@@ -444,6 +444,42 @@ impl Backend for Cuda {
         ops::index::cuda::scatter(op, x, d, index, how)
     }
 
+    fn sdpa_supports(&self, q: &Tensor, g: &crate::ops::attention::Geom, args: &crate::SdpaArgs<'_>) -> bool {
+        ops::attention::cuda::supports(q, g, args)
+    }
+
+    fn sdpa(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        g: &crate::ops::attention::Geom,
+        args: &crate::SdpaArgs<'_>,
+    ) -> Result<crate::SdpaOutput> {
+        ops::attention::cuda::forward(q, k, v, g, args)
+    }
+
+    fn sdpa_backward(
+        &self,
+        dout: &Tensor,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        fwd: &crate::SdpaOutput,
+        g: &crate::ops::attention::Geom,
+        args: &crate::SdpaArgs<'_>,
+        mask_grad: bool,
+    ) -> Result<crate::SdpaGrads> {
+        if mask_grad {
+            return Err(no_kernel(
+                "scaled_dot_product_attention_backward",
+                self.state.device(),
+                "a mask gradient",
+            ));
+        }
+        ops::attention::cuda::backward(dout, (q, k, v), fwd, g, args)
+    }
+
     fn host_kernel(&self, op: &'static str) -> Result<()> {
         Err(no_kernel(op, self.state.device(), "this op"))
     }

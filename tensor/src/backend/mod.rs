@@ -337,6 +337,32 @@ pub(crate) trait Backend {
         index: &Tensor,
         how: crate::ops::index::Scatter<'_>,
     ) -> Result<Tensor>;
+
+    /// Whether [`Backend::sdpa`] has a kernel for a call on `q` of sizes
+    /// `g` with `args` (else the caller composes attention from other ops).
+    fn sdpa_supports(&self, q: &Tensor, g: &crate::ops::attention::Geom, args: &crate::SdpaArgs<'_>) -> bool;
+    /// Fused attention of checked operands: (output, row log-sum-exp).
+    fn sdpa(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        g: &crate::ops::attention::Geom,
+        args: &crate::SdpaArgs<'_>,
+    ) -> Result<crate::SdpaOutput>;
+    /// The gradients of [`Backend::sdpa`] from the output gradient `dout`.
+    #[allow(clippy::too_many_arguments)]
+    fn sdpa_backward(
+        &self,
+        dout: &Tensor,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        fwd: &crate::SdpaOutput,
+        g: &crate::ops::attention::Geom,
+        args: &crate::SdpaArgs<'_>,
+        mask_grad: bool,
+    ) -> Result<crate::SdpaGrads>;
     /// `Ok(())` when the op named `op`, whose only kernel is the CPU's, may
     /// run on this backend; the CUDA backend's refusal.
     fn host_kernel(&self, op: &'static str) -> Result<()>;

@@ -12,6 +12,7 @@ macro_rules! same_device {
     };
 }
 
+pub mod attention;
 pub mod batch_norm;
 pub mod binary;
 pub mod compare;

@@ -191,6 +191,13 @@ impl Stream {
         philox4x32_10([c as u32, (c >> 32) as u32, 0, 0], self.key)
     }
 
+    /// Word `i` of this stream (block `start + i / 4`, lane `i % 4`): the
+    /// word element `i` of an f32 `rand` reads.
+    #[inline]
+    pub(crate) fn word(&self, i: u64) -> u32 {
+        self.block(i / 4)[(i % 4) as usize]
+    }
+
     /// Writes `out[i] = f(i, block of element i, lane of element i)`, in
     /// parallel for large outputs; each block is computed once.
     pub(crate) fn fill<T: Send>(&self, out: &mut [T], f: impl Fn(usize, &[u32; 4], usize) -> T + Sync) {

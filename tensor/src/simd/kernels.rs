@@ -502,6 +502,16 @@ simd_fn!(
     pub(crate) fn softmax(x: &[f32], y: &mut [f32], log: bool) => softmax_g
 );
 
+#[inline(always)]
+fn exp_shift_g<V: Vf32>(x: &[f32], m: f32, y: &mut [f32]) {
+    exp_shift_scale::<V>(x, m, 1.0, y)
+}
+
+simd_fn!(
+    /// `y = exp(x − m)` elementwise: the numerators of an online softmax.
+    pub(crate) fn exp_shift(x: &[f32], m: f32, y: &mut [f32]) => exp_shift_g
+);
+
 /// Σ a·b in a fixed order.
 #[inline(always)]
 fn dot_g<V: Vf32>(a: &[f32], b: &[f32]) -> f32 {

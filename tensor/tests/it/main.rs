@@ -4,6 +4,7 @@
 //! allocator) is a separate file in `tests/` that says why in its first line.
 
 mod casts;
+mod cuda_attention;
 mod cuda_backend;
 mod cuda_nn_ops;
 mod cuda_shape_ops;

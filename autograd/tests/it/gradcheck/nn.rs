@@ -50,8 +50,10 @@ cases! {
     nll_loss: ["mul", "sum"] => nll_loss_case;
     mse_loss: ["sub", "mul"] => mse_loss_case;
     bce_with_logits: ["exp", "log1p"] => bce_case;
-    attention_masks: ["matmul", "softmax", "masked_fill", "add"] => attention_case;
-    attention_dropout: ["matmul", "softmax", "dropout"] => attention_dropout_case;
+    attention_masks: ["scaled_dot_product_attention"] => attention_case;
+    attention_dropout: ["scaled_dot_product_attention"] => attention_dropout_case;
+    attention_composite_masks: ["matmul", "softmax", "masked_fill", "add"] => attention_composite_case;
+    attention_composite_dropout: ["matmul", "softmax", "dropout"] => attention_composite_dropout_case;
 }
 
 /// The view of leaf `x` that `inp` describes.

@@ -1,8 +1,11 @@
 //! scaled_dot_product_attention with an additive (learnable) mask, a bool
-//! mask, the causal mask and dropout.
+//! mask, the causal mask and dropout: the fused op and its composition.
 
 use proptest::prelude::*;
-use tessera_autograd::{scaled_dot_product_attention, AttnMask, AttnOptions, GradcheckReport, Var};
+use tessera_autograd::{
+    scaled_dot_product_attention, scaled_dot_product_attention_composite, AttnMask, AttnOptions,
+    GradcheckReport, Var,
+};
 use tessera_tensor::{manual_seed, Tensor};
 
 use super::{seen_var, view};
@@ -60,7 +63,18 @@ fn qkv() -> impl Strategy<Value = (Input, Input, Input, (usize, usize, usize, us
     })
 }
 
+/// An attention entry point: the fused op or its composition.
+type Sdpa = fn(&Var, &Var, &Var, &AttnOptions<'_>) -> tessera_tensor::Result<Var>;
+
 pub fn attention_case(n: u32) -> Checked {
+    attention_case_of(n, scaled_dot_product_attention)
+}
+
+pub fn attention_composite_case(n: u32) -> Checked {
+    attention_case_of(n, scaled_dot_product_attention_composite)
+}
+
+fn attention_case_of(n: u32, sdpa: Sdpa) -> Checked {
     let s = qkv().prop_flat_map(|qkv| {
         let (l, s) = (qkv.3 .0, qkv.3 .1);
         (
@@ -79,7 +93,7 @@ pub fn attention_case(n: u32) -> Checked {
         // Every mask kind on the same inputs.
         let mut report: Option<GradcheckReport> = None;
         for kind in 0..4 {
-            let r = attention_kind(kind, (&q, &k, &v, &bias), dims, &keep, &keep_t)?;
+            let r = attention_kind(sdpa, kind, (&q, &k, &v, &bias), dims, &keep, &keep_t)?;
             match &mut report {
                 Some(acc) => acc.ops.extend(r.ops),
                 None => report = Some(r),
@@ -92,6 +106,7 @@ pub fn attention_case(n: u32) -> Checked {
 /// Gradchecks attention case `kind` (see [`options`]) and compares its
 /// forward with [`naive`].
 fn attention_kind(
+    sdpa: Sdpa,
     kind: usize,
     (q, k, v, bias): (&Input, &Input, &Input, &Input),
     dims: (usize, usize, usize, usize),
@@ -105,7 +120,7 @@ fn attention_kind(
         let b = view(bias, &xs[3])?;
         // Kinds other than 0 leave the bias unused: its gradient is 0.
         let opts = options(kind, Some(&b), keep_t, scale);
-        scaled_dot_product_attention(&view(q, &xs[0])?, &view(k, &xs[1])?, &view(v, &xs[2])?, &opts)
+        sdpa(&view(q, &xs[0])?, &view(k, &xs[1])?, &view(v, &xs[2])?, &opts)
     })?;
     let add: Vec<f64> = match kind {
         0 => bias.seen(),
@@ -134,12 +149,20 @@ fn attention_kind(
         .collect();
     let bv = seen_var(bias)?;
     let opts = options(kind, Some(&bv), keep_t, scale);
-    let y = scaled_dot_product_attention(&seen_var(q)?, &seen_var(k)?, &seen_var(v)?, &opts).map_err(fail)?;
+    let y = sdpa(&seen_var(q)?, &seen_var(k)?, &seen_var(v)?, &opts).map_err(fail)?;
     close(y.tensor(), &want, 1e-12)?;
     Ok(report)
 }
 
 pub fn attention_dropout_case(n: u32) -> Checked {
+    attention_dropout_case_of(n, scaled_dot_product_attention)
+}
+
+pub fn attention_composite_dropout_case(n: u32) -> Checked {
+    attention_dropout_case_of(n, scaled_dot_product_attention_composite)
+}
+
+fn attention_dropout_case_of(n: u32, sdpa: Sdpa) -> Checked {
     prop(n, (qkv(), any::<u64>()), |((q, k, v, _), seed)| {
         let opts = AttnOptions {
             dropout_p: 0.3,
@@ -149,7 +172,7 @@ pub fn attention_dropout_case(n: u32) -> Checked {
         check(&[q.leaf(), k.leaf(), v.leaf()], |xs| {
             // Reseeding replays the same dropout mask on every evaluation.
             manual_seed(seed);
-            scaled_dot_product_attention(&view(&q, &xs[0])?, &view(&k, &xs[1])?, &view(&v, &xs[2])?, &opts)
+            sdpa(&view(&q, &xs[0])?, &view(&k, &xs[1])?, &view(&v, &xs[2])?, &opts)
         })
     })
 }

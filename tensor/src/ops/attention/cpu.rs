@@ -1,0 +1,715 @@
+//! The CPU kernels of fused attention: FlashAttention-2 tiled per (batch,
+//! head) with an online softmax; the inner products are the crate's packed
+//! GEMM on `BLOCK × BLOCK` tiles read straight from the strided operands.
+//!
+//! The forward runs one task per (batch·head, query block); the backward
+//! one task per batch·head, walking key blocks outside and query blocks
+//! inside so dK/dV of a key block and dQ of the whole head accumulate in
+//! one fixed order without atomics. Each task's GEMMs run on its own thread
+//! and every element is summed in an order that depends only on the sizes,
+//! so results are bitwise the same on any number of threads.
+//!
+//! Results take their operand's row order ([`RowOrder`]): when `q` is a
+//! head-split view (`[b, T, h, d]` storage seen as `[b, h, T, d]`, as
+//! MultiheadAttention makes), the output is stored `[b, L, h, Ev]` and
+//! returned as the same kind of view, so merging the heads back is a
+//! reshape, not a copy; dQ/dK/dV likewise follow q/k/v. The backward reads
+//! the output gradient and the output with their strides.
+
+use rayon::prelude::*;
+
+use super::{Geom, SdpaArgs, SdpaDropout, SdpaGrads, SdpaMask, SdpaOutput};
+use crate::ops::matmul::gemm::{gemm, Epilogue, GemmShape, MatMut};
+use crate::ops::matmul::kernel::{GemmScalar, Isa};
+use crate::ops::matmul::pack::MatRef;
+use crate::simd::{kernels, Level};
+use crate::{DType, Element, FloatElement, FloatMath, Layout, Result, Tensor};
+
+/// Rows (queries) and columns (keys) of one score tile.
+const BLOCK: usize = 64;
+
+/// Multiply-adds below which a call runs on the calling thread.
+const PAR_FLOPS: usize = 1 << 18;
+
+/// The row operations of the online softmax, SIMD for f32.
+pub(crate) trait AttnMath: GemmScalar + FloatElement<Math = Self> {
+    /// max of a row (NaN if any element is NaN, −∞ when empty).
+    fn row_max(x: &[Self]) -> Self;
+    /// `y = exp(x − m)`.
+    fn exp_shift(x: &[Self], m: Self, y: &mut [Self]);
+    /// Σ x in a fixed order.
+    fn row_sum(x: &[Self]) -> Self;
+}
+
+impl AttnMath for f32 {
+    fn row_max(x: &[f32]) -> f32 {
+        kernels::max(Level::best(), x)
+    }
+    fn exp_shift(x: &[f32], m: f32, y: &mut [f32]) {
+        kernels::exp_shift(Level::best(), x, m, y)
+    }
+    fn row_sum(x: &[f32]) -> f32 {
+        kernels::sum(Level::best(), x)
+    }
+}
+
+impl AttnMath for f64 {
+    fn row_max(x: &[f64]) -> f64 {
+        x.iter().fold(f64::NEG_INFINITY, |a, &b| a.max_nan(b))
+    }
+    fn exp_shift(x: &[f64], m: f64, y: &mut [f64]) {
+        y.iter_mut().zip(x).for_each(|(y, &x)| *y = (x - m).exp());
+    }
+    fn row_sum(x: &[f64]) -> f64 {
+        x.iter().sum()
+    }
+}
+
+/// A `[batch.., rows, cols]` operand broadcast over the call's batch dims:
+/// matrix `b` starts at `offs[b]`.
+struct Operand<'a, T> {
+    data: &'a [T],
+    offs: Vec<usize>,
+    rs: isize,
+    cs: isize,
+}
+
+impl<'a, T> Operand<'a, T> {
+    fn new(data: &'a [T], layout: &Layout, g: &Geom, rows: usize, cols: usize) -> Result<Self> {
+        let l = layout.broadcast_to(&g.shape(&[rows, cols]))?;
+        let nb = g.batch.len();
+        let offs = (0..g.count())
+            .map(|mut lin| {
+                let mut off = l.offset() as isize;
+                for d in (0..nb).rev() {
+                    off += (lin % g.batch[d]) as isize * l.strides()[d];
+                    lin /= g.batch[d];
+                }
+                off as usize
+            })
+            .collect();
+        Ok(Operand {
+            data,
+            offs,
+            rs: l.strides()[nb],
+            cs: l.strides()[nb + 1],
+        })
+    }
+
+    /// Rows `row0..` of matrix `b`.
+    fn rows(&self, b: usize, row0: usize) -> MatRef<'a, T> {
+        MatRef {
+            data: self.data,
+            off: (self.offs[b] as isize + row0 as isize * self.rs) as usize,
+            rs: self.rs,
+            cs: self.cs,
+        }
+    }
+
+    /// The transpose of rows `row0..` of matrix `b`.
+    fn rows_t(&self, b: usize, row0: usize) -> MatRef<'a, T> {
+        let m = self.rows(b, row0);
+        MatRef {
+            rs: self.cs,
+            cs: self.rs,
+            ..m
+        }
+    }
+
+    /// Element `(i, j)` of matrix `b`.
+    #[inline]
+    fn at(&self, b: usize, i: usize, j: usize) -> &'a T {
+        &self.data[(self.offs[b] as isize + i as isize * self.rs + j as isize * self.cs) as usize]
+    }
+}
+
+/// Where the rows of a `[batch.., rows, width]` result lie: batch-major
+/// (`heads == 1`), or with the last batch dim (the heads, `heads` of them)
+/// inside the rows, i.e. stored `[pre.., rows, heads, width]`.
+#[derive(Debug, Clone, Copy)]
+struct RowOrder {
+    heads: usize,
+    rows: usize,
+    width: usize,
+}
+
+impl RowOrder {
+    /// The order of a `[.., rows, width]` result of an operand whose layout
+    /// is `layout`: heads inside the rows when the operand's last batch dim
+    /// has a nonzero stride smaller than its row stride.
+    fn of(layout: &Layout, g: &Geom, rows: usize, width: usize) -> Result<Self> {
+        let nb = g.batch.len();
+        let own = &layout.shape()[layout.ndim() - 2..];
+        let l = layout.broadcast_to(&g.shape(own))?;
+        let heads_inner = nb > 0 && {
+            let (hs, rs) = (l.strides()[nb - 1], l.strides()[nb]);
+            hs != 0 && hs.unsigned_abs() < rs.unsigned_abs() && g.batch[nb - 1] > 1
+        };
+        Ok(RowOrder {
+            heads: if heads_inner { g.batch[nb - 1] } else { 1 },
+            rows,
+            width,
+        })
+    }
+
+    /// The storage row of row `i` of matrix `b`.
+    fn at(&self, b: usize, i: usize) -> usize {
+        let (pre, h) = (b / self.heads, b % self.heads);
+        (pre * self.rows + i) * self.heads + h
+    }
+
+    /// The rows of each of the `count` matrices over `data`, in row order.
+    fn split<'a, T>(&self, data: &'a mut [T], count: usize) -> Vec<Vec<&'a mut [T]>> {
+        let mut rows: Vec<Option<&mut [T]>> = data.chunks_mut(self.width).map(Some).collect();
+        (0..count)
+            .map(|b| {
+                (0..self.rows)
+                    .map(|i| {
+                        rows[self.at(b, i)]
+                            .take()
+                            .expect("each row belongs to one matrix")
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// A new `[batch.., rows, width]` tensor stored in this order, whose
+    /// rows `fill` writes (given [`RowOrder::split`]'s rows).
+    fn build<T: Element>(
+        &self,
+        op: &'static str,
+        g: &Geom,
+        fill: impl FnOnce(Vec<Vec<&mut [T]>>),
+    ) -> Result<Tensor> {
+        let nb = g.batch.len();
+        let mut stored = g.shape(&[self.rows, self.width]);
+        if self.heads > 1 {
+            stored.swap(nb - 1, nb);
+        }
+        let t = Tensor::build_overwrite::<T>(op, &stored, |data| fill(self.split(data, g.count())))?;
+        if self.heads > 1 {
+            t.transpose(nb as isize - 1, nb as isize)
+        } else {
+            Ok(t)
+        }
+    }
+}
+
+/// Writes the contiguous `rows × width` block `src` into `dst`'s rows.
+fn write_rows<T: Copy>(dst: &mut [&mut [T]], src: &[T]) {
+    let width = src.len() / dst.len().max(1);
+    for (d, s) in dst.iter_mut().zip(src.chunks(width)) {
+        d.copy_from_slice(s);
+    }
+}
+
+/// The mask of one call, read where the scores are.
+enum Mask<'a, T> {
+    None,
+    Causal,
+    Additive(Operand<'a, T>),
+    Keep(Operand<'a, bool>),
+}
+
+/// What every tile of one call reads.
+struct Ctx<'a, T> {
+    g: &'a Geom,
+    q: Operand<'a, T>,
+    k: Operand<'a, T>,
+    v: Operand<'a, T>,
+    mask: Mask<'a, T>,
+    dropout: Option<SdpaDropout>,
+    scale: T,
+}
+
+impl<T: AttnMath> Ctx<'_, T> {
+    /// Masks the scores `sc` (`rows × cols`, row stride `cols`) of query
+    /// rows `i0..` and key columns `j0..` of matrix `b`.
+    fn apply_mask(&self, b: usize, i0: usize, j0: usize, cols: usize, sc: &mut [T]) {
+        for (r, row) in sc.chunks_mut(cols).enumerate() {
+            let i = i0 + r;
+            match &self.mask {
+                Mask::None => {}
+                Mask::Causal => {
+                    let first_hidden = (i + 1).saturating_sub(j0).min(cols);
+                    row[first_hidden..].fill(<T as FloatMath>::NEG_INFINITY);
+                }
+                Mask::Additive(m) => {
+                    for (c, x) in row.iter_mut().enumerate() {
+                        *x += *m.at(b, i, j0 + c);
+                    }
+                }
+                Mask::Keep(m) => {
+                    for (c, x) in row.iter_mut().enumerate() {
+                        if !*m.at(b, i, j0 + c) {
+                            *x = <T as FloatMath>::NEG_INFINITY;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Scales each weight of `p` (query rows `i0..`, key columns `j0..` of
+    /// matrix `b`) by the dropout factor where it is kept, zeroing the rest.
+    fn apply_dropout(&self, d: &SdpaDropout, b: usize, i0: usize, j0: usize, cols: usize, p: &mut [T]) {
+        let keep_scale = T::of(d.scale());
+        for (r, row) in p.chunks_mut(cols).enumerate() {
+            let base = ((b * self.g.l + i0 + r) * self.g.s + j0) as u64;
+            for (c, x) in row.iter_mut().enumerate() {
+                *x = if d.keeps(base + c as u64) {
+                    *x * keep_scale
+                } else {
+                    <T as FloatMath>::ZERO
+                };
+            }
+        }
+    }
+
+    /// The key blocks query rows `i0..i1` see (all, or up to the causal edge).
+    fn key_end(&self, i1: usize) -> usize {
+        match self.mask {
+            Mask::Causal => i1.min(self.g.s),
+            _ => self.g.s,
+        }
+    }
+
+    /// `c = alpha·a·b + beta·c` for `a` `m × k`, `b` `k × n` into `c` with
+    /// row stride `rs`, on this thread.
+    #[allow(clippy::too_many_arguments)]
+    fn mm(
+        &self,
+        (m, n, k): (usize, usize, usize),
+        alpha: T,
+        a: MatRef<T>,
+        b: MatRef<T>,
+        beta: T,
+        c: &mut [T],
+        rs: usize,
+    ) {
+        let s = GemmShape { m, n, k, alpha, beta };
+        let cm = MatMut {
+            data: c,
+            off: 0,
+            rs: rs as isize,
+            cs: 1,
+        };
+        gemm::<T>(s, a, b, cm, Epilogue::none(), Isa::best(), false);
+    }
+
+    /// Output rows `i0 .. i0 + rows.len()` of matrix `b` into `rows` and
+    /// their log-sum-exp into `lse`.
+    fn forward_tile(&self, b: usize, i0: usize, rows: &mut [&mut [T]], lse: &mut [T]) {
+        let (g, br) = (self.g, lse.len());
+        let mut acc = vec![<T as FloatMath>::ZERO; br * g.ev];
+        let out = &mut acc[..];
+        let mut sc = vec![<T as FloatMath>::ZERO; br * BLOCK];
+        let mut p = vec![<T as FloatMath>::ZERO; br * BLOCK];
+        let mut m = vec![<T as FloatMath>::NEG_INFINITY; br];
+        let mut l = vec![<T as FloatMath>::ZERO; br];
+        let end = self.key_end(i0 + br);
+        for j0 in (0..end).step_by(BLOCK) {
+            let bc = BLOCK.min(g.s - j0);
+            let (sc, p) = (&mut sc[..br * bc], &mut p[..br * bc]);
+            let qk = (br, bc, g.e);
+            self.mm(
+                qk,
+                self.scale,
+                self.q.rows(b, i0),
+                self.k.rows_t(b, j0),
+                <T as FloatMath>::ZERO,
+                sc,
+                bc,
+            );
+            self.apply_mask(b, i0, j0, bc, sc);
+            for r in 0..br {
+                let (srow, prow) = (&sc[r * bc..(r + 1) * bc], &mut p[r * bc..(r + 1) * bc]);
+                let m_new = m[r].max_nan(T::row_max(srow));
+                if m_new == <T as FloatMath>::NEG_INFINITY {
+                    // Nothing seen yet: this block adds nothing to the row.
+                    prow.fill(<T as FloatMath>::ZERO);
+                    continue;
+                }
+                T::exp_shift(srow, m_new, prow);
+                let alpha = (m[r] - m_new).exp();
+                l[r] = l[r] * alpha + T::row_sum(prow);
+                if alpha != <T as FloatMath>::ONE {
+                    out[r * g.ev..(r + 1) * g.ev]
+                        .iter_mut()
+                        .for_each(|o| *o = *o * alpha);
+                }
+                m[r] = m_new;
+            }
+            if let Some(d) = &self.dropout {
+                self.apply_dropout(d, b, i0, j0, bc, p);
+            }
+            let pv = MatRef {
+                data: &*p,
+                off: 0,
+                rs: bc as isize,
+                cs: 1,
+            };
+            self.mm(
+                (br, g.ev, bc),
+                <T as FloatMath>::ONE,
+                pv,
+                self.v.rows(b, j0),
+                <T as FloatMath>::ONE,
+                out,
+                g.ev,
+            );
+        }
+        for r in 0..br {
+            // A row that saw no key has l = 0 and output 0/0 = NaN, as PyTorch.
+            let inv = <T as FloatMath>::ONE / l[r];
+            out[r * g.ev..(r + 1) * g.ev]
+                .iter_mut()
+                .for_each(|o| *o = *o * inv);
+            lse[r] = m[r] + l[r].ln();
+        }
+        write_rows(rows, out);
+    }
+}
+
+/// The tensor `t` in the math type `T`, on the CPU (a copy only when its
+/// dtype differs).
+fn in_math<T: AttnMath>(t: &Tensor) -> Result<Tensor> {
+    t.to_dtype(<T as Element>::DTYPE)
+}
+
+/// The context of one call on math-typed tensors.
+fn context<'a, T: AttnMath>(
+    g: &'a Geom,
+    (q, k, v): (&'a Tensor, &'a Tensor, &'a Tensor),
+    mask: Option<&'a Tensor>,
+    args: &SdpaArgs<'_>,
+) -> Result<Ctx<'a, T>> {
+    let op = |t: &'a Tensor, rows: usize, cols: usize| {
+        Operand::new(t.storage().as_slice::<T>(), t.layout(), g, rows, cols)
+    };
+    let mask = match (args.mask, mask) {
+        (Some(SdpaMask::Keep(_)), Some(m)) => Mask::Keep(Operand::new(
+            m.storage().as_slice::<bool>(),
+            m.layout(),
+            g,
+            g.l,
+            g.s,
+        )?),
+        (Some(SdpaMask::Additive(_)), Some(m)) => Mask::Additive(op(m, g.l, g.s)?),
+        _ if args.is_causal => Mask::Causal,
+        _ => Mask::None,
+    };
+    Ok(Ctx {
+        g,
+        q: op(q, g.l, g.e)?,
+        k: op(k, g.s, g.e)?,
+        v: op(v, g.s, g.ev)?,
+        mask,
+        dropout: args.dropout,
+        scale: T::of(g.scale),
+    })
+}
+
+/// The inputs of a call in its math type, and its mask (additive masks in
+/// the math type, keep masks as they are).
+struct MathInputs {
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Option<Tensor>,
+}
+
+impl MathInputs {
+    fn new<T: AttnMath>(q: &Tensor, k: &Tensor, v: &Tensor, args: &SdpaArgs<'_>) -> Result<Self> {
+        let mask = match args.mask {
+            Some(SdpaMask::Additive(m)) => Some(in_math::<T>(m)?),
+            Some(SdpaMask::Keep(m)) => Some(m.clone()),
+            None => None,
+        };
+        Ok(MathInputs {
+            q: in_math::<T>(q)?,
+            k: in_math::<T>(k)?,
+            v: in_math::<T>(v)?,
+            mask,
+        })
+    }
+}
+
+/// Runs `f` on each task, in parallel when the call does `flops`
+/// multiply-adds or more.
+fn run<I: Send>(tasks: Vec<I>, flops: usize, f: impl Fn(I) + Sync + Send) {
+    if flops < PAR_FLOPS || tasks.len() < 2 {
+        tasks.into_iter().for_each(f);
+    } else {
+        tasks.into_par_iter().for_each(f);
+    }
+}
+
+/// The math type of a dtype's kernel: f64 for f64, f32 otherwise.
+fn math_dtype(dtype: DType) -> DType {
+    if dtype == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    }
+}
+
+/// The CPU's [`Tensor::sdpa`] on checked operands.
+pub(crate) fn forward(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    g: &Geom,
+    args: &SdpaArgs<'_>,
+) -> Result<SdpaOutput> {
+    let (out, lse) = match math_dtype(q.dtype()) {
+        DType::F64 => forward_typed::<f64>(q, k, v, g, args)?,
+        _ => forward_typed::<f32>(q, k, v, g, args)?,
+    };
+    Ok(SdpaOutput {
+        out: out.to_dtype(q.dtype())?,
+        lse,
+    })
+}
+
+fn forward_typed<T: AttnMath>(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    g: &Geom,
+    args: &SdpaArgs<'_>,
+) -> Result<(Tensor, Tensor)> {
+    const OP: &str = "scaled_dot_product_attention";
+    let x = MathInputs::new::<T>(q, k, v, args)?;
+    let ctx = context::<T>(g, (&x.q, &x.k, &x.v), x.mask.as_ref(), args)?;
+    let flops = g.count() * g.l * g.s * (g.e + g.ev);
+    let order = RowOrder::of(q.layout(), g, g.l, g.ev)?;
+    let mut lse_t = None;
+    let out = order.build::<T>(OP, g, |out_rows| {
+        lse_t = Some(Tensor::build_overwrite::<T>(OP, &g.shape(&[g.l]), |lse| {
+            let mut out_rows = out_rows;
+            let mut tasks = Vec::new();
+            for (b, (rows, ls)) in out_rows.iter_mut().zip(lse.chunks_mut(g.l)).enumerate() {
+                let mut rest = &mut rows[..];
+                for (qb, lb) in ls.chunks_mut(BLOCK).enumerate() {
+                    let (tile, tail) = rest.split_at_mut(lb.len());
+                    rest = tail;
+                    tasks.push((b, qb * BLOCK, tile, lb));
+                }
+            }
+            run(tasks, flops, |(b, i0, tile, lb)| {
+                ctx.forward_tile(b, i0, tile, lb)
+            });
+        }));
+    })?;
+    let lse = lse_t.expect("the output's fill ran")?;
+    Ok((out, lse))
+}
+
+impl<T: AttnMath> Ctx<'_, T> {
+    /// The gradients of matrix `b` from the output gradient `d_o`, the
+    /// output `o` and the forward's `lse` of its rows, into the rows of dQ
+    /// (L), dK (S) and dV (S), and the mask gradient `[L, S]` when asked.
+    #[allow(clippy::too_many_arguments)]
+    fn backward_head(
+        &self,
+        b: usize,
+        (d_o, o): (&Operand<'_, T>, &Operand<'_, T>),
+        lse: &[T],
+        dq: &mut [&mut [T]],
+        dk: &mut [&mut [T]],
+        dv: &mut [&mut [T]],
+        mut dmask: Option<&mut [T]>,
+    ) {
+        let g = self.g;
+        let zero = <T as FloatMath>::ZERO;
+        let one = <T as FloatMath>::ONE;
+        // δ_i = Σ_c dO_ic·O_ic: the row sums of P∘dP (FlashAttention-2).
+        let delta: Vec<T> = (0..g.l)
+            .map(|i| (0..g.ev).fold(zero, |acc, c| acc + *d_o.at(b, i, c) * *o.at(b, i, c)))
+            .collect();
+        let (mut dq_h, mut dk_h, mut dv_h) = (
+            vec![zero; g.l * g.e],
+            vec![zero; g.s * g.e],
+            vec![zero; g.s * g.ev],
+        );
+        let mut p = [zero; BLOCK * BLOCK];
+        let mut pd = [zero; BLOCK * BLOCK];
+        let mut ds = [zero; BLOCK * BLOCK];
+        let causal = matches!(self.mask, Mask::Causal);
+        for j0 in (0..g.s).step_by(BLOCK) {
+            let bc = BLOCK.min(g.s - j0);
+            let dk_j = &mut dk_h[j0 * g.e..(j0 + bc) * g.e];
+            let dv_j = &mut dv_h[j0 * g.ev..(j0 + bc) * g.ev];
+            // Under the causal mask, query rows before j0 see no key here.
+            let first = if causal { j0 } else { 0 };
+            for i0 in (first..g.l).step_by(BLOCK) {
+                let br = BLOCK.min(g.l - i0);
+                let (p, pd, ds) = (&mut p[..br * bc], &mut pd[..br * bc], &mut ds[..br * bc]);
+                let qk = (br, bc, g.e);
+                self.mm(
+                    qk,
+                    self.scale,
+                    self.q.rows(b, i0),
+                    self.k.rows_t(b, j0),
+                    zero,
+                    ds,
+                    bc,
+                );
+                self.apply_mask(b, i0, j0, bc, ds);
+                for r in 0..br {
+                    let row = r * bc..(r + 1) * bc;
+                    T::exp_shift(&ds[row.clone()], lse[i0 + r], &mut p[row]);
+                }
+                let pdm = match &self.dropout {
+                    Some(d) => {
+                        pd.copy_from_slice(p);
+                        self.apply_dropout(d, b, i0, j0, bc, pd);
+                        &*pd
+                    }
+                    None => &*p,
+                };
+                // dV_j += Pdᵀ·dO_i
+                let pdt = MatRef {
+                    data: pdm,
+                    off: 0,
+                    rs: 1,
+                    cs: bc as isize,
+                };
+                self.mm((bc, g.ev, br), one, pdt, d_o.rows(b, i0), one, dv_j, g.ev);
+                // dP = dO_i·V_jᵀ (through the dropout mask), dS = P∘(dP − δ).
+                self.mm(
+                    (br, bc, g.ev),
+                    one,
+                    d_o.rows(b, i0),
+                    self.v.rows_t(b, j0),
+                    zero,
+                    ds,
+                    bc,
+                );
+                if let Some(d) = &self.dropout {
+                    self.apply_dropout(d, b, i0, j0, bc, ds);
+                }
+                for r in 0..br {
+                    let dl = delta[i0 + r];
+                    let row = r * bc..(r + 1) * bc;
+                    ds[row.clone()]
+                        .iter_mut()
+                        .zip(&p[row])
+                        .for_each(|(x, &pv)| *x = pv * (*x - dl));
+                }
+                if let Some(dm) = dmask.as_deref_mut() {
+                    for r in 0..br {
+                        let at = (i0 + r) * g.s + j0;
+                        dm[at..at + bc].copy_from_slice(&ds[r * bc..(r + 1) * bc]);
+                    }
+                }
+                let dsm = MatRef {
+                    data: &*ds,
+                    off: 0,
+                    rs: bc as isize,
+                    cs: 1,
+                };
+                let dst = MatRef {
+                    rs: 1,
+                    cs: bc as isize,
+                    ..dsm
+                };
+                // dK_j += scale·dSᵀ·Q_i, dQ_i += scale·dS·K_j
+                self.mm((bc, g.e, br), self.scale, dst, self.q.rows(b, i0), one, dk_j, g.e);
+                let dq_i = &mut dq_h[i0 * g.e..(i0 + br) * g.e];
+                self.mm((br, g.e, bc), self.scale, dsm, self.k.rows(b, j0), one, dq_i, g.e);
+            }
+        }
+        write_rows(dq, &dq_h);
+        write_rows(dk, &dk_h);
+        write_rows(dv, &dv_h);
+    }
+}
+
+/// The CPU's [`Tensor::sdpa_backward`] on checked operands.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn backward(
+    dout: &Tensor,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    fwd: &SdpaOutput,
+    g: &Geom,
+    args: &SdpaArgs<'_>,
+    mask_grad: bool,
+) -> Result<SdpaGrads> {
+    let grads = match math_dtype(q.dtype()) {
+        DType::F64 => backward_typed::<f64>(dout, q, k, v, fwd, g, args, mask_grad)?,
+        _ => backward_typed::<f32>(dout, q, k, v, fwd, g, args, mask_grad)?,
+    };
+    let mask_dtype = match args.mask {
+        Some(SdpaMask::Additive(m)) => m.dtype(),
+        _ => q.dtype(),
+    };
+    Ok(SdpaGrads {
+        dq: grads.dq.to_dtype(q.dtype())?,
+        dk: grads.dk.to_dtype(q.dtype())?,
+        dv: grads.dv.to_dtype(q.dtype())?,
+        dmask: grads.dmask.map(|m| m.to_dtype(mask_dtype)).transpose()?,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn backward_typed<T: AttnMath>(
+    dout: &Tensor,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    fwd: &SdpaOutput,
+    g: &Geom,
+    args: &SdpaArgs<'_>,
+    mask_grad: bool,
+) -> Result<SdpaGrads> {
+    const OP: &str = "scaled_dot_product_attention_backward";
+    let x = MathInputs::new::<T>(q, k, v, args)?;
+    let ctx = context::<T>(g, (&x.q, &x.k, &x.v), x.mask.as_ref(), args)?;
+    let (d_o, o) = (in_math::<T>(dout)?, in_math::<T>(&fwd.out)?);
+    let d_o = Operand::new(d_o.storage().as_slice::<T>(), d_o.layout(), g, g.l, g.ev)?;
+    let o = Operand::new(o.storage().as_slice::<T>(), o.layout(), g, g.l, g.ev)?;
+    let lse = in_math::<T>(&fwd.lse)?.contiguous()?;
+    let lse = lse.as_slice::<T>()?;
+    let flops = 2 * g.count() * g.l * g.s * (g.e + g.ev);
+    let mut dmask = mask_grad.then(|| vec![<T as FloatMath>::ZERO; g.count() * g.l * g.s]);
+    let (oq, ok, ov) = (
+        RowOrder::of(q.layout(), g, g.l, g.e)?,
+        RowOrder::of(k.layout(), g, g.s, g.e)?,
+        RowOrder::of(v.layout(), g, g.s, g.ev)?,
+    );
+    let (mut dk_t, mut dv_t) = (None, None);
+    let dq = oq.build::<T>(OP, g, |mut dq| {
+        dk_t = Some(ok.build::<T>(OP, g, |mut dk| {
+            dv_t = Some(ov.build::<T>(OP, g, |mut dv| {
+                let dmask_chunks: Vec<Option<&mut [T]>> = match dmask.as_mut() {
+                    Some(m) => m.chunks_mut(g.l * g.s).map(Some).collect(),
+                    None => (0..g.count()).map(|_| None).collect(),
+                };
+                let tasks: Vec<_> = dq
+                    .iter_mut()
+                    .zip(dk.iter_mut())
+                    .zip(dv.iter_mut())
+                    .zip(dmask_chunks)
+                    .enumerate()
+                    .collect();
+                run(tasks, flops, |(b, (((dq, dk), dv), dmask))| {
+                    let rows = b * g.l..(b + 1) * g.l;
+                    ctx.backward_head(b, (&d_o, &o), &lse[rows], dq, dk, dv, dmask);
+                });
+            }));
+        }));
+    })?;
+    Ok(SdpaGrads {
+        dq,
+        dk: dk_t.expect("the fill ran")?,
+        dv: dv_t.expect("the fill ran")?,
+        dmask: dmask
+            .map(|m| Tensor::from_vec(m, &g.shape(&[g.l, g.s])))
+            .transpose()?,
+    })
+}
