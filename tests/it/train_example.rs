@@ -272,6 +272,7 @@ fn cifar_binaries_and_shards_train_a_resnet_with_progressive_resizing() {
             &["--progressive", "16,0,2", "--batch-size", "8", "--log-every", "1"],
         );
         (a.model, a.data, a.epochs, a.ema_decay) = ("resnet18".into(), data.clone(), 2, None);
+        (a.depth, a.embed_dim, a.num_heads) = (None, None, None);
         (a.train_limit, a.test_limit) = (None, None);
         run::train(&a).unwrap();
         let (config, steps) = log_records(&out);
