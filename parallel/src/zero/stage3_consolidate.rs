@@ -121,7 +121,16 @@ impl Zero3 {
             ));
         }
         let rank = lock(&self.core).comm.rank();
-        let ours = self.own_pieces()?;
+        // Per group: the dtypes of this rank's parameter and master shards
+        // and their length (what the restored pieces must match).
+        let specs: Vec<(DType, DType, usize)> = {
+            let core = lock(&self.core);
+            core.shards
+                .iter()
+                .zip(&self.masters)
+                .map(|(s, m)| (s.dtype(), m.dtype(), s.numel()))
+                .collect()
+        };
         // This rank's flat buffer of group g (`len` elements of `dtype`)
         // from the full tensors `key(name)`.
         let pieces = |g: usize, dtype: DType, len: usize, key: &dyn Fn(&str) -> String| -> Result<Tensor> {
@@ -146,10 +155,9 @@ impl Zero3 {
         for (key, v) in sd.prefixed("optimizer").metadata() {
             inner.set(key.clone(), v.clone());
         }
-        for (g, (shard, master)) in ours.shards.iter().zip(&ours.masters).enumerate() {
-            let len = shard.numel();
-            shards.push(pieces(g, shard.dtype(), len, &|n| format!("model.{n}"))?);
-            masters.push(pieces(g, master.dtype(), len, &|n| format!("master.{n}"))?);
+        for (g, &(shard_dtype, master_dtype, len)) in specs.iter().enumerate() {
+            shards.push(pieces(g, shard_dtype, len, &|n| format!("model.{n}"))?);
+            masters.push(pieces(g, master_dtype, len, &|n| format!("master.{n}"))?);
             // The buffers are named by the state itself (a fresh inner
             // optimizer has none before its first step).
             let Some(first) = (0..layout.names.len()).find(|&i| layout.groups[i] == g) else {
@@ -180,11 +188,12 @@ impl Zero3 {
     fn own_pieces(&self) -> Result<Pieces> {
         let shards = lock(&self.core).shards.iter().map(copy).collect::<Result<_>>()?;
         let masters = self.masters.iter().map(|m| m.tensor()).collect();
+        let meta = self.inner.state_dict();
         Ok(Pieces {
             shards,
             masters,
-            buffers: group_buffers(&self.inner.state_dict(), self.masters.len()),
-            meta: self.inner.state_dict(),
+            buffers: group_buffers(&meta, self.masters.len()),
+            meta,
         })
     }
 }
