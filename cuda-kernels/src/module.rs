@@ -12,7 +12,7 @@ pub enum Module {
     Elementwise,
     /// Philox4x32-10 uniform and normal numbers.
     Philox,
-    /// Sum, max, argmax over a dimension.
+    /// Sum, max, argmax/argmin over a dimension.
     Reduce,
     /// Softmax, log_softmax, cross-entropy.
     Softmax,
@@ -125,16 +125,24 @@ impl Module {
                         "unary_strided",
                         "binary_contig",
                         "binary_strided",
-                        "where_strided",
                         "fill",
                         "clamp_strided",
                         "scatter_add",
                     ],
                     &FLOATS,
                 );
-                v.extend(per_dtype(&["compare_strided"], &["f32", "f16", "bf16", "u8"]));
                 v.extend(per_dtype(
-                    &["copy_strided", "tri", "gather_strided", "scatter"],
+                    &["compare_strided"],
+                    &["f32", "f16", "bf16", "i64", "u8"],
+                ));
+                v.extend(per_dtype(
+                    &[
+                        "copy_strided",
+                        "tri",
+                        "gather_strided",
+                        "scatter",
+                        "where_strided",
+                    ],
                     &["b1", "b2", "b4", "b8"],
                 ));
                 for (a, b) in [
@@ -150,7 +158,7 @@ impl Module {
                 v
             }
             Module::Philox => per_dtype(&["philox_uniform", "philox_normal"], &FLOATS),
-            Module::Reduce => per_dtype(&["reduce", "argmax", "scan", "topk"], &FLOATS),
+            Module::Reduce => per_dtype(&["reduce", "arg_extreme", "scan", "topk"], &FLOATS),
             Module::Softmax => per_dtype(&["softmax", "ce_fwd", "ce_bwd"], &FLOATS),
             Module::LayerNorm => per_dtype(
                 &["ln_fwd", "ln_bwd_dx", "ln_bwd_partial", "ln_bwd_final"],

@@ -47,20 +47,41 @@ impl Var {
                 format!("label_smoothing must be in [0, 1], got {eps}"),
             ));
         }
-        if let Target::Indices(t) = target {
-            return fused_cross_entropy(self, t, *opts);
+        let probs = match target {
+            Target::Indices(t) => return fused_cross_entropy(self, t, *opts),
+            Target::Probs(p) => p,
+        };
+        if probs.shape() != self.shape() || !probs.dtype().is_float() {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "probability target must be a float tensor of the input's shape {:?}, got {} of shape {:?}",
+                    self.shape(),
+                    probs.dtype(),
+                    probs.shape()
+                ),
+            ));
         }
-        let logits = classes_last(OP, self)?;
-        let logp = logits.log_softmax(-1)?;
-        weighted_nll(
+        let logp = classes_last(OP, self)?.log_softmax(-1)?;
+        let classes = *logp.shape().last().expect("classes_last keeps a class dim");
+        // The weights (1−ε)·p + ε/C in at least f32 on the logits' device,
+        // rounded once to the logits' dtype.
+        let wide = if logp.dtype() == DType::F64 {
+            DType::F64
+        } else {
+            DType::F32
+        };
+        let p = classes_last(
             OP,
-            &logp,
-            self.shape(),
-            target,
-            opts.ignore_index,
-            eps,
-            opts.reduction,
-        )
+            &Var::constant(probs.to_device(logp.device())?.to_dtype(wide)?),
+        )?;
+        let weights = p
+            .tensor()
+            .mul_scalar(1.0 - eps)?
+            .add_scalar(eps / classes as f64)?
+            .to_dtype(logp.dtype())?;
+        let per = logp.mul(&Var::constant(weights))?.sum(&[-1], false)?.neg()?;
+        reduce(per, opts.reduction)
     }
 
     /// Negative log-likelihood of the log-probabilities `self` (classes
@@ -78,15 +99,33 @@ impl Var {
         ));
         const OP: &str = "nll_loss";
         let logp = classes_last(OP, self)?;
-        weighted_nll(
-            OP,
-            &logp,
-            self.shape(),
-            Target::Indices(target),
-            ignore_index,
-            0.0,
-            reduction,
-        )
+        let rows_shape = &logp.shape()[..logp.ndim() - 1];
+        if target.dtype() != DType::I64 || target.shape() != rows_shape {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "class-index target must be i64 of shape {rows_shape:?} for input {:?}, got {} of shape {:?}",
+                    self.shape(),
+                    target.dtype(),
+                    target.shape()
+                ),
+            ));
+        }
+        let target = target.to_device(logp.device())?;
+        let kept = target.ne_scalar(ignore_index as f64)?;
+        // Ignored rows pick class 0 (always present) and are then zeroed, so
+        // every index `gather` checks is a real class.
+        let classes = target.masked_fill(&kept.logical_not()?, 0.0)?.unsqueeze(-1)?;
+        let picked = logp.gather(-1, &classes).map_err(|e| match e {
+            Error::Index { msg, .. } => Error::index(OP, format!("{msg} (input {:?})", self.shape())),
+            e => e,
+        })?;
+        let kept = kept.to_dtype(logp.dtype())?;
+        let per = picked.squeeze(-1)?.mul(&Var::constant(kept.clone()))?.neg()?;
+        match reduction {
+            Reduction::Mean => per.sum(&[], false)?.div(&Var::constant(kept.sum(&[], false)?)),
+            r => reduce(per, r),
+        }
     }
 
     /// Mean squared error `(self − target)²`, reduced. Errors when dtypes or
@@ -94,7 +133,7 @@ impl Var {
     pub fn mse_loss(&self, target: &Var, reduction: Reduction) -> Result<Var> {
         autocast_entry!(reg::MSE_LOSS, [self, target], |c| c[0].mse_loss(&c[1], reduction));
         let d = self.sub(target)?;
-        reduce(d.mul(&d)?, reduction, None)
+        reduce(d.mul(&d)?, reduction)
     }
 
     /// Binary cross-entropy of the logits `self` against probabilities
@@ -164,7 +203,7 @@ impl Var {
         let loss = self
             .mul(&c(y.rsub_scalar(1.0)?)?)?
             .add(&softplus_neg.mul(&c(log_weight)?)?)?;
-        reduce(loss, reduction, None)
+        reduce(loss, reduction)
     }
 }
 
@@ -200,92 +239,11 @@ fn classes_last(op: &'static str, x: &Var) -> Result<Var> {
     }
 }
 
-/// `−Σ_c logp[.., c]·w[.., c]` for the class weights `w` the target
-/// defines, reduced. `logp` has its classes last; `in_shape` is the
-/// caller's input shape (classes at dim 1, or 0 for 1-D).
-fn weighted_nll(
-    op: &'static str,
-    logp: &Var,
-    in_shape: &[usize],
-    target: Target<'_>,
-    ignore_index: i64,
-    eps: f64,
-    reduction: Reduction,
-) -> Result<Var> {
-    let classes = *logp.shape().last().expect("classes_last keeps a class dim");
-    let rows_shape = &logp.shape()[..logp.ndim() - 1];
-    let rows: usize = rows_shape.iter().product();
-    let smooth = eps / classes as f64;
-    let (weights, count) = match target {
-        Target::Indices(t) => {
-            if t.dtype() != DType::I64 || t.shape() != rows_shape {
-                return Err(Error::shape(
-                    op,
-                    format!(
-                        "class-index target must be i64 of shape {rows_shape:?} for input {in_shape:?}, got {} of shape {:?}",
-                        t.dtype(),
-                        t.shape()
-                    ),
-                ));
-            }
-            let idx = t.contiguous()?.to_vec::<i64>()?;
-            let mut w = vec![0.0f64; rows * classes];
-            let mut count = 0usize;
-            for (r, &k) in idx.iter().enumerate() {
-                if k == ignore_index {
-                    continue;
-                }
-                if k < 0 || k as u64 >= classes as u64 {
-                    return Err(Error::index(
-                        op,
-                        format!(
-                            "target class {k} is out of range for {classes} classes (input {in_shape:?})"
-                        ),
-                    ));
-                }
-                count += 1;
-                let row = &mut w[r * classes..(r + 1) * classes];
-                row.iter_mut().for_each(|v| *v = smooth);
-                row[k as usize] += 1.0 - eps;
-            }
-            // Built where the targets were read (the indices are checked on
-            // the host, like embedding's), then moved to the logits' device.
-            (
-                Tensor::from_vec(w, logp.shape())?.to_device(logp.device())?,
-                count,
-            )
-        }
-        Target::Probs(p) => {
-            if p.shape() != in_shape || !p.dtype().is_float() {
-                return Err(Error::shape(
-                    op,
-                    format!(
-                        "probability target must be a float tensor of the input's shape {in_shape:?}, got {} of shape {:?}",
-                        p.dtype(),
-                        p.shape()
-                    ),
-                ));
-            }
-            let p = classes_last(op, &Var::constant(p.to_dtype(DType::F64)?))?.into_tensor();
-            (p.mul_scalar(1.0 - eps)?.add_scalar(smooth)?, rows)
-        }
-    };
-    let per = logp
-        .mul(&Var::constant(weights.to_dtype(logp.dtype())?))?
-        .sum(&[-1], false)?
-        .neg()?;
-    reduce(per, reduction, Some(count))
-}
-
-/// Reduces per-element losses; the mean divides by `count` when given, else
-/// by the number of elements.
-fn reduce(per: Var, reduction: Reduction, count: Option<usize>) -> Result<Var> {
+/// Reduces per-element losses; the mean divides by the number of elements.
+fn reduce(per: Var, reduction: Reduction) -> Result<Var> {
     match reduction {
         Reduction::None => Ok(per),
         Reduction::Sum => per.sum(&[], false),
-        Reduction::Mean => {
-            let n = count.unwrap_or(per.numel());
-            per.sum(&[], false)?.div_scalar(n as f64)
-        }
+        Reduction::Mean => per.sum(&[], false)?.div_scalar(per.numel() as f64),
     }
 }

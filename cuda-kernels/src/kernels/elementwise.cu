@@ -107,22 +107,24 @@ __device__ __forceinline__ float binary_op(int op, float a, float b) {
 }
 
 // The predicates of `CompareOp`, on values widened to f32 (exact for every
-// input dtype, bool included, so the comparison is the one in the dtype).
-// The logical ops take non-zero (NaN included) as true.
-__device__ __forceinline__ bool compare_EQ(float a, float b) { return a == b; }
-__device__ __forceinline__ bool compare_NE(float a, float b) { return a != b; }
-__device__ __forceinline__ bool compare_LT(float a, float b) { return a < b; }
-__device__ __forceinline__ bool compare_LE(float a, float b) { return a <= b; }
-__device__ __forceinline__ bool compare_GT(float a, float b) { return a > b; }
-__device__ __forceinline__ bool compare_GE(float a, float b) { return a >= b; }
-__device__ __forceinline__ bool compare_AND(float a, float b) { return (a != 0.0f) && (b != 0.0f); }
-__device__ __forceinline__ bool compare_OR(float a, float b) { return (a != 0.0f) || (b != 0.0f); }
-__device__ __forceinline__ bool compare_XOR(float a, float b) { return (a != 0.0f) != (b != 0.0f); }
+// float input dtype, bool included, so the comparison is the one in the
+// dtype) or on i64 values as they are. The logical ops take non-zero (NaN
+// included) as true.
+template <class V> __device__ __forceinline__ bool compare_EQ(V a, V b) { return a == b; }
+template <class V> __device__ __forceinline__ bool compare_NE(V a, V b) { return a != b; }
+template <class V> __device__ __forceinline__ bool compare_LT(V a, V b) { return a < b; }
+template <class V> __device__ __forceinline__ bool compare_LE(V a, V b) { return a <= b; }
+template <class V> __device__ __forceinline__ bool compare_GT(V a, V b) { return a > b; }
+template <class V> __device__ __forceinline__ bool compare_GE(V a, V b) { return a >= b; }
+template <class V> __device__ __forceinline__ bool compare_AND(V a, V b) { return (a != V(0)) && (b != V(0)); }
+template <class V> __device__ __forceinline__ bool compare_OR(V a, V b) { return (a != V(0)) || (b != V(0)); }
+template <class V> __device__ __forceinline__ bool compare_XOR(V a, V b) { return (a != V(0)) != (b != V(0)); }
 
 #define COMPARE_CASE(NAME) \
     case COMPARE_##NAME:   \
-        return compare_##NAME(a, b);
-__device__ __forceinline__ bool compare_op(int op, float a, float b) {
+        return compare_##NAME<V>(a, b);
+template <class V>
+__device__ __forceinline__ bool compare_op(int op, V a, V b) {
     switch (op) { TESSERA_COMPARE_OPS(COMPARE_CASE) }
     // Unreachable: the launch wrappers pass only `CompareOp` codes.
     return false;
@@ -130,6 +132,9 @@ __device__ __forceinline__ bool compare_op(int op, float a, float b) {
 
 // Bool operands of the comparisons and logical ops, as 0 or 1.
 __device__ __forceinline__ float to_float(unsigned char v) { return (float)v; }
+// The value a comparison sees: floats and bools widened to f32, i64 as is.
+template <class T> __device__ __forceinline__ float cmp_value(T v) { return to_float(v); }
+__device__ __forceinline__ i64 cmp_value(i64 v) { return v; }
 
 #define GRID_STRIDE(i, n) \
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
@@ -174,7 +179,7 @@ __device__ void compare_strided(int op, i64 n, const StridedArgs& s, const T* __
     GRID_STRIDE(i, n) {
         i64 off[3];
         strided_offsets(s, i, 2, off);
-        y[i] = compare_op(op, to_float(a[off[0]]), to_float(b[off[1]])) ? 1 : 0;
+        y[i] = compare_op(op, cmp_value(a[off[0]]), cmp_value(b[off[1]])) ? 1 : 0;
     }
 }
 // x clamped to [lo, hi] as the CPU's `clamp_to`: NaN stays NaN, lo > hi
@@ -198,6 +203,7 @@ __device__ void clamp_strided(i64 n, const StridedArgs& s, const T* __restrict__
 EW_COMPARE(float, f32)
 EW_COMPARE(half_t, f16)
 EW_COMPARE(bf16_t, bf16)
+EW_COMPARE(i64, i64)
 EW_COMPARE(unsigned char, u8)
 
 template <class I, class O>
@@ -287,6 +293,10 @@ __device__ void scatter_add(i64 lanes, const StridedArgs& s, i64 len, i64 src_st
                                            i64 out_step, const T* src, const i64* idx, T* out, int use_value,     \
                                            u64 value) {                                                           \
         scatter_set<T>(lanes, s, len, src_step, idx_step, out_step, src, idx, out, use_value, value);             \
+    }                                                                                                             \
+    extern "C" __global__ void where_strided_##B(i64 n, StridedArgs s, const unsigned char* c, const T* a,         \
+                                                 const T* b, T* y) {                                              \
+        where_strided<T>(n, s, c, a, b, y);                                                                       \
     }
 EW_COPY(unsigned char, b1)
 EW_COPY(unsigned short, b2)
@@ -303,10 +313,6 @@ EW_COPY(u64, b8)
     }                                                                                                          \
     extern "C" __global__ void binary_strided_##S(int op, i64 n, StridedArgs s, const T* a, const T* b, T* y) { \
         binary_strided<T>(op, n, s, a, b, y);                                                                  \
-    }                                                                                                          \
-    extern "C" __global__ void where_strided_##S(i64 n, StridedArgs s, const unsigned char* c, const T* a,      \
-                                                 const T* b, T* y) {                                           \
-        where_strided<T>(n, s, c, a, b, y);                                                                    \
     }                                                                                                          \
     extern "C" __global__ void fill_##S(i64 n, float v, T* y) { fill_contig<T>(n, v, y); }                     \
     extern "C" __global__ void clamp_strided_##S(i64 n, StridedArgs s, const T* x, T* y, float lo, float hi) {  \

@@ -1,15 +1,17 @@
 // Reductions over one dimension of a contiguous tensor viewed as
-// [outer, len, inner]: sum, product, max, min (`ReduceOp`), argmax, the
+// [outer, len, inner]: sum, product, max, min (`ReduceOp`), argmax/argmin, the
 // running sum/product (cumsum, cumprod), and top-k/sort of lines. With inner == 1 a warp reduces a
 // row (blocks of 8 warps); otherwise a thread walks one (outer, inner) column,
 // so neighbouring threads read neighbouring addresses. Accumulation is in f32
 // in a fixed order: results do not depend on the schedule.
 
-// NaN wins (max propagates NaN); between equal values the lower index wins.
-__device__ __forceinline__ bool arg_better(float a, i64 ia, float b, i64 ib) {
+// Whether (a, ia) beats (b, ib) for argmax (`largest`) or argmin: NaN wins
+// either way (max and min propagate NaN); between equal values the lower
+// index wins.
+__device__ __forceinline__ bool arg_better(float a, i64 ia, float b, i64 ib, int largest) {
     bool an = a != a, bn = b != b;
     if (an || bn) return an && (!bn || ia < ib);
-    return a > b || (a == b && ia < ib);
+    return (largest ? a > b : a < b) || (a == b && ia < ib);
 }
 
 // One identity and one combine per op of `ReduceOp` (src/op_codes.rs); the
@@ -65,7 +67,7 @@ __device__ void reduce_rows(int op, const T* __restrict__ x, T* __restrict__ y, 
 }
 
 template <class T>
-__device__ void argmax_rows(const T* __restrict__ x, i64* __restrict__ y, i64 outer, i64 len, i64 inner) {
+__device__ void arg_extreme_rows(int largest, const T* __restrict__ x, i64* __restrict__ y, i64 outer, i64 len, i64 inner) {
     int lane = threadIdx.x & 31;
     if (inner == 1) {
         i64 row = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -75,7 +77,7 @@ __device__ void argmax_rows(const T* __restrict__ x, i64* __restrict__ y, i64 ou
         if (valid)
             for (i64 r = lane; r < len; r += 32) {
                 float v = to_float(x[row * len + r]);
-                if (bi == len || arg_better(v, r, best, bi)) {
+                if (bi == len || arg_better(v, r, best, bi, largest)) {
                     best = v;
                     bi = r;
                 }
@@ -83,7 +85,7 @@ __device__ void argmax_rows(const T* __restrict__ x, i64* __restrict__ y, i64 ou
         for (int o = 16; o > 0; o >>= 1) {
             float v = __shfl_xor_sync(FULL_MASK, best, o);
             i64 vi = __shfl_xor_sync(FULL_MASK, bi, o);
-            if (vi != len && (bi == len || arg_better(v, vi, best, bi))) {
+            if (vi != len && (bi == len || arg_better(v, vi, best, bi, largest))) {
                 best = v;
                 bi = vi;
             }
@@ -98,7 +100,7 @@ __device__ void argmax_rows(const T* __restrict__ x, i64* __restrict__ y, i64 ou
         i64 bi = 0;
         for (i64 r = 1; r < len; ++r) {
             float v = to_float(p[r * inner]);
-            if (arg_better(v, r, best, bi)) {
+            if (arg_better(v, r, best, bi, largest)) {
                 best = v;
                 bi = r;
             }
@@ -162,8 +164,8 @@ __device__ void topk_lines(const T* __restrict__ x, T* __restrict__ vals, i64* _
     extern "C" __global__ void reduce_##S(int op, const T* x, T* y, i64 outer, i64 len, i64 inner) {         \
         reduce_rows<T>(op, x, y, outer, len, inner);                                                         \
     }                                                                                                        \
-    extern "C" __global__ void argmax_##S(const T* x, i64* y, i64 outer, i64 len, i64 inner) {               \
-        argmax_rows<T>(x, y, outer, len, inner);                                                             \
+    extern "C" __global__ void arg_extreme_##S(int largest, const T* x, i64* y, i64 outer, i64 len, i64 inner) { \
+        arg_extreme_rows<T>(largest, x, y, outer, len, inner);                                               \
     }                                                                                                        \
     extern "C" __global__ void scan_##S(int op, const T* x, T* y, i64 outer, i64 len, i64 inner) {           \
         scan_lanes<T>(op, x, y, outer, len, inner);                                                          \

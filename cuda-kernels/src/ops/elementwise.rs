@@ -235,17 +235,18 @@ pub fn binary<T: Float>(
     })
 }
 
-/// Element types the comparison kernels take: the floats and bool (bytes
-/// holding 0 or 1).
+/// Element types the comparison kernels take: the floats, i64 and bool
+/// (bytes holding 0 or 1).
 pub trait Comparable: KernelType {}
 impl Comparable for f32 {}
 impl Comparable for half::f16 {}
 impl Comparable for half::bf16 {}
+impl Comparable for i64 {}
 impl Comparable for u8 {}
 
 /// y = `op`(a, b) elementwise as bytes (1 = true), with broadcasting
-/// (zero strides); both operands widened to f32, which is exact for every
-/// dtype taken.
+/// (zero strides); float and bool operands widened to f32, which is exact
+/// for every dtype taken, i64 operands compared as integers.
 ///
 /// Errors: as [`binary`].
 pub fn compare<T: Comparable>(
@@ -484,10 +485,11 @@ pub fn tri<T: KernelType>(
     ))
 }
 
-/// y = cond ? a : b elementwise (cond is bytes, nonzero = true).
+/// y = cond ? a : b elementwise (cond is bytes, nonzero = true), for any
+/// element type (by its size: 1, 2, 4 or 8 bytes).
 ///
-/// Errors: as [`unary`].
-pub fn where_<T: Float>(
+/// Errors: as [`unary`], and other element sizes.
+pub fn where_<T: KernelType>(
     cond: Operand<'_, u8>,
     a: Operand<'_, T>,
     b: Operand<'_, T>,
@@ -495,6 +497,7 @@ pub fn where_<T: Float>(
     shape: &[usize],
 ) -> Result<Launch> {
     const OP: &str = "where";
+    let width = width_of::<T>(OP)?;
     let n = out_ptr(OP, y, shape)?;
     let ca = check_operand(OP, "cond", &cond, shape)?;
     let (aa, ba) = (
@@ -504,7 +507,7 @@ pub fn where_<T: Float>(
     let (sh, st) = coalesce(shape, &[cond.strides, a.strides, b.strides]);
     let s = pack_strided(OP, &sh, &st)?;
     Ok(launch(
-        format!("where_strided_{}", T::NAME),
+        format!("where_strided_{width}"),
         n,
         vec![
             Arg::i64(to_i64(OP, "numel", n)?),
@@ -528,13 +531,7 @@ pub fn where_<T: Float>(
 /// [`MAX_DIMS`] non-mergeable dims.
 pub fn copy_strided<T: KernelType>(x: Operand<'_, T>, y: Operand<'_, T>, shape: &[usize]) -> Result<Launch> {
     const OP: &str = "copy_strided";
-    let width = match size_of::<T>() {
-        1 => "b1",
-        2 => "b2",
-        4 => "b4",
-        8 => "b8",
-        n => return Err(Error::arg(OP, format!("no copy kernel for {n}-byte elements"))),
-    };
+    let width = width_of::<T>(OP)?;
     let n = shape
         .iter()
         .try_fold(1usize, |a, &b| a.checked_mul(b))

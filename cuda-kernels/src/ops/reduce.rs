@@ -1,4 +1,4 @@
-//! Sum, product, max, min and argmax over one dimension of a contiguous tensor viewed as
+//! Sum, product, max, min and argmax/argmin over one dimension of a contiguous tensor viewed as
 //! `[outer, len, inner]`, and the running sum/product along it.
 
 use super::Float;
@@ -78,23 +78,25 @@ pub fn reduce<T: Float>(
     )
 }
 
-/// y[o, i] = index r of the largest x[o, r, i] (first on ties, NaN wins).
+/// y[o, i] = index r of the largest (`largest`) or smallest x[o, r, i]
+/// (first on ties, NaN wins either way).
 ///
 /// Errors: as [`reduce`].
-pub fn argmax<T: Float>(
+pub fn arg_extreme<T: Float>(
     x: DevPtr<T>,
     y: DevPtr<i64>,
     outer: usize,
     len: usize,
     inner: usize,
+    largest: bool,
 ) -> Result<Launch> {
-    const OP: &str = "argmax";
-    check_len(OP, "x", &x, mul(OP, mul(OP, outer, len)?, inner)?)?;
-    check_len(OP, "y", &y, mul(OP, outer, inner)?)?;
+    let op = if largest { "argmax" } else { "argmin" };
+    check_len(op, "x", &x, mul(op, mul(op, outer, len)?, inner)?)?;
+    check_len(op, "y", &y, mul(op, outer, inner)?)?;
     plan(
-        OP,
-        format!("argmax_{}", T::NAME),
-        None,
+        op,
+        format!("arg_extreme_{}", T::NAME),
+        Some(i32::from(largest)),
         outer,
         len,
         inner,

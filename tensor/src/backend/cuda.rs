@@ -52,20 +52,11 @@ impl Backend for Cuda {
     }
 
     fn reduce_index(&self, max: bool, x: &Tensor, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
-        if max {
-            ops::reduce::cuda::max_dim(x, dim, keepdim)
-        } else {
-            // The argmax kernel has no argmin twin yet.
-            Err(no_kernel("min_dim", self.state.device(), "this op"))
-        }
+        ops::reduce::cuda::extreme_dim(x, dim, keepdim, max)
     }
 
     fn arg_reduce(&self, max: bool, x: &Tensor, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
-        if max {
-            ops::reduce::cuda::argmax(x, dim, keepdim)
-        } else {
-            Err(no_kernel("argmin", self.state.device(), "this op"))
-        }
+        ops::reduce::cuda::arg_extreme(x, dim, keepdim, max)
     }
 
     fn matmul(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {

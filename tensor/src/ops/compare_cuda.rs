@@ -4,14 +4,14 @@
 
 use tessera_cuda_kernels::ops::elementwise::{compare as compare_launch, where_ as where_launch, CompareOp};
 
-use crate::cuda::{common_device, kernel_err, launch, no_kernel, operand, with_kernel_float, Output};
+use crate::cuda::{common_device, kernel_err, launch, no_kernel, operand, Output};
 use crate::ops::binary::promoted;
 use crate::{broadcast_shapes, DType, Result, Tensor};
 
 /// `op` of the GPU tensors `a` and `b` (one dtype), broadcast, as bool.
 ///
 /// Errors: different devices, shapes that do not broadcast, a dtype without
-/// kernels (f64, integers), a device failure.
+/// kernels (f64, integers other than i64), a device failure.
 pub(crate) fn compare(op: CompareOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let name = op.name();
     let state = common_device(name, &[a, b])?;
@@ -27,6 +27,7 @@ pub(crate) fn compare(op: CompareOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         DType::F32 => go!(f32),
         DType::F16 => go!(crate::f16),
         DType::BF16 => go!(crate::bf16),
+        DType::I64 => go!(i64),
         DType::Bool => go!(u8),
         d => return Err(no_kernel(name, state.device(), format_args!("{d} tensors"))),
     }
@@ -37,14 +38,26 @@ pub(crate) fn compare(op: CompareOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
 
 /// `op` of the GPU tensor `x` and the scalar `s`, reported as `name`: a
 /// float tensor compares in its own dtype with `s` rounded to it, as on the
-/// CPU. Errors: other dtypes (the CPU compares them in f64, which no kernel
-/// does), a device failure.
+/// CPU; an i64 tensor with an integral `s` as integers (the CPU's f64
+/// comparison gives the same answer there).
+///
+/// Errors: other dtypes, an i64 tensor against a fractional or
+/// out-of-range `s`, a bool tensor against anything but 0 (the CPU compares
+/// those in f64, which no kernel does), a device failure.
 pub(crate) fn compare_scalar(name: &'static str, op: CompareOp, x: &Tensor, s: f64) -> Result<Tensor> {
     // A float compares with the scalar in its dtype; bool only with 0 (logical_not).
-    let kernel =
-        matches!(x.dtype(), DType::F32 | DType::F16 | DType::BF16) || (x.dtype() == DType::Bool && s == 0.0);
+    let kernel = match x.dtype() {
+        DType::F32 | DType::F16 | DType::BF16 => true,
+        DType::I64 => s.fract() == 0.0 && (-(2f64.powi(63))..2f64.powi(63)).contains(&s),
+        DType::Bool => s == 0.0,
+        _ => false,
+    };
     if !kernel {
-        return Err(no_kernel(name, x.device(), format_args!("{} tensors", x.dtype())));
+        return Err(no_kernel(
+            name,
+            x.device(),
+            format_args!("{} tensors against {s}", x.dtype()),
+        ));
     }
     let s = Tensor::full(&[], s, x.dtype())?.to_device(x.device())?;
     compare(op, x, &s)
@@ -68,8 +81,7 @@ pub(crate) fn logical(op: CompareOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
 /// `a` where the bool `cond` is true, else `b`, all three broadcast, in
 /// the promoted dtype of `a` and `b`.
 ///
-/// Errors: shapes that do not broadcast, a dtype without kernels, a device
-/// failure.
+/// Errors: shapes that do not broadcast, a device failure.
 pub(crate) fn where_(cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     const OP: &str = "where";
     let state = common_device(OP, &[cond, a, b])?;
@@ -77,11 +89,26 @@ pub(crate) fn where_(cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let shape = broadcast_shapes(OP, &broadcast_shapes(OP, cond.shape(), a.shape())?, b.shape())?;
     let lc = cond.layout().broadcast_to(&shape)?;
     let (la, lb) = (a.layout().broadcast_to(&shape)?, b.layout().broadcast_to(&shape)?);
-    with_kernel_float!(a.dtype(), T => {
-        let out = Output::new(OP, &state, a.dtype(), shape.iter().product())?;
-        let l = where_launch::<T>(operand(cond, &lc), operand(&a, &la), operand(&b, &lb), out.ptr(), &shape)
-            .map_err(kernel_err(OP, state.device()))?;
-        launch(OP, &state, &[l])?;
-        Ok(out.into_tensor(&shape))
-    }, else Err(no_kernel(OP, state.device(), format_args!("{} tensors", a.dtype()))))
+    let out = Output::new(OP, &state, a.dtype(), shape.iter().product())?;
+    macro_rules! go {
+        ($T:ty) => {
+            where_launch::<$T>(
+                operand(cond, &lc),
+                operand(&a, &la),
+                operand(&b, &lb),
+                out.ptr(),
+                &shape,
+            )
+        };
+    }
+    // `where` moves elements: one kernel per element size serves every dtype.
+    let l = match a.dtype().size_in_bytes() {
+        1 => go!(u8),
+        2 => go!(crate::f16),
+        4 => go!(f32),
+        _ => go!(u64),
+    }
+    .map_err(kernel_err(OP, state.device()))?;
+    launch(OP, &state, &[l])?;
+    Ok(out.into_tensor(&shape))
 }

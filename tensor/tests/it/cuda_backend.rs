@@ -260,6 +260,61 @@ fn casts_round_like_the_cpu() {
     }
 }
 
+/// argmax/argmin and max_dim/min_dim on ties (the first index wins), NaN
+/// (it wins either way, as in PyTorch) and signed zeros, along rows (one
+/// warp per row) and columns (one thread per column).
+#[test]
+fn arg_extremes_take_ties_and_nan_as_the_cpu() {
+    if !gpu() {
+        return;
+    }
+    let rows = [
+        [1.0, 3.0, 3.0, -2.0, -2.0, 0.5],
+        [f32::NAN, 3.0, f32::NAN, -2.0, 7.0, 0.5],
+        [0.0, -0.0, 0.0, -0.0, 0.0, -0.0],
+        [-1.0, -1.0, -1.0, -1.0, -1.0, -1.0],
+    ];
+    let flat: Vec<f32> = rows.iter().flatten().copied().collect();
+    for dtype in FLOATS {
+        let x = Tensor::from_vec(flat.clone(), &[4, 6])
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap();
+        let g = x.to_device(DEV).unwrap();
+        for dim in [0isize, 1] {
+            for (name, c, d) in [
+                ("argmax", x.argmax(Some(dim), false), g.argmax(Some(dim), false)),
+                ("argmin", x.argmin(Some(dim), false), g.argmin(Some(dim), false)),
+                (
+                    "max_dim",
+                    x.max_dim(dim, false).map(|p| p.1),
+                    g.max_dim(dim, false).map(|p| p.1),
+                ),
+                (
+                    "min_dim",
+                    x.min_dim(dim, false).map(|p| p.1),
+                    g.min_dim(dim, false).map(|p| p.1),
+                ),
+            ] {
+                assert_close(
+                    &format!("{name} {dtype} dim {dim}"),
+                    &c.unwrap(),
+                    &d.unwrap(),
+                    0.0,
+                    0.0,
+                );
+            }
+        }
+        let (c, d) = (x.argmin(None, false).unwrap(), g.argmin(None, false).unwrap());
+        assert_eq!(
+            c.to_scalar::<i64>().unwrap(),
+            6,
+            "argmin of a tensor with NaN: the first NaN"
+        );
+        assert_close(&format!("argmin all {dtype}"), &c, &d, 0.0, 0.0);
+    }
+}
+
 #[test]
 fn reductions_match_the_cpu() {
     if !gpu() {
@@ -314,27 +369,44 @@ fn reductions_match_the_cpu() {
                     );
                 }
             }
-            for dim in [0isize, 1, -1] {
-                let (cv, ci) = x.max_dim(dim, true).unwrap();
-                let (gv, gi) = g.max_dim(dim, true).unwrap();
-                assert_close(&format!("max_dim values {dim}"), &cv, &gv, 0.0, 0.0);
-                assert_close(&format!("max_dim indices {dim}"), &ci, &gi, 0.0, 0.0);
-                let what = format!("argmax {dtype} {view} {dim}");
+            for max in [true, false] {
+                let name = if max { "max" } else { "min" };
+                let extreme_dim = |t: &Tensor, dim| {
+                    if max {
+                        t.max_dim(dim, true)
+                    } else {
+                        t.min_dim(dim, true)
+                    }
+                };
+                let arg = |t: &Tensor, dim, keep| {
+                    if max {
+                        t.argmax(dim, keep)
+                    } else {
+                        t.argmin(dim, keep)
+                    }
+                };
+                for dim in [0isize, 1, -1] {
+                    let (cv, ci) = extreme_dim(&x, dim).unwrap();
+                    let (gv, gi) = extreme_dim(&g, dim).unwrap();
+                    assert_close(&format!("{name}_dim values {dim}"), &cv, &gv, 0.0, 0.0);
+                    assert_close(&format!("{name}_dim indices {dim}"), &ci, &gi, 0.0, 0.0);
+                    let what = format!("arg{name} {dtype} {view} {dim}");
+                    assert_close(
+                        &what,
+                        &arg(&x, Some(dim), false).unwrap(),
+                        &arg(&g, Some(dim), false).unwrap(),
+                        0.0,
+                        0.0,
+                    );
+                }
                 assert_close(
-                    &what,
-                    &x.argmax(Some(dim), false).unwrap(),
-                    &g.argmax(Some(dim), false).unwrap(),
+                    &format!("arg{name} all"),
+                    &arg(&x, None, true).unwrap(),
+                    &arg(&g, None, true).unwrap(),
                     0.0,
                     0.0,
                 );
             }
-            assert_close(
-                "argmax all",
-                &x.argmax(None, true).unwrap(),
-                &g.argmax(None, true).unwrap(),
-                0.0,
-                0.0,
-            );
         }
     }
     let empty = Tensor::zeros(&[0, 3], DType::F32)

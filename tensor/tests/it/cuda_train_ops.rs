@@ -45,6 +45,94 @@ fn with_ties_and_nan(x: &Tensor) -> Tensor {
         .unwrap()
 }
 
+/// i64 comparisons (tensor–tensor broadcast, and against integral scalars
+/// such as an `ignore_index`), logical ops of i64 masks, and `where` /
+/// `masked_fill` of i64, f64 and bool tensors (kernels by element size) on
+/// the device equal the CPU; an i64 tensor against a fractional scalar is
+/// an error naming the op, never a silently different answer.
+#[test]
+fn integer_comparisons_and_where_of_any_dtype_equal_the_cpu() {
+    if !gpu() {
+        return;
+    }
+    let v: Vec<i64> = (0..21).map(|i| [-100, 0, 3, 7, i64::MAX, -1, 3][i % 7]).collect();
+    let x = Tensor::from_vec(v, &[3, 7]).unwrap();
+    let y = Tensor::from_vec(vec![3i64, 0, 7, -100, 5, i64::MAX, -1], &[1, 7]).unwrap();
+    let (xd, yd) = (dev(&x), dev(&y));
+    let pairs: [(&str, BinaryFn); 9] = [
+        ("eq", Tensor::eq),
+        ("ne", Tensor::ne),
+        ("lt", Tensor::lt),
+        ("le", Tensor::le),
+        ("gt", Tensor::gt),
+        ("ge", Tensor::ge),
+        ("logical_and", Tensor::logical_and),
+        ("logical_or", Tensor::logical_or),
+        ("logical_xor", Tensor::logical_xor),
+    ];
+    for (op, f) in pairs {
+        assert_close(
+            &format!("{op} i64"),
+            &f(&x, &y).unwrap(),
+            &f(&xd, &yd).unwrap(),
+            0.0,
+            0.0,
+        );
+    }
+    let scalars: [(&str, ScalarFn); 3] = [
+        ("eq_scalar", Tensor::eq_scalar),
+        ("ne_scalar", Tensor::ne_scalar),
+        ("lt_scalar", Tensor::lt_scalar),
+    ];
+    for (op, f) in scalars {
+        for s in [-100.0, 3.0, 0.0] {
+            assert_close(
+                &format!("{op} i64 {s}"),
+                &f(&x, s).unwrap(),
+                &f(&xd, s).unwrap(),
+                0.0,
+                0.0,
+            );
+        }
+    }
+    let err = xd.ne_scalar(0.5).unwrap_err().to_string();
+    assert!(err.contains("ne_scalar") && err.contains("0.5"), "{err}");
+    let m = x.ne_scalar(-100.0).unwrap();
+    let md = dev(&m);
+    assert_close(
+        "logical_not i64",
+        &x.logical_not().unwrap(),
+        &xd.logical_not().unwrap(),
+        0.0,
+        0.0,
+    );
+    assert_close(
+        "where i64",
+        &Tensor::where_(&m, &x, &y).unwrap(),
+        &Tensor::where_(&md, &xd, &yd).unwrap(),
+        0.0,
+        0.0,
+    );
+    assert_close(
+        "masked_fill i64",
+        &x.masked_fill(&m.logical_not().unwrap(), 0.0).unwrap(),
+        &xd.masked_fill(&md.logical_not().unwrap(), 0.0).unwrap(),
+        0.0,
+        0.0,
+    );
+    for dtype in [DType::F64, DType::Bool, DType::U8, DType::U32] {
+        let a = x.to_dtype(dtype).unwrap();
+        let b = y.to_dtype(dtype).unwrap();
+        assert_close(
+            &format!("where {dtype}"),
+            &Tensor::where_(&m, &a, &b).unwrap(),
+            &Tensor::where_(&md, &dev(&a), &dev(&b)).unwrap(),
+            0.0,
+            0.0,
+        );
+    }
+}
+
 #[test]
 fn comparisons_logical_ops_where_and_clamp_equal_the_cpu() {
     if !gpu() {

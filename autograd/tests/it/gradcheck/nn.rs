@@ -47,7 +47,7 @@ cases! {
     dropout: ["dropout"] => dropout_case;
     cross_entropy_indices: ["cross_entropy"] => cross_entropy_indices_case;
     cross_entropy_probs: ["log_softmax"] => cross_entropy_probs_case;
-    nll_loss: ["mul", "sum"] => nll_loss_case;
+    nll_loss: ["gather", "mul"] => nll_loss_case;
     mse_loss: ["sub", "mul"] => mse_loss_case;
     bce_with_logits: ["exp", "log1p"] => bce_case;
     attention_masks: ["scaled_dot_product_attention"] => attention_case;

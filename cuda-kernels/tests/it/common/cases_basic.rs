@@ -7,7 +7,7 @@ use tessera_cuda_kernels::ops::elementwise::{self as ew, BinaryOp, Operand, Unar
 use tessera_cuda_kernels::ops::embedding::{embedding_bwd, embedding_fwd};
 use tessera_cuda_kernels::ops::layernorm::{layer_norm_bwd, layer_norm_bwd_workspace, layer_norm_fwd};
 use tessera_cuda_kernels::ops::optim::{adamw, adamw_tables, AdamConfig, AdamTensor};
-use tessera_cuda_kernels::ops::reduce::{argmax, reduce, ReduceOp};
+use tessera_cuda_kernels::ops::reduce::{arg_extreme, reduce, ReduceOp};
 use tessera_cuda_kernels::ops::softmax::{cross_entropy_bwd, cross_entropy_fwd, softmax};
 use tessera_cuda_kernels::philox;
 
@@ -385,23 +385,28 @@ fn reduce_t<T: TF>(e: &impl Exec, dg: &mut Digest) {
         let n = outer * len * inner;
         let mut x: Vec<T> = r.vec(n, -3.0, 3.0);
         if n > 4 {
-            // A tie for argmax: the first index must win.
+            // A tie for argmax and one for argmin: the first index must win.
             x[n - 1] = T::from_f64(5.0);
             x[n - 1 - inner] = T::from_f64(5.0);
+            x[0] = T::from_f64(-5.0);
+            x[inner] = T::from_f64(-5.0);
         }
         let px = e.upload(&x);
         let m = outer * inner;
-        let (ys, ym, ya) = (
+        let (ys, ym, ya, yi) = (
             e.upload(&vec![T::default(); m]),
             e.upload(&vec![T::default(); m]),
+            e.upload(&vec![0i64; m]),
             e.upload(&vec![0i64; m]),
         );
         e.go(&[
             reduce(ReduceOp::Sum, px, ys, outer, len, inner).unwrap(),
             reduce(ReduceOp::Max, px, ym, outer, len, inner).unwrap(),
-            argmax(px, ya, outer, len, inner).unwrap(),
+            arg_extreme(px, ya, outer, len, inner, true).unwrap(),
+            arg_extreme(px, yi, outer, len, inner, false).unwrap(),
         ]);
         let (mut ws, mut wm, mut wa) = (vec![0.0; m], vec![f64::NEG_INFINITY; m], vec![0i64; m]);
+        let (mut wmin, mut wi) = (vec![f64::INFINITY; m], vec![0i64; m]);
         for o in 0..outer {
             for i in 0..inner {
                 for l in 0..len {
@@ -410,6 +415,10 @@ fn reduce_t<T: TF>(e: &impl Exec, dg: &mut Digest) {
                     if v > wm[o * inner + i] {
                         wm[o * inner + i] = v;
                         wa[o * inner + i] = l as i64;
+                    }
+                    if v < wmin[o * inner + i] {
+                        wmin[o * inner + i] = v;
+                        wi[o * inner + i] = l as i64;
                     }
                 }
             }
@@ -424,6 +433,7 @@ fn reduce_t<T: TF>(e: &impl Exec, dg: &mut Digest) {
         );
         assert_close(&format!("max {what}"), &to64(&e.download(ym)), &wm, 0.0, 0.0);
         assert_eq!(e.download(ya), wa, "argmax {what}");
+        assert_eq!(e.download(yi), wi, "argmin {what}");
         dg.add(&e.download(ys));
         // Min and product: every op of the shared `ReduceOp` runs here.
         // Factors near 1, so a product of 100 stays in f16's range.

@@ -1,8 +1,8 @@
-//! GPU dispatch of the reductions (`ReduceOp`), mean, max_dim and argmax: one kernel launch
+//! GPU dispatch of the reductions (`ReduceOp`), mean, max_dim/min_dim and argmax/argmin: one kernel launch
 //! per reduced dimension over the contiguous input viewed as
 //! `[outer, len, inner]`.
 
-use tessera_cuda_kernels::ops::reduce::{argmax as argmax_launch, reduce as reduce_launch};
+use tessera_cuda_kernels::ops::reduce::{arg_extreme as arg_extreme_launch, reduce as reduce_launch};
 
 use crate::backend::ReduceOp;
 
@@ -44,45 +44,52 @@ pub(crate) fn mean(t: &Tensor, dims: &[isize], keepdim: bool) -> Result<Tensor> 
     squeeze(m, &ds, keepdim)
 }
 
-/// The maximum along `dim` and the index of its first occurrence.
+/// The max (`max`) or min along `dim` and the index of its first
+/// occurrence (`max_dim`/`min_dim`).
 ///
-/// Errors as [`max`].
-pub(crate) fn max_dim(t: &Tensor, dim: isize, keepdim: bool) -> Result<(Tensor, Tensor)> {
-    let d = dim_index("max_dim", dim, t.ndim().max(1))?;
+/// Errors: as [`arg_extreme`].
+pub(crate) fn extreme_dim(t: &Tensor, dim: isize, keepdim: bool, max: bool) -> Result<(Tensor, Tensor)> {
+    let (op, r) = if max {
+        ("max_dim", ReduceOp::Max)
+    } else {
+        ("min_dim", ReduceOp::Min)
+    };
+    let d = dim_index(op, dim, t.ndim().max(1))?;
     Ok((
-        reduce(t, ReduceOp::Max, &[dim], keepdim)?,
-        argmax(t, Some(d as isize), keepdim)?,
+        reduce(t, r, &[dim], keepdim)?,
+        arg_extreme(t, Some(d as isize), keepdim, max)?,
     ))
 }
 
-/// The (i64) index of the first maximum along `dim`, or of the flattened
-/// tensor when `None`; a NaN counts as the maximum.
+/// The (i64) index of the first maximum (`max`) or minimum along `dim`, or
+/// of the flattened tensor when `None`; a NaN counts as the extreme either
+/// way, as in PyTorch.
 ///
 /// Errors: an empty reduction, a bad dim, a dtype without kernels.
-pub(crate) fn argmax(t: &Tensor, dim: Option<isize>, keepdim: bool) -> Result<Tensor> {
-    const OP: &str = "argmax";
+pub(crate) fn arg_extreme(t: &Tensor, dim: Option<isize>, keepdim: bool, max: bool) -> Result<Tensor> {
+    let op = if max { "argmax" } else { "argmin" };
     let (x, d) = match dim {
-        Some(dim) if t.ndim() > 0 => (contiguous(t)?, dim_index(OP, dim, t.ndim())?),
+        Some(dim) if t.ndim() > 0 => (contiguous(t)?, dim_index(op, dim, t.ndim())?),
         _ => {
             if let Some(dim) = dim {
-                dim_index(OP, dim, 1)?;
+                dim_index(op, dim, 1)?;
             }
             (contiguous(t)?.reshape(t.numel())?, 0)
         }
     };
     let (outer, len, inner) = split(&x, d);
     if len == 0 {
-        return Err(empty(OP, t));
+        return Err(empty(op, t));
     }
-    let state = state_of(OP, &x)?;
-    let out = Output::new(OP, &state, DType::I64, outer * inner)?;
+    let state = state_of(op, &x)?;
+    let out = Output::new(op, &state, DType::I64, outer * inner)?;
     with_kernel_float!(x.dtype(), T => {
-        let l = argmax_launch::<T>(contiguous_ptr(&x), out.ptr(), outer, len, inner)
-            .map_err(kernel_err(OP, state.device()))?;
+        let l = arg_extreme_launch::<T>(contiguous_ptr(&x), out.ptr(), outer, len, inner, max)
+            .map_err(kernel_err(op, state.device()))?;
         if outer * inner > 0 {
-            launch(OP, &state, &[l])?;
+            launch(op, &state, &[l])?;
         }
-    }, else return Err(no_kernel(OP, state.device(), format_args!("{} tensors", x.dtype()))));
+    }, else return Err(no_kernel(op, state.device(), format_args!("{} tensors", x.dtype()))));
     let mut shape = x.shape().to_vec();
     shape[d] = 1;
     let y = out.into_tensor(&shape);

@@ -362,6 +362,18 @@ fn losses_match_published_values() {
     assert!(b
         .bce_with_logits(&tensor(&[1.0], &[1]), None, Reduction::Mean)
         .is_err());
+    let lp = x.log_softmax(-1).unwrap();
+    for (target, names) in [(&bad, "3"), (&Tensor::from_vec(vec![-5i64], &[1]).unwrap(), "-5")] {
+        let msg = lp
+            .nll_loss(target, -100, Reduction::Mean)
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("nll_loss") && msg.contains(names), "{msg}");
+    }
+    assert!(lp.nll_loss(&t0, -100, Reduction::Mean).is_err());
+    // Every target ignored: the mean is 0/0, as in PyTorch.
+    let ignored = Tensor::from_vec(vec![-100i64], &[1]).unwrap();
+    assert!(value(lp.nll_loss(&ignored, -100, Reduction::Mean)).is_nan());
 }
 
 /// The gradient of mean cross-entropy at the logits is
