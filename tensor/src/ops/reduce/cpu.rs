@@ -87,6 +87,16 @@ impl Plan {
         })
     }
 
+    /// `(cols, rows, row_stride, offset)` when the plan sums the rows of a
+    /// block: one kept dim of unit stride (the columns) and one reduced dim
+    /// after coalescing, with a non-negative stride (the rows); else `None`.
+    pub(crate) fn as_columns(&self) -> Option<(usize, usize, usize, usize)> {
+        match (self.keep.as_slice(), self.red.as_slice()) {
+            ([(cols, 1)], [(rows, stride)]) if *stride >= 0 => Some((*cols, *rows, *stride as usize, self.offset)),
+            _ => None,
+        }
+    }
+
     /// Storage index of the first reduced element of output `o`.
     fn base(&self, mut o: usize) -> isize {
         let mut off = self.offset as isize;

@@ -7,6 +7,7 @@
 //! products are i64. Results do not depend on the thread count (see
 //! [`cpu`]'s fixed chunking).
 
+mod columns;
 pub(crate) mod cpu;
 #[cfg(feature = "cuda")]
 pub(crate) mod cuda;
@@ -181,7 +182,7 @@ impl Tensor {
                     return self.sum_f32(&plan, 1.0);
                 }
                 Ok(crate::with_float_dtype!(self.dtype(), T => {
-                    self.float_reduce::<T, _>(&plan, &FloatSum(|x| x), |s, _| s)?
+                    self.float_sum::<T>(&plan, |s| s)?
                 }, else self.int_reduce(&plan, false)?))
             }
             ReduceOp::Prod => {
@@ -203,7 +204,7 @@ impl Tensor {
         }
         crate::with_float_dtype!(self.dtype(), T => {
             let n = <T as FloatElement>::Math::of(plan.n_red as f64);
-            self.float_reduce::<T, _>(&plan, &FloatSum(|x| x), |s, _| s / n)
+            self.float_sum::<T>(&plan, |s| s / n)
         }, else Err(float_only("mean", self.dtype())))
     }
 
@@ -216,14 +217,27 @@ impl Tensor {
 
     /// The f32 sum over `plan` divided by `div` (1, or n for the mean).
     fn sum_f32(&self, plan: &Plan, div: f32) -> Result<Tensor> {
-        let accs = reduce(
-            self.storage().as_slice::<f32>(),
-            plan,
-            &simd::SumF32(Level::best()),
-        );
+        let src = self.storage().as_slice::<f32>();
+        let accs = columns::column_sums(src, plan).unwrap_or_else(|| reduce(src, plan, &simd::SumF32(Level::best())));
         Tensor::build_overwrite::<f32>("sum", &plan.out_shape, |o| {
             o.iter_mut().zip(accs).for_each(|(o, a)| *o = a / div)
         })
+    }
+
+    /// The float sum over `plan`, each sum converted by `finish`: column
+    /// sums on their fast path, anything else on the engine.
+    fn float_sum<T: FloatElement>(
+        &self,
+        plan: &Plan,
+        finish: impl Fn(T::Math) -> T::Math,
+    ) -> Result<Tensor> {
+        match columns::column_sums(self.storage().as_slice::<T>(), plan) {
+            Some(sums) => {
+                let out: Vec<T> = sums.into_iter().map(|s| T::from_math(finish(s))).collect();
+                from_vec_shaped(out, &plan.out_shape)
+            }
+            None => self.float_reduce::<T, _>(plan, &FloatSum(|x| x), |s, _| finish(s)),
+        }
     }
 
     /// Runs a float reducer and converts each final state with `finish(acc,
