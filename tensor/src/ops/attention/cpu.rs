@@ -1,6 +1,7 @@
 //! The CPU kernels of fused attention: FlashAttention-2 tiled per (batch,
 //! head) with an online softmax; the inner products are the crate's packed
-//! GEMM on `BLOCK × BLOCK` tiles read straight from the strided operands.
+//! GEMM on tiles of at most `MAX_BLOCK × MAX_BLOCK` read straight from the
+//! strided operands.
 //!
 //! The forward runs one task per (batch·head, query block); the backward
 //! one task per batch·head, walking key blocks outside and query blocks
@@ -25,8 +26,16 @@ use crate::ops::matmul::pack::MatRef;
 use crate::simd::{kernels, Level};
 use crate::{DType, Element, FloatElement, FloatMath, Layout, Result, Tensor};
 
-/// Rows (queries) and columns (keys) of one score tile.
-const BLOCK: usize = 64;
+/// The most rows (queries) or columns (keys) of one score tile.
+const MAX_BLOCK: usize = 128;
+
+/// The tile length along a dimension of `len`: the fewest tiles of at most
+/// [`MAX_BLOCK`], of equal length but the last (65 keys are one tile of
+/// 65, not 64 and a 1-key tile paying a whole GEMM call). A function of
+/// `len` alone, so the summation order is too.
+fn block(len: usize) -> usize {
+    len.div_ceil(len.div_ceil(MAX_BLOCK).max(1)).max(1)
+}
 
 /// Multiply-adds below which a call runs on the calling thread.
 const PAR_FLOPS: usize = 1 << 18;
@@ -304,13 +313,14 @@ impl<T: AttnMath> Ctx<'_, T> {
         let (g, br) = (self.g, lse.len());
         let mut acc = vec![<T as FloatMath>::ZERO; br * g.ev];
         let out = &mut acc[..];
-        let mut sc = vec![<T as FloatMath>::ZERO; br * BLOCK];
-        let mut p = vec![<T as FloatMath>::ZERO; br * BLOCK];
+        let kb = block(g.s);
+        let mut sc = vec![<T as FloatMath>::ZERO; br * kb];
+        let mut p = vec![<T as FloatMath>::ZERO; br * kb];
         let mut m = vec![<T as FloatMath>::NEG_INFINITY; br];
         let mut l = vec![<T as FloatMath>::ZERO; br];
         let end = self.key_end(i0 + br);
-        for j0 in (0..end).step_by(BLOCK) {
-            let bc = BLOCK.min(g.s - j0);
+        for j0 in (0..end).step_by(kb) {
+            let bc = kb.min(g.s - j0);
             let (sc, p) = (&mut sc[..br * bc], &mut p[..br * bc]);
             let qk = (br, bc, g.e);
             self.mm(
@@ -492,10 +502,11 @@ fn forward_typed<T: AttnMath>(
             let mut tasks = Vec::new();
             for (b, (rows, ls)) in out_rows.iter_mut().zip(lse.chunks_mut(g.l)).enumerate() {
                 let mut rest = &mut rows[..];
-                for (qb, lb) in ls.chunks_mut(BLOCK).enumerate() {
+                let qb = block(g.l);
+                for (qi, lb) in ls.chunks_mut(qb).enumerate() {
                     let (tile, tail) = rest.split_at_mut(lb.len());
                     rest = tail;
-                    tasks.push((b, qb * BLOCK, tile, lb));
+                    tasks.push((b, qi * qb, tile, lb));
                 }
             }
             run(tasks, flops, |(b, i0, tile, lb)| {
@@ -534,18 +545,19 @@ impl<T: AttnMath> Ctx<'_, T> {
             vec![zero; g.s * g.e],
             vec![zero; g.s * g.ev],
         );
-        let mut p = [zero; BLOCK * BLOCK];
-        let mut pd = [zero; BLOCK * BLOCK];
-        let mut ds = [zero; BLOCK * BLOCK];
+        let (qb, kb) = (block(g.l), block(g.s));
+        let mut p = vec![zero; qb * kb];
+        let mut pd = vec![zero; qb * kb];
+        let mut ds = vec![zero; qb * kb];
         let causal = matches!(self.mask, Mask::Causal);
-        for j0 in (0..g.s).step_by(BLOCK) {
-            let bc = BLOCK.min(g.s - j0);
+        for j0 in (0..g.s).step_by(kb) {
+            let bc = kb.min(g.s - j0);
             let dk_j = &mut dk_h[j0 * g.e..(j0 + bc) * g.e];
             let dv_j = &mut dv_h[j0 * g.ev..(j0 + bc) * g.ev];
             // Under the causal mask, query rows before j0 see no key here.
             let first = if causal { j0 } else { 0 };
-            for i0 in (first..g.l).step_by(BLOCK) {
-                let br = BLOCK.min(g.l - i0);
+            for i0 in (first..g.l).step_by(qb) {
+                let br = qb.min(g.l - i0);
                 let (p, pd, ds) = (&mut p[..br * bc], &mut pd[..br * bc], &mut ds[..br * bc]);
                 let qk = (br, bc, g.e);
                 self.mm(

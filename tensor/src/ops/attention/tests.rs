@@ -174,12 +174,14 @@ fn case(dims: Dims, kind: usize, dtype: DType, tol: f64, seed: u64) {
 }
 
 /// Sizes covering one partial tile, several tiles with ragged edges
-/// (BLOCK = 64), L < S and L > S, E ≠ Ev.
-const SIZES: [Dims; 4] = [
+/// (tiles of at most 128, balanced: 130 → 65 + 65, 257 → 86 + 86 + 85),
+/// L < S and L > S, E ≠ Ev.
+const SIZES: [Dims; 5] = [
     (2, 3, 5, 4, 3),
     (1, 70, 130, 9, 17),
     (2, 129, 65, 16, 8),
     (1, 64, 64, 32, 32),
+    (1, 300, 257, 8, 5),
 ];
 
 #[test]
