@@ -47,6 +47,7 @@ impl Tensor {
         let idx_layout = Layout::new(shape.clone(), idx_strides, index.layout().offset());
         let g = Gather {
             src,
+            #[cfg(feature = "cuda")]
             dim: d,
             dim_stride: self.strides()[d],
             idx: idx_layout,
@@ -71,6 +72,7 @@ impl Tensor {
         src_strides[d] = 0;
         let g = Gather {
             src: Layout::new(index.shape().to_vec(), src_strides, self.layout().offset()),
+            #[cfg(feature = "cuda")]
             dim: d,
             dim_stride: self.strides()[d],
             idx: index.layout().clone(),
@@ -262,7 +264,8 @@ pub(crate) fn cpu_scatter(
 pub(crate) struct Gather {
     /// The source over the output shape, stride 0 along `dim`.
     pub(crate) src: Layout,
-    /// The indexed dim.
+    /// The indexed dim (the GPU kernel bounds its indices by its size).
+    #[cfg(feature = "cuda")]
     pub(crate) dim: usize,
     /// The source's stride along `dim`.
     pub(crate) dim_stride: isize,

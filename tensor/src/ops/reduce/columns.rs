@@ -57,11 +57,15 @@ fn chunked<T: FloatElement, const W: usize>(
     let chunk = |c: usize| {
         let lo = c * RCHUNK;
         let n = RCHUNK.min(rows - lo);
-        let s = pairwise::<T, W>(&|r| {
-            let at = origin + (lo + r) * row_stride;
-            let row = &src[at..at + W];
-            std::array::from_fn(|j| row[j].to_math())
-        }, 0, n);
+        let s = pairwise::<T, W>(
+            &|r| {
+                let at = origin + (lo + r) * row_stride;
+                let row = &src[at..at + W];
+                std::array::from_fn(|j| row[j].to_math())
+            },
+            0,
+            n,
+        );
         // The engine starts each chunk's state at zero and adds the chunk's
         // sum to it (which turns a −0 into +0): do the same.
         s.map(|v| T::Math::ZERO + v)
@@ -102,7 +106,10 @@ fn pairwise<T: FloatElement, const W: usize>(
         s
     } else {
         let half = n / 2 / 8 * 8;
-        let (a, b) = (pairwise::<T, W>(get, lo, half), pairwise::<T, W>(get, lo + half, n - half));
+        let (a, b) = (
+            pairwise::<T, W>(get, lo, half),
+            pairwise::<T, W>(get, lo + half, n - half),
+        );
         std::array::from_fn(|j| a[j] + b[j])
     }
 }
@@ -141,10 +148,13 @@ mod tests {
             (20000, 48, 0),
         ] {
             let values = rand_f64(rows as u64 ^ cols as u64, rows * (cols + pad));
-            let t = Tensor::from_vec(values.iter().map(|&v| T::from_f64(v)).collect::<Vec<T>>(), &[rows, cols + pad])
-                .unwrap()
-                .narrow(1, 0, cols)
-                .unwrap();
+            let t = Tensor::from_vec(
+                values.iter().map(|&v| T::from_f64(v)).collect::<Vec<T>>(),
+                &[rows, cols + pad],
+            )
+            .unwrap()
+            .narrow(1, 0, cols)
+            .unwrap();
             let plan = Plan::new("sum", t.layout(), &[0], false).unwrap();
             let src = t.storage().as_slice::<T>();
             let fast = column_sums(src, &plan).expect("a column sum");
@@ -155,7 +165,10 @@ mod tests {
         let zeros = Tensor::from_vec(vec![T::from_f64(-0.0); 6], &[3, 2]).unwrap();
         let plan = Plan::new("sum", zeros.layout(), &[0], false).unwrap();
         let src = zeros.storage().as_slice::<T>();
-        let (fast, engine) = (column_sums(src, &plan).unwrap(), reduce(src, &plan, &FloatSum(|x| x)));
+        let (fast, engine) = (
+            column_sums(src, &plan).unwrap(),
+            reduce(src, &plan, &FloatSum(|x| x)),
+        );
         assert_eq!(format!("{fast:?}"), format!("{engine:?}"));
     }
 
@@ -174,8 +187,17 @@ mod tests {
         assert!(plan(&t, &[0, 1]).as_columns().is_some());
         assert!(plan(&t, &[0]).as_columns().is_none(), "two kept dims");
         assert!(plan(&t, &[2]).as_columns().is_none(), "rows of unit stride");
-        assert!(plan(&t, &[0, 2]).as_columns().is_none(), "reduced dims that do not coalesce");
-        let flipped = Tensor::zeros(&[4, 6], crate::DType::F32).unwrap().flip(&[0]).unwrap();
-        assert!(plan(&flipped, &[0]).as_columns().is_none(), "a negative row stride");
+        assert!(
+            plan(&t, &[0, 2]).as_columns().is_none(),
+            "reduced dims that do not coalesce"
+        );
+        let flipped = Tensor::zeros(&[4, 6], crate::DType::F32)
+            .unwrap()
+            .flip(&[0])
+            .unwrap();
+        assert!(
+            plan(&flipped, &[0]).as_columns().is_none(),
+            "a negative row stride"
+        );
     }
 }

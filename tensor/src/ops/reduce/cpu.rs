@@ -92,7 +92,9 @@ impl Plan {
     /// after coalescing, with a non-negative stride (the rows); else `None`.
     pub(crate) fn as_columns(&self) -> Option<(usize, usize, usize, usize)> {
         match (self.keep.as_slice(), self.red.as_slice()) {
-            ([(cols, 1)], [(rows, stride)]) if *stride >= 0 => Some((*cols, *rows, *stride as usize, self.offset)),
+            ([(cols, 1)], [(rows, stride)]) if *stride >= 0 => {
+                Some((*cols, *rows, *stride as usize, self.offset))
+            }
             _ => None,
         }
     }

@@ -218,7 +218,8 @@ impl Tensor {
     /// The f32 sum over `plan` divided by `div` (1, or n for the mean).
     fn sum_f32(&self, plan: &Plan, div: f32) -> Result<Tensor> {
         let src = self.storage().as_slice::<f32>();
-        let accs = columns::column_sums(src, plan).unwrap_or_else(|| reduce(src, plan, &simd::SumF32(Level::best())));
+        let accs = columns::column_sums(src, plan)
+            .unwrap_or_else(|| reduce(src, plan, &simd::SumF32(Level::best())));
         Tensor::build_overwrite::<f32>("sum", &plan.out_shape, |o| {
             o.iter_mut().zip(accs).for_each(|(o, a)| *o = a / div)
         })
@@ -226,11 +227,7 @@ impl Tensor {
 
     /// The float sum over `plan`, each sum converted by `finish`: column
     /// sums on their fast path, anything else on the engine.
-    fn float_sum<T: FloatElement>(
-        &self,
-        plan: &Plan,
-        finish: impl Fn(T::Math) -> T::Math,
-    ) -> Result<Tensor> {
+    fn float_sum<T: FloatElement>(&self, plan: &Plan, finish: impl Fn(T::Math) -> T::Math) -> Result<Tensor> {
         match columns::column_sums(self.storage().as_slice::<T>(), plan) {
             Some(sums) => {
                 let out: Vec<T> = sums.into_iter().map(|s| T::from_math(finish(s))).collect();
