@@ -57,6 +57,34 @@ macro_rules! with_kernel_float {
 }
 pub(crate) use with_kernel_float;
 
+/// Runs `$body` with `$T` bound to a Rust type of `$dtype`'s element size
+/// (u8, f16, f32 or u64 for 1, 2, 4 or 8 bytes): the kernels that only move
+/// elements (copies, gathers and scatters, `where`, tril/triu) serve every
+/// dtype by its size.
+macro_rules! with_element_size {
+    ($dtype:expr, $T:ident => $body:expr) => {
+        match $dtype.size_in_bytes() {
+            1 => {
+                type $T = u8;
+                $body
+            }
+            2 => {
+                type $T = $crate::f16;
+                $body
+            }
+            4 => {
+                type $T = f32;
+                $body
+            }
+            _ => {
+                type $T = u64;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use with_element_size;
+
 impl Tensor {
     /// True when the elements live on a GPU: the test at the top of every
     /// op with a CUDA path.

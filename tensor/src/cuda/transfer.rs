@@ -73,24 +73,16 @@ pub(crate) fn copy_into(op: &'static str, src: &Tensor, dst: &Output, at: &Layou
     let state = state_of(op, src)?;
     debug_assert_eq!(src.dtype(), dst.dtype());
     let sl = src.layout();
-    macro_rules! by_size {
-        ($($bytes:literal => $T:ty),*) => {
-            match src.dtype().size_in_bytes() {
-                $($bytes => copy_strided::<$T>(
-                    operand(src, sl),
-                    Operand {
-                        ptr: dst.ptr::<$T>(),
-                        offset: at.offset(),
-                        strides: at.strides(),
-                    },
-                    src.shape(),
-                ),)*
-                n => unreachable!("every dtype has 1, 2, 4 or 8 bytes, not {n}"),
-            }
-        };
-    }
-    let l = by_size!(1 => u8, 2 => crate::f16, 4 => f32, 8 => u64)
-        .map_err(super::kernel_err(op, state.device()))?;
+    let l = super::with_element_size!(src.dtype(), T => copy_strided::<T>(
+        operand(src, sl),
+        Operand {
+            ptr: dst.ptr::<T>(),
+            offset: at.offset(),
+            strides: at.strides(),
+        },
+        src.shape(),
+    ))
+    .map_err(super::kernel_err(op, state.device()))?;
     launch(op, &state, &[l])
 }
 

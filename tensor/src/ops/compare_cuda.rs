@@ -4,7 +4,7 @@
 
 use tessera_cuda_kernels::ops::elementwise::{compare as compare_launch, where_ as where_launch, CompareOp};
 
-use crate::cuda::{common_device, kernel_err, launch, no_kernel, operand, Output};
+use crate::cuda::{common_device, kernel_err, launch, no_kernel, operand, with_element_size, Output};
 use crate::ops::binary::promoted;
 use crate::{broadcast_shapes, DType, Result, Tensor};
 
@@ -90,24 +90,13 @@ pub(crate) fn where_(cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let lc = cond.layout().broadcast_to(&shape)?;
     let (la, lb) = (a.layout().broadcast_to(&shape)?, b.layout().broadcast_to(&shape)?);
     let out = Output::new(OP, &state, a.dtype(), shape.iter().product())?;
-    macro_rules! go {
-        ($T:ty) => {
-            where_launch::<$T>(
-                operand(cond, &lc),
-                operand(&a, &la),
-                operand(&b, &lb),
-                out.ptr(),
-                &shape,
-            )
-        };
-    }
-    // `where` moves elements: one kernel per element size serves every dtype.
-    let l = match a.dtype().size_in_bytes() {
-        1 => go!(u8),
-        2 => go!(crate::f16),
-        4 => go!(f32),
-        _ => go!(u64),
-    }
+    let l = with_element_size!(a.dtype(), T => where_launch::<T>(
+        operand(cond, &lc),
+        operand(&a, &la),
+        operand(&b, &lb),
+        out.ptr(),
+        &shape,
+    ))
     .map_err(kernel_err(OP, state.device()))?;
     launch(OP, &state, &[l])?;
     Ok(out.into_tensor(&shape))

@@ -4,7 +4,7 @@
 use tessera_cuda_kernels::ops::elementwise::tri as tri_launch;
 
 use super::matrix_dims;
-use crate::cuda::{contiguous, contiguous_ptr, kernel_err, launch, state_of, Output};
+use crate::cuda::{contiguous, contiguous_ptr, kernel_err, launch, state_of, with_element_size, Output};
 use crate::{Result, Tensor};
 
 /// The lower (`lower`) or upper triangle of the GPU tensor `x` about
@@ -20,25 +20,15 @@ pub(crate) fn tri(op: &'static str, x: &Tensor, diagonal: isize, lower: bool) ->
     // Beyond ±(rows + cols) every diagonal keeps (or drops) the same elements.
     let reach = (rows + cols) as i64;
     let diag = (diagonal as i64).clamp(-reach, reach);
-    macro_rules! go {
-        ($T:ty) => {
-            tri_launch::<$T>(
-                contiguous_ptr(&x),
-                out.ptr(),
-                batch,
-                rows,
-                cols,
-                diag,
-                lower,
-            )
-        };
-    }
-    let l = match x.dtype().size_in_bytes() {
-        1 => go!(u8),
-        2 => go!(crate::f16),
-        4 => go!(f32),
-        _ => go!(u64),
-    }
+    let l = with_element_size!(x.dtype(), T => tri_launch::<T>(
+        contiguous_ptr(&x),
+        out.ptr(),
+        batch,
+        rows,
+        cols,
+        diag,
+        lower,
+    ))
     .map_err(kernel_err(op, state.device()))?;
     launch(op, &state, &[l])?;
     Ok(out.into_tensor(x.shape()))

@@ -16,6 +16,29 @@ use super::cuda_backend::{assert_close, gpu, randn, tol, views, DEV, FLOATS};
 type BinaryFn = fn(&Tensor, &Tensor) -> tessera_tensor::Result<Tensor>;
 type ScalarFn = fn(&Tensor, f64) -> tessera_tensor::Result<Tensor>;
 
+/// The tensor–tensor comparisons and logical ops.
+const COMPARISONS: [(&str, BinaryFn); 9] = [
+    ("eq", Tensor::eq),
+    ("ne", Tensor::ne),
+    ("lt", Tensor::lt),
+    ("le", Tensor::le),
+    ("gt", Tensor::gt),
+    ("ge", Tensor::ge),
+    ("logical_and", Tensor::logical_and),
+    ("logical_or", Tensor::logical_or),
+    ("logical_xor", Tensor::logical_xor),
+];
+
+/// The tensor–scalar comparisons.
+const SCALAR_COMPARISONS: [(&str, ScalarFn); 6] = [
+    ("eq_scalar", Tensor::eq_scalar),
+    ("ne_scalar", Tensor::ne_scalar),
+    ("lt_scalar", Tensor::lt_scalar),
+    ("le_scalar", Tensor::le_scalar),
+    ("gt_scalar", Tensor::gt_scalar),
+    ("ge_scalar", Tensor::ge_scalar),
+];
+
 fn dev(t: &Tensor) -> Tensor {
     t.to_device(DEV).unwrap()
 }
@@ -59,18 +82,7 @@ fn integer_comparisons_and_where_of_any_dtype_equal_the_cpu() {
     let x = Tensor::from_vec(v, &[3, 7]).unwrap();
     let y = Tensor::from_vec(vec![3i64, 0, 7, -100, 5, i64::MAX, -1], &[1, 7]).unwrap();
     let (xd, yd) = (dev(&x), dev(&y));
-    let pairs: [(&str, BinaryFn); 9] = [
-        ("eq", Tensor::eq),
-        ("ne", Tensor::ne),
-        ("lt", Tensor::lt),
-        ("le", Tensor::le),
-        ("gt", Tensor::gt),
-        ("ge", Tensor::ge),
-        ("logical_and", Tensor::logical_and),
-        ("logical_or", Tensor::logical_or),
-        ("logical_xor", Tensor::logical_xor),
-    ];
-    for (op, f) in pairs {
+    for (op, f) in COMPARISONS {
         assert_close(
             &format!("{op} i64"),
             &f(&x, &y).unwrap(),
@@ -79,12 +91,7 @@ fn integer_comparisons_and_where_of_any_dtype_equal_the_cpu() {
             0.0,
         );
     }
-    let scalars: [(&str, ScalarFn); 3] = [
-        ("eq_scalar", Tensor::eq_scalar),
-        ("ne_scalar", Tensor::ne_scalar),
-        ("lt_scalar", Tensor::lt_scalar),
-    ];
-    for (op, f) in scalars {
+    for (op, f) in SCALAR_COMPARISONS {
         for s in [-100.0, 3.0, 0.0] {
             assert_close(
                 &format!("{op} i64 {s}"),
@@ -145,29 +152,10 @@ fn comparisons_logical_ops_where_and_clamp_equal_the_cpu() {
             let y = with_ties_and_nan(&randn(&[1, 7], dtype, 9));
             let (xd, yd) = (dev(&x), dev(&y));
             let what = |op: &str| format!("{op} {dtype} {name}");
-            let pairs: [(&str, BinaryFn); 9] = [
-                ("eq", Tensor::eq),
-                ("ne", Tensor::ne),
-                ("lt", Tensor::lt),
-                ("le", Tensor::le),
-                ("gt", Tensor::gt),
-                ("ge", Tensor::ge),
-                ("logical_and", Tensor::logical_and),
-                ("logical_or", Tensor::logical_or),
-                ("logical_xor", Tensor::logical_xor),
-            ];
-            for (op, f) in pairs {
+            for (op, f) in COMPARISONS {
                 assert_close(&what(op), &f(&x, &y).unwrap(), &f(&xd, &yd).unwrap(), 0.0, 0.0);
             }
-            let scalars: [(&str, ScalarFn); 6] = [
-                ("eq_scalar", Tensor::eq_scalar),
-                ("ne_scalar", Tensor::ne_scalar),
-                ("lt_scalar", Tensor::lt_scalar),
-                ("le_scalar", Tensor::le_scalar),
-                ("gt_scalar", Tensor::gt_scalar),
-                ("ge_scalar", Tensor::ge_scalar),
-            ];
-            for (op, f) in scalars {
+            for (op, f) in SCALAR_COMPARISONS {
                 assert_close(&what(op), &f(&x, 0.5).unwrap(), &f(&xd, 0.5).unwrap(), 0.0, 0.0);
             }
             assert_close(

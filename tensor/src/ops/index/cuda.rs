@@ -82,26 +82,17 @@ pub(crate) fn gather(op: &'static str, x: &Tensor, index: &Tensor, g: &super::Ga
     let out = crate::cuda::Output::new(op, &state, x.dtype(), shape.iter().product())?;
     let dim_size = x.shape()[g.dim];
     let idx = crate::cuda::operand::<i64>(index, &g.idx);
-    macro_rules! go {
-        ($T:ty) => {
-            tessera_cuda_kernels::ops::elementwise::gather::<$T>(
-                crate::cuda::operand(x, &g.src),
-                g.dim,
-                dim_size,
-                g.dim_stride,
-                idx,
-                out.ptr(),
-                shape,
-            )
-        };
-    }
-    let l = match x.dtype().size_in_bytes() {
-        1 => go!(u8),
-        2 => go!(crate::f16),
-        4 => go!(f32),
-        _ => go!(u64),
-    }
-    .map_err(crate::cuda::kernel_err(op, state.device()))?;
+    let l =
+        crate::cuda::with_element_size!(x.dtype(), T => tessera_cuda_kernels::ops::elementwise::gather::<T>(
+            crate::cuda::operand(x, &g.src),
+            g.dim,
+            dim_size,
+            g.dim_stride,
+            idx,
+            out.ptr(),
+            shape,
+        ))
+        .map_err(crate::cuda::kernel_err(op, state.device()))?;
     crate::cuda::launch(op, &state, &[l])?;
     Ok(out.into_tensor(shape))
 }
@@ -190,12 +181,7 @@ pub(crate) fn scatter(
     let l = match (x.dtype(), h) {
         (DType::F16, How::Add) => go!(crate::f16),
         (DType::BF16, How::Add) => go!(crate::bf16),
-        (dtype, _) => match dtype.size_in_bytes() {
-            1 => go!(u8),
-            2 => go!(crate::f16),
-            4 => go!(f32),
-            _ => go!(u64),
-        },
+        (dtype, _) => crate::cuda::with_element_size!(dtype, T => go!(T)),
     }
     .map_err(kernel_err(op, state.device()))?;
     launch(op, &state, &[l])?;
