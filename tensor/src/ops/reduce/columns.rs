@@ -13,7 +13,7 @@
 
 use rayon::prelude::*;
 
-use super::cpu::{Plan, RCHUNK};
+use super::cpu::{pairwise_lanes, Plan, RCHUNK};
 use crate::strided::PAR_THRESHOLD;
 use crate::{FloatElement, FloatMath};
 
@@ -57,7 +57,7 @@ fn chunked<T: FloatElement, const W: usize>(
     let chunk = |c: usize| {
         let lo = c * RCHUNK;
         let n = RCHUNK.min(rows - lo);
-        let s = pairwise::<T, W>(
+        let s = pairwise_lanes::<T::Math, W>(
             &|r| {
                 let at = origin + (lo + r) * row_stride;
                 let row = &src[at..at + W];
@@ -71,47 +71,6 @@ fn chunked<T: FloatElement, const W: usize>(
         s.map(|v| T::Math::ZERO + v)
     };
     tree::<T::Math, W>(0, rows.div_ceil(RCHUNK), &chunk)
-}
-
-/// [`super::cpu::pairwise`] over `W` columns at once: the same 8-lane
-/// blocks and the same halving, lane by lane.
-fn pairwise<T: FloatElement, const W: usize>(
-    get: &impl Fn(usize) -> [T::Math; W],
-    lo: usize,
-    n: usize,
-) -> [T::Math; W] {
-    if n <= 128 {
-        let mut lanes = [[T::Math::ZERO; W]; 8];
-        let full = n / 8 * 8;
-        let mut i = 0;
-        while i < full {
-            for (k, lane) in lanes.iter_mut().enumerate() {
-                let row = get(lo + i + k);
-                for j in 0..W {
-                    lane[j] += row[j];
-                }
-            }
-            i += 8;
-        }
-        let mut s: [T::Math; W] = std::array::from_fn(|j| {
-            let l = |k: usize| lanes[k][j];
-            ((l(0) + l(1)) + (l(2) + l(3))) + ((l(4) + l(5)) + (l(6) + l(7)))
-        });
-        for k in full..n {
-            let row = get(lo + k);
-            for j in 0..W {
-                s[j] += row[j];
-            }
-        }
-        s
-    } else {
-        let half = n / 2 / 8 * 8;
-        let (a, b) = (
-            pairwise::<T, W>(get, lo, half),
-            pairwise::<T, W>(get, lo + half, n - half),
-        );
-        std::array::from_fn(|j| a[j] + b[j])
-    }
 }
 
 /// The engine's merge tree of the chunk sums `leaf(lo) .. leaf(hi)`.

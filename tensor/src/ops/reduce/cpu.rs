@@ -208,29 +208,48 @@ fn tree<T, R: Reducer<T>>(r: &R, lo: usize, hi: usize, leaf: &impl Fn(usize) -> 
 /// grows with log n rather than n.
 #[inline]
 pub(crate) fn pairwise<M: FloatMath>(n: usize, get: &impl Fn(usize) -> M) -> M {
-    pairwise_from(0, n, get)
+    pairwise_lanes::<M, 1>(&|i| [get(i)], 0, n)[0]
 }
 
-fn pairwise_from<M: FloatMath>(lo: usize, n: usize, get: &impl Fn(usize) -> M) -> M {
+/// [`pairwise`] of `W` independent sums at once (`get(i)` gives element
+/// `i` of each): every lane is summed exactly as [`pairwise`] sums one, so
+/// column sums read a row per step and keep its bits.
+pub(crate) fn pairwise_lanes<M: FloatMath, const W: usize>(
+    get: &impl Fn(usize) -> [M; W],
+    lo: usize,
+    n: usize,
+) -> [M; W] {
     if n <= 128 {
-        let mut lanes = [M::ZERO; 8];
+        let mut lanes = [[M::ZERO; W]; 8];
         let full = n / 8 * 8;
         let mut i = 0;
         while i < full {
-            for (k, l) in lanes.iter_mut().enumerate() {
-                *l += get(lo + i + k);
+            for (k, lane) in lanes.iter_mut().enumerate() {
+                let row = get(lo + i + k);
+                for j in 0..W {
+                    lane[j] += row[j];
+                }
             }
             i += 8;
         }
-        let mut s =
-            ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+        let mut s: [M; W] = std::array::from_fn(|j| {
+            let l = |k: usize| lanes[k][j];
+            ((l(0) + l(1)) + (l(2) + l(3))) + ((l(4) + l(5)) + (l(6) + l(7)))
+        });
         for k in full..n {
-            s += get(lo + k);
+            let row = get(lo + k);
+            for j in 0..W {
+                s[j] += row[j];
+            }
         }
         s
     } else {
         let half = n / 2 / 8 * 8;
-        pairwise_from(lo, half, get) + pairwise_from(lo + half, n - half, get)
+        let (a, b) = (
+            pairwise_lanes::<M, W>(get, lo, half),
+            pairwise_lanes::<M, W>(get, lo + half, n - half),
+        );
+        std::array::from_fn(|j| a[j] + b[j])
     }
 }
 
