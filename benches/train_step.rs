@@ -92,8 +92,8 @@ impl Module for Vit {
         let p = self.patch.forward(x)?; // [B, D, 8, 8]
         let (b, d) = (p.shape()[0], p.shape()[1]);
         let p = p.reshape([b, d, 64])?.transpose(1, 2)?;
-        let cls = self.cls_token.var().expand([b, 1, d])?;
-        let mut h = Var::cat(&[cls, p], 1)?.add(&self.pos_embed.var())?;
+        let cls = self.cls_token.var()?.expand([b, 1, d])?;
+        let mut h = Var::cat(&[cls, p], 1)?.add(&self.pos_embed.var()?)?;
         for blk in &self.blocks {
             h = blk.forward(&h)?;
         }

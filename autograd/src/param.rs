@@ -68,6 +68,11 @@ impl Slot {
         Ok(())
     }
 
+    /// The current value as it is, without fetching (empty while released).
+    pub(crate) fn current(&self) -> Tensor {
+        self.read().tensor().clone()
+    }
+
     /// The current value for a backward node that saved it by reference.
     pub(crate) fn value_for_backward(&self) -> Result<Tensor> {
         self.ensure_available().map_err(|e| {
@@ -139,19 +144,23 @@ impl Parameter {
 
     /// The current value as a leaf `Var` to compute with (a cheap clone
     /// sharing the tensor and the gradient key). The fetch hook, if any,
-    /// runs first (a released parameter is fetched); when its fetch hook fails the value stays empty
-    /// (shape `[0]`), so the op that uses it fails with a shape error, and
-    /// the hook's owner reports the cause.
-    pub fn var(&self) -> Var {
-        // The hook's error is its owner's to report (see above).
-        let _ = self.slot.ensure_available();
-        self.read().clone()
+    /// runs first (a released parameter is fetched). Errors with the hook's
+    /// error when it fails or leaves the value released.
+    pub fn var(&self) -> Result<Var> {
+        self.slot.ensure_available()?;
+        Ok(self.read().clone())
     }
 
     /// The current value (a cheap clone sharing the storage), fetched
-    /// first when released, as [`Parameter::var`].
-    pub fn tensor(&self) -> Tensor {
-        self.var().into_tensor()
+    /// first when released; errors as [`Parameter::var`].
+    pub fn tensor(&self) -> Result<Tensor> {
+        Ok(self.var()?.into_tensor())
+    }
+
+    /// The value as it is now, without running the fetch hook: empty
+    /// (shape `[0]`) while released.
+    pub fn current(&self) -> Tensor {
+        self.slot.current()
     }
 
     /// The key of this parameter's gradient in [`Gradients`]; `None` while
@@ -323,30 +332,33 @@ mod tests {
         let p = Parameter::new(Tensor::from_vec(vec![1.0f64, 2.0, 3.0], &[3]).unwrap());
         let held_by_module = p.clone();
         let id = p.id().unwrap();
-        let before = p.tensor().storage().as_bytes().as_ptr();
+        let before = p.tensor().unwrap().storage().as_bytes().as_ptr();
         p.update_::<f64, _>(|x| x.iter_mut().for_each(|v| *v *= 10.0))
             .unwrap();
         assert_eq!(
-            p.tensor().storage().as_bytes().as_ptr(),
+            p.tensor().unwrap().storage().as_bytes().as_ptr(),
             before,
             "updated in place"
         );
         assert_eq!(
-            held_by_module.tensor().to_vec::<f64>().unwrap(),
+            held_by_module.tensor().unwrap().to_vec::<f64>().unwrap(),
             vec![10.0, 20.0, 30.0]
         );
-        assert_eq!(held_by_module.var().id(), Some(id));
+        assert_eq!(held_by_module.var().unwrap().id(), Some(id));
 
         // A value someone still holds is never changed by an update.
-        let snapshot = p.tensor();
+        let snapshot = p.tensor().unwrap();
         p.update_::<f64, _>(|x| x[0] = -1.0).unwrap();
         assert_eq!(snapshot.to_vec::<f64>().unwrap(), vec![10.0, 20.0, 30.0]);
-        assert_eq!(p.tensor().to_vec::<f64>().unwrap(), vec![-1.0, 20.0, 30.0]);
+        assert_eq!(
+            p.tensor().unwrap().to_vec::<f64>().unwrap(),
+            vec![-1.0, 20.0, 30.0]
+        );
         assert!(p.update_::<f32, _>(|_| ()).is_err());
 
         p.set(snapshot).unwrap();
         assert_eq!(
-            held_by_module.tensor().to_vec::<f64>().unwrap(),
+            held_by_module.tensor().unwrap().to_vec::<f64>().unwrap(),
             vec![10.0, 20.0, 30.0]
         );
         assert!(p.set(Tensor::from_vec(vec![1.0f64], &[1]).unwrap()).is_err());
@@ -378,7 +390,7 @@ mod tests {
         };
         let x = || Var::leaf(Tensor::from_vec(vec![1.0f64, -2.0, 0.25, 4.0], &[2, 2]).unwrap());
         let plain = Parameter::new(fresh());
-        let (x0, p0) = (x(), plain.var());
+        let (x0, p0) = (x(), plain.var().unwrap());
         let want = x0
             .linear(&p0, None)
             .unwrap()
@@ -402,13 +414,13 @@ mod tests {
         })));
         let x1 = x();
         let loss = x1
-            .linear(&p.var(), None)
+            .linear(&p.var().unwrap(), None)
             .unwrap()
             .square()
             .unwrap()
             .sum(&[], false)
             .unwrap();
-        let storage = Arc::downgrade(p.tensor().storage());
+        let storage = Arc::downgrade(p.tensor().unwrap().storage());
         p.release_().unwrap();
         assert!(p.is_released());
         assert_eq!(p.shape(), vec![2, 2]);
@@ -430,7 +442,11 @@ mod tests {
 
         // A hook that fails makes the backward that needs the value fail.
         let x2 = x();
-        let loss = x2.linear(&p.var(), None).unwrap().sum(&[], false).unwrap();
+        let loss = x2
+            .linear(&p.var().unwrap(), None)
+            .unwrap()
+            .sum(&[], false)
+            .unwrap();
         p.set_fetch_hook(Some(Arc::new(|| Err(Error::io("fetch", "peer gone")))));
         p.release_().unwrap();
         let err = loss
@@ -446,6 +462,72 @@ mod tests {
             move || q.set(make())
         })));
         p.set_fetch_hook(None);
-        assert!(!p.var().saved().is_reference());
+        assert!(!p.var().unwrap().saved().is_reference());
+    }
+
+    /// Views of a parameter with a fetch hook (`t`, `narrow`, `reshape`,
+    /// chains of them) are saved by reference too: releasing the parameter
+    /// frees its storage, backward fetches it and rebuilds each view, and
+    /// the gradients equal those of the same graph saved by value. Values
+    /// computed from the parameter are still saved by value.
+    #[test]
+    fn views_of_a_released_parameter_are_rebuilt_for_backward() {
+        let values: Vec<f64> = (0..12).map(|i| 0.25 * i as f64 - 1.0).collect();
+        let fresh = {
+            let v = values.clone();
+            move || Tensor::from_vec(v.clone(), &[4, 3]).unwrap()
+        };
+        let x = || Var::leaf(Tensor::from_vec(vec![0.5f64, -1.0, 2.0, 1.5, 0.25, -0.75], &[2, 3]).unwrap());
+        let graph = |x: &Var, w: &Var| -> Var {
+            let a = x.matmul(&w.t().unwrap()).unwrap();
+            let b = x.linear(&w.narrow(0, 1, 2).unwrap(), None).unwrap();
+            let c = x
+                .matmul(&w.reshape([3, 4]).unwrap().narrow(1, 1, 2).unwrap())
+                .unwrap();
+            let d = x.matmul(&w.exp().unwrap().t().unwrap()).unwrap();
+            [a, b, c, d]
+                .iter()
+                .map(|v| v.square().unwrap().sum(&[], false).unwrap())
+                .reduce(|l, r| l.add(&r).unwrap())
+                .unwrap()
+        };
+        let plain = Parameter::new(fresh());
+        let x0 = x();
+        let want = graph(&x0, &plain.var().unwrap()).backward().unwrap();
+
+        let p = Parameter::new(fresh());
+        let (q, make) = (p.clone(), fresh.clone());
+        p.set_fetch_hook(Some(Arc::new(move || {
+            if q.is_released() {
+                q.set(make())
+            } else {
+                Ok(())
+            }
+        })));
+        let w = p.var().unwrap();
+        assert!(w.t().unwrap().saved().is_reference());
+        assert!(w.narrow(0, 1, 2).unwrap().t().unwrap().saved().is_reference());
+        assert!(
+            !w.exp().unwrap().saved().is_reference(),
+            "a computed value is not a view"
+        );
+        let x1 = x();
+        let loss = graph(&x1, &w);
+        drop(w);
+        let storage = Arc::downgrade(p.tensor().unwrap().storage());
+        p.release_().unwrap();
+        assert!(
+            storage.upgrade().is_none(),
+            "the graph kept the released value alive through a view"
+        );
+        let got = loss.backward().unwrap();
+        assert_eq!(
+            got.get(&x1).unwrap().to_vec::<f64>().unwrap(),
+            want.get(&x0).unwrap().to_vec::<f64>().unwrap()
+        );
+        assert_eq!(
+            p.grad(&got).unwrap().to_vec::<f64>().unwrap(),
+            plain.grad(&want).unwrap().to_vec::<f64>().unwrap()
+        );
     }
 }

@@ -60,10 +60,10 @@ pub(crate) fn evaluate(
     precision: Precision,
 ) -> BoxResult<f64> {
     let n = split.labels.shape()[0];
-    let device = model
-        .parameters()
-        .first()
-        .map_or(Device::Cpu, |p| p.tensor().device());
+    let device = match model.parameters().first() {
+        Some(p) => p.tensor()?.device(),
+        None => Device::Cpu,
+    };
     let mut correct = 0;
     for start in (0..n).step_by(batch) {
         let len = batch.min(n - start);

@@ -235,11 +235,14 @@ fn gather_params(
         let names: Vec<&str> = mine.iter().map(|(n, _)| n.as_str()).collect();
         comm.send_bytes(names.join("\n").as_bytes(), 0, TAG_NAMES)?;
         for (_, p) in &mine {
-            comm.send_tensor(&p.tensor(), 0, TAG_PARAMS)?;
+            comm.send_tensor(&p.tensor()?, 0, TAG_PARAMS)?;
         }
         return Ok(None);
     }
-    let mut all: HashMap<String, Tensor> = mine.into_iter().map(|(n, p)| (n, p.tensor())).collect();
+    let mut all: HashMap<String, Tensor> = mine
+        .into_iter()
+        .map(|(n, p)| Ok((n, p.tensor()?)))
+        .collect::<tessera::tensor::Result<_>>()?;
     for stage in 1..comm.world_size() {
         let names = String::from_utf8(comm.recv_bytes(stage, TAG_NAMES)?)?;
         for name in names.lines() {

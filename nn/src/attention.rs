@@ -115,8 +115,8 @@ impl MultiheadAttention {
                 ),
             ));
         }
-        let w = self.in_proj_weight.var();
-        let bias = self.in_proj_bias.as_ref().map(Parameter::var);
+        let w = self.in_proj_weight.var()?;
+        let bias = self.in_proj_bias.as_ref().map(Parameter::var).transpose()?;
         let proj = |x: &Var, k: usize| -> Result<Var> {
             let wk = w.narrow(0, k * e, e)?;
             let bk = bias.as_ref().map(|b| b.narrow(0, k * e, e)).transpose()?;

@@ -170,8 +170,8 @@ impl Conv2d {
 
 impl Module for Conv2d {
     fn forward(&self, input: &Var) -> Result<Var> {
-        let b = self.bias.as_ref().map(Parameter::var);
-        let w = self.weight.var();
+        let b = self.bias.as_ref().map(Parameter::var).transpose()?;
+        let w = self.weight.var()?;
         match self.pad_same {
             Some(pads) => {
                 let x = input.pad(&pads, PadMode::Constant(0.0))?;

@@ -44,6 +44,6 @@ impl Module for Embedding {
     /// `input` holds integer indices (a constant `Var`). Errors for a
     /// non-integer dtype or an index out of range.
     fn forward(&self, input: &Var) -> Result<Var> {
-        self.weight.var().embedding(input.tensor(), self.padding_idx)
+        self.weight.var()?.embedding(input.tensor(), self.padding_idx)
     }
 }

@@ -43,8 +43,8 @@ impl Linear {
 
 impl Module for Linear {
     fn forward(&self, input: &Var) -> Result<Var> {
-        let b = self.bias.as_ref().map(Parameter::var);
-        input.linear(&self.weight.var(), b.as_ref())
+        let b = self.bias.as_ref().map(Parameter::var).transpose()?;
+        input.linear(&self.weight.var()?, b.as_ref())
     }
 }
 

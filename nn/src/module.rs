@@ -177,12 +177,16 @@ pub trait Module: Visit + Send + Sync {
     /// then its persistent buffers, then its children's entries. Tensors
     /// are shared, not copied (later updates copy-on-write, so these values
     /// never change). A parameter reachable under two names is listed under
-    /// both, as in PyTorch.
+    /// both, as in PyTorch. A released parameter (ZeRO-3) is fetched, which
+    /// is a collective; if that fails it is listed empty (shape `[0]`), as
+    /// DeepSpeed's partitioned parameters are in PyTorch's `state_dict` —
+    /// `Zero3::consolidated_model_state_dict` gathers them and reports
+    /// errors.
     fn state_dict(&self) -> StateDict {
         let mut out = StateDict::new();
         walk(self, &mut |name, e| match e {
             Entry::Parameter(p) => {
-                out.insert(name, p.tensor());
+                out.insert(name, p.tensor().unwrap_or_else(|_| p.current()));
             }
             Entry::Buffer(b) if b.is_persistent() => {
                 out.insert(name, b.tensor());
@@ -208,7 +212,7 @@ pub trait Module: Visit + Send + Sync {
         let params = self
             .named_parameters()
             .into_iter()
-            .map(|(name, p)| Ok((copy(&name, p.tensor())?, p)))
+            .map(|(name, p)| Ok((copy(&name, p.tensor()?)?, p)))
             .collect::<Result<Vec<_>>>()?;
         let buffers = self
             .named_buffers()

@@ -143,8 +143,8 @@ impl BatchNorm {
 impl Module for BatchNorm {
     fn forward(&self, input: &Var) -> Result<Var> {
         self.check_rank(input)?;
-        let w = self.weight.as_ref().map(Parameter::var);
-        let b = self.bias.as_ref().map(Parameter::var);
+        let w = self.weight.as_ref().map(Parameter::var).transpose()?;
+        let b = self.bias.as_ref().map(Parameter::var).transpose()?;
         let stats = match (&self.running_mean, &self.running_var) {
             (Some(m), Some(v)) => Some((m.tensor(), v.tensor())),
             _ => None,
@@ -220,8 +220,8 @@ impl LayerNorm {
 
 impl Module for LayerNorm {
     fn forward(&self, input: &Var) -> Result<Var> {
-        let w = self.weight.as_ref().map(Parameter::var);
-        let b = self.bias.as_ref().map(Parameter::var);
+        let w = self.weight.as_ref().map(Parameter::var).transpose()?;
+        let b = self.bias.as_ref().map(Parameter::var).transpose()?;
         input.layer_norm(&self.normalized_shape, w.as_ref(), b.as_ref(), self.eps)
     }
 }
@@ -265,8 +265,8 @@ impl GroupNorm {
 
 impl Module for GroupNorm {
     fn forward(&self, input: &Var) -> Result<Var> {
-        let w = self.weight.as_ref().map(Parameter::var);
-        let b = self.bias.as_ref().map(Parameter::var);
+        let w = self.weight.as_ref().map(Parameter::var).transpose()?;
+        let b = self.bias.as_ref().map(Parameter::var).transpose()?;
         input.group_norm(self.num_groups, w.as_ref(), b.as_ref(), self.eps)
     }
 }
@@ -307,7 +307,7 @@ impl Module for LayerNorm2d {
                 format!("expected input [N, {c}, H, W], got {:?}", input.shape()),
             ));
         }
-        let (w, b) = (self.weight.var(), self.bias.var());
+        let (w, b) = (self.weight.var()?, self.bias.var()?);
         input
             .permute(&[0, 2, 3, 1])?
             .layer_norm(&[c], Some(&w), Some(&b), self.eps)?

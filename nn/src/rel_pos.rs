@@ -70,7 +70,7 @@ impl RelPosBias {
         let n = self.window[0] * self.window[1];
         let rows = self
             .relative_position_bias_table
-            .var()
+            .var()?
             .index_select(0, &self.relative_position_index.tensor())?;
         rows.reshape([n, n, self.num_heads()])?
             .permute(&[2, 0, 1])?

@@ -120,7 +120,7 @@ mod tests {
             s += d * d;
             theta -= 0.1 / (1.0 + (t - 1) as f64 * 0.5) * d / (s.sqrt() + 1e-10);
             run_steps(&mut opt, &[(&p, &[2.0])], 1);
-            let got = p.tensor().to_vec::<f64>().unwrap()[0];
+            let got = p.tensor().unwrap().to_vec::<f64>().unwrap()[0];
             assert!((got - theta).abs() < 1e-14, "step {t}: {got} vs {theta}");
             if t == 1 {
                 assert!((got - t1).abs() < 1e-15 && (got - 0.905_228_326_7).abs() < 1e-9);

@@ -130,17 +130,21 @@ fn half_precision_parameters_follow_f32_within_rounding() {
         let master = o16.master_weight(0, 0).unwrap();
         assert_eq!(
             master.to_vec::<f32>().unwrap(),
-            p32.tensor().to_vec::<f32>().unwrap()
+            p32.tensor().unwrap().to_vec::<f32>().unwrap()
         );
         let as_f32 = |t: Tensor| t.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap();
-        assert_eq!(as_f32(p16.tensor()), as_f32(master.to_dtype(dtype).unwrap()));
+        assert_eq!(
+            as_f32(p16.tensor().unwrap()),
+            as_f32(master.to_dtype(dtype).unwrap())
+        );
         let a = p16
             .tensor()
+            .unwrap()
             .to_dtype(DType::F32)
             .unwrap()
             .to_vec::<f32>()
             .unwrap();
-        let b = p32.tensor().to_vec::<f32>().unwrap();
+        let b = p32.tensor().unwrap().to_vec::<f32>().unwrap();
         let tol = if dtype == DType::F16 { 4e-3 } else { 3e-2 };
         for (x, y) in a.iter().zip(&b) {
             assert!((x - y).abs() <= tol * y.abs().max(1.0), "{dtype}: {a:?} vs {b:?}");

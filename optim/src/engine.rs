@@ -216,7 +216,7 @@ impl<R: Rule> GroupOptimizer<R> {
                         ),
                     ));
                 }
-                p.tensor().device().same_as(g.device(), "step")?;
+                p.tensor()?.device().same_as(g.device(), "step")?;
             }
         }
         Ok(())
@@ -238,7 +238,7 @@ impl ParamState {
             if !self.bufs.iter().any(|(n, _)| *n == name) {
                 let dtype = master::state_dtype(p.dtype());
                 self.bufs
-                    .push((name, p.tensor().full_like(init(h, name), dtype)?));
+                    .push((name, p.tensor()?.full_like(init(h, name), dtype)?));
                 fresh = true;
             }
         }
@@ -258,7 +258,7 @@ impl ParamState {
     ) -> Result<()> {
         let g = g.to_dtype(tessera_tensor::DType::F32)?;
         if self.master.is_none() {
-            self.master = Some(p.tensor().to_dtype(tessera_tensor::DType::F32)?);
+            self.master = Some(p.tensor()?.to_dtype(tessera_tensor::DType::F32)?);
         }
         let ParamState { bufs, master, .. } = self;
         let master = master.as_mut().expect("made above");

@@ -33,9 +33,15 @@ fn grads(params: &[Parameter], step: u64) -> Gradients {
     let mut loss: Option<Var> = None;
     for (i, p) in params.iter().enumerate() {
         let w = randn(&p.shape(), 100 * step + i as u64)
-            .to_device(p.tensor().device())
+            .to_device(p.tensor().unwrap().device())
             .unwrap();
-        let term = p.var().mul(&Var::constant(w)).unwrap().sum(&[], false).unwrap();
+        let term = p
+            .var()
+            .unwrap()
+            .mul(&Var::constant(w))
+            .unwrap()
+            .sum(&[], false)
+            .unwrap();
         loss = Some(match loss {
             Some(l) => l.add(&term).unwrap(),
             None => term,
@@ -60,8 +66,16 @@ fn check(name: &str, make: impl Fn(Vec<Parameter>) -> Box<dyn Optimizer>) {
         oc.step(&grads(&cpu, step)).unwrap();
         od.step(&grads(&dev, step)).unwrap();
         for (i, (c, d)) in cpu.iter().zip(&dev).enumerate() {
-            assert_eq!(d.tensor().device(), DEV, "{name}: parameter {i} left the device");
-            for (k, (a, b)) in values(&c.tensor()).iter().zip(values(&d.tensor())).enumerate() {
+            assert_eq!(
+                d.tensor().unwrap().device(),
+                DEV,
+                "{name}: parameter {i} left the device"
+            );
+            for (k, (a, b)) in values(&c.tensor().unwrap())
+                .iter()
+                .zip(values(&d.tensor().unwrap()))
+                .enumerate()
+            {
                 assert!(
                     a == &b || (a - b).abs() <= 1e-6 * a.abs().max(1e-3),
                     "{name} step {step} parameter {i} element {k}: cpu {a} vs gpu {b}"

@@ -36,9 +36,9 @@
 //! let mut opt = Sgd::new(vec![w.clone()], SgdOptions { lr: 0.1, momentum: 0.9, ..Default::default() })?;
 //! // loss = Σ w² / 2, so the gradient is w itself.
 //! let mut grads = tessera_autograd::Gradients::default();
-//! grads.insert(w.id().unwrap(), w.tensor());
+//! grads.insert(w.id().unwrap(), w.tensor()?);
 //! opt.step(&grads)?;
-//! assert_eq!(w.tensor().to_vec::<f32>()?, vec![0.9, 1.8]);
+//! assert_eq!(w.tensor()?.to_vec::<f32>()?, vec![0.9, 1.8]);
 //! # Ok::<(), tessera_tensor::Error>(())
 //! ```
 

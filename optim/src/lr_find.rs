@@ -137,7 +137,7 @@ pub fn lr_find_with(
         fn snapshot(&mut self) -> Result<StateDict> {
             let mut sd = StateDict::new();
             for (i, p) in self.params.iter().enumerate() {
-                sd.insert(format!("{i}"), p.tensor());
+                sd.insert(format!("{i}"), p.tensor()?);
             }
             let mut out = StateDict::new();
             out.merge_prefixed("param", sd);

@@ -189,7 +189,7 @@ fn backward_scales_the_loss_and_disabled_does_nothing() {
     // loss = Σ w·c, so dloss/dw = c and the scaled gradient is S·c.
     let w = Parameter::new(Tensor::from_vec(vec![1.0f32, 2.0], &[2]).unwrap());
     let c = Tensor::from_vec(vec![0.5f32, -3.0], &[2]).unwrap();
-    let x = w.var();
+    let x = w.var().unwrap();
     let v: f32 = x
         .tensor()
         .to_vec::<f32>()

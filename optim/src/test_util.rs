@@ -41,7 +41,7 @@ pub(crate) fn run_steps(opt: &mut dyn Optimizer, list: &[(&Parameter, &[f64])], 
 
 /// The values of a parameter.
 pub(crate) fn values(p: &Parameter) -> Vec<f64> {
-    p.tensor().to_vec::<f64>().unwrap()
+    p.tensor().unwrap().to_vec::<f64>().unwrap()
 }
 
 /// Asserts elementwise |a − b| ≤ tol·max(1, |b|).

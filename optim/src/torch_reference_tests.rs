@@ -246,8 +246,21 @@ fn check(
         grads.insert(b.id().unwrap(), tensor(grad(3, t, 1), &[3], dtype));
         opt.step(&grads).unwrap();
     }
-    let mut got = w.tensor().to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap();
-    got.extend(b.tensor().to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap());
+    let mut got = w
+        .tensor()
+        .unwrap()
+        .to_dtype(DType::F64)
+        .unwrap()
+        .to_vec::<f64>()
+        .unwrap();
+    got.extend(
+        b.tensor()
+            .unwrap()
+            .to_dtype(DType::F64)
+            .unwrap()
+            .to_vec::<f64>()
+            .unwrap(),
+    );
     assert_close(&got, expected, tol, what);
 }
 

@@ -117,10 +117,10 @@ fn steps_after_the_first_allocate_nothing() {
         let mut opt = make(vec![w.clone()]);
         let mut first = true;
         let mut state_ptrs = Vec::new();
-        let w_ptr = ptr(&w.tensor());
+        let w_ptr = ptr(&w.tensor().unwrap());
         for _ in 0..4 {
             // The module's forward reads the parameter through its handle.
-            let grads = loss(&module_copy.var(), &x).backward().unwrap();
+            let grads = loss(&module_copy.var().unwrap(), &x).backward().unwrap();
             let before = live_bytes();
             opt.step(&grads).unwrap();
             let sd = opt.state_dict();
@@ -135,13 +135,13 @@ fn steps_after_the_first_allocate_nothing() {
                 assert_eq!(now, state_ptrs, "{name}: state buffers moved");
             }
             assert_eq!(
-                ptr(&module_copy.tensor()),
+                ptr(&module_copy.tensor().unwrap()),
                 w_ptr,
                 "{name}: parameter updated in place"
             );
         }
         assert_ne!(
-            module_copy.tensor().to_vec::<f32>().unwrap()[0],
+            module_copy.tensor().unwrap().to_vec::<f32>().unwrap()[0],
             1.0,
             "{name}: the module sees the steps"
         );

@@ -80,7 +80,7 @@ impl Module for Sleep {
         Ok(record(
             "hold",
             x.tensor().clone(),
-            &[x, &self.w.var()],
+            &[x, &self.w.var()?],
             move |g, _| {
                 hold(bwd);
                 Ok(vec![Some(g.clone()), Some(Tensor::zeros(&w_shape, DType::F32)?)])

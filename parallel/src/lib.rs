@@ -65,4 +65,4 @@ pub use group::{CommConfig, CpuComm};
 pub use local::LocalGroup;
 pub use ring::{fold_reference, ring_chunk};
 pub use tessera_tensor::{bf16, f16};
-pub use zero::{Zero3, ZeroConfig, ZeroOptimizer, ZeroStage};
+pub use zero::{Zero3, Zero3Config, ZeroConfig, ZeroOptimizer, ZeroStage};

@@ -62,7 +62,11 @@ fn train(seed: u64, steps: usize, start: Option<&Barrier>) -> Run {
         losses.push(loss.tensor().to_scalar::<f32>().unwrap().to_bits());
         opt.step(&loss.backward().unwrap()).unwrap();
     }
-    let params = model.parameters().iter().map(|p| bits(&p.tensor())).collect();
+    let params = model
+        .parameters()
+        .iter()
+        .map(|p| bits(&p.tensor().unwrap()))
+        .collect();
     Run { losses, params }
 }
 

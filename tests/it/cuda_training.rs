@@ -68,8 +68,8 @@ fn train(
         .named_parameters()
         .into_iter()
         .map(|(name, p)| {
-            assert_eq!(p.tensor().device(), device, "{name} left {device}");
-            Ok((name, p.tensor().cpu()?.to_vec::<f32>()?))
+            assert_eq!(p.tensor()?.device(), device, "{name} left {device}");
+            Ok((name, p.tensor()?.cpu()?.to_vec::<f32>()?))
         })
         .collect::<Result<_>>()?;
     let buffers = model

@@ -220,7 +220,7 @@ impl Module for Gpt {
         for block in &self.h {
             x = block.forward(&x)?;
         }
-        self.ln_f.forward(&x)?.linear(&self.wte.weight.var(), None)
+        self.ln_f.forward(&x)?.linear(&self.wte.weight.var()?, None)
     }
 }
 

@@ -304,8 +304,8 @@ impl VisionTransformer {
         let x = self.patch_embed.forward(x)?;
         let b = x.shape()[0];
         let d = self.cls_token.shape()[2];
-        let cls = self.cls_token.var().expand([b, 1, d])?;
-        let x = Var::cat(&[cls, x], 1)?.add(&self.pos_embed.var())?;
+        let cls = self.cls_token.var()?.expand([b, 1, d])?;
+        let x = Var::cat(&[cls, x], 1)?.add(&self.pos_embed.var()?)?;
         let mut x = self.pos_drop.forward(&x)?;
         for block in &self.blocks {
             x = block.forward(&x)?;

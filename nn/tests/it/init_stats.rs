@@ -8,7 +8,12 @@ use tessera_nn::*;
 use tessera_tensor::{DType, Tensor};
 
 fn values(p: &Parameter) -> Vec<f64> {
-    p.tensor().to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap()
+    p.tensor()
+        .unwrap()
+        .to_dtype(DType::F64)
+        .unwrap()
+        .to_vec::<f64>()
+        .unwrap()
 }
 
 fn mean_var(v: &[f64]) -> (f64, f64) {

@@ -12,8 +12,8 @@ use tessera_tensor::{manual_seed, DType, Result, Tensor};
 fn reference(m: &MultiheadAttention, x: &Var, kpm: Option<&Tensor>, causal: bool) -> Result<Var> {
     let (b, l, e) = (x.shape()[0], x.shape()[1], m.embed_dim());
     let h = m.num_heads;
-    let w = m.in_proj_weight.var();
-    let bias = m.in_proj_bias.as_ref().expect("built with biases").var();
+    let w = m.in_proj_weight.var()?;
+    let bias = m.in_proj_bias.as_ref().expect("built with biases").var()?;
     let proj = |k: usize| -> Result<Var> {
         let y = x.linear(&w.narrow(0, k * e, e)?, Some(&bias.narrow(0, k * e, e)?))?;
         y.reshape([b, l, h, e / h])?.transpose(1, 2)?.contiguous()
@@ -44,7 +44,7 @@ fn values(t: &Tensor) -> Vec<f32> {
 fn grads_of(g: &Gradients, m: &MultiheadAttention, x: &Var) -> Vec<Vec<f32>> {
     let mut out = vec![values(g.get(x).unwrap())];
     for (_, p) in m.named_parameters() {
-        out.push(values(g.get(&p.var()).unwrap()));
+        out.push(values(g.get(&p.var().unwrap()).unwrap()));
     }
     out
 }

@@ -250,6 +250,7 @@ fn skip_init_leaves_the_allocated_values() {
     assert!(l
         .weight
         .tensor()
+        .unwrap()
         .to_vec::<f32>()
         .unwrap()
         .iter()
@@ -259,6 +260,7 @@ fn skip_init_leaves_the_allocated_values() {
     assert!(l
         .weight
         .tensor()
+        .unwrap()
         .to_vec::<f32>()
         .unwrap()
         .iter()

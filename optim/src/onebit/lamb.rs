@@ -197,7 +197,7 @@ impl<'r> OnebitLamb<'r> {
                     fresh.copy_from_slice(v);
                 }
                 let (m, v) = (&*m, &*v);
-                let weight = p.tensor().to_vec::<f32>()?;
+                let weight = p.tensor()?.to_vec::<f32>()?;
                 let u: Vec<f32> = (0..g.len())
                     .map(|i| {
                         let u = m[i] / (v[i].sqrt() + eps);
@@ -317,7 +317,7 @@ impl<'r> OnebitLamb<'r> {
                     let rec = (m[i] - last[i] * b1) / w1;
                     fresh[i] = fresh[i] * b2 + w2 * rec * rec;
                 }
-                let weight = p.tensor().to_vec::<f32>()?;
+                let weight = p.tensor()?.to_vec::<f32>()?;
                 let mut factor = f64::NEG_INFINITY;
                 let mut pre = Vec::with_capacity(numel);
                 let mut u = Vec::with_capacity(numel);

@@ -88,7 +88,7 @@ fn never_frozen_is_non_bias_corrected_adam_bitwise() {
         .iter()
         .map(|p| {
             (
-                p.tensor().to_vec::<f32>().unwrap(),
+                p.tensor().unwrap().to_vec::<f32>().unwrap(),
                 vec![0.0; p.numel()],
                 vec![0.0; p.numel()],
             )
@@ -106,7 +106,7 @@ fn never_frozen_is_non_bias_corrected_adam_bitwise() {
                 let u = m[i] / (v[i].sqrt() + eps) + wd * x[i];
                 x[i] += neg_lr * u;
             }
-            let got = p.tensor().to_vec::<f32>().unwrap();
+            let got = p.tensor().unwrap().to_vec::<f32>().unwrap();
             assert_eq!(
                 got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                 x.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
@@ -255,7 +255,7 @@ fn lamb_warmup_trust_ratio() {
         ..Default::default()
     };
     let mut opt = OnebitLamb::new(vec![p.clone()], hyper(), cfg).unwrap();
-    let x0 = p.tensor().to_vec::<f32>().unwrap();
+    let x0 = p.tensor().unwrap().to_vec::<f32>().unwrap();
     let grads = grads_for(std::slice::from_ref(&p), 1);
     opt.step(&grads).unwrap();
     let g = p.grad(&grads).unwrap().to_vec::<f32>().unwrap();
@@ -273,7 +273,7 @@ fn lamb_warmup_trust_ratio() {
     assert!((opt.lamb_coeffs()[0] - coeff).abs() < 1e-5 * coeff);
     let avg = opt.state_scalar(0, 0, "lamb_coeff_freeze").unwrap();
     assert!((avg - 0.1 * coeff).abs() < 1e-5 * coeff);
-    let x1 = p.tensor().to_vec::<f32>().unwrap();
+    let x1 = p.tensor().unwrap().to_vec::<f32>().unwrap();
     for i in 0..6 {
         let want = x0[i] as f64 - h.lr * coeff * u[i];
         assert!((x1[i] as f64 - want).abs() < 1e-5, "{i}: {} vs {want}", x1[i]);
@@ -338,15 +338,21 @@ fn lamb_compression_factor_and_reload() {
     // Identical continuations: the reloaded optimizer steps like the original.
     let mut twin = OnebitLamb::new(params.clone(), hyper(), cfg).unwrap();
     twin.load_state_dict(&sd).unwrap();
-    let before: Vec<Vec<f32>> = params.iter().map(|p| p.tensor().to_vec().unwrap()).collect();
+    let before: Vec<Vec<f32>> = params
+        .iter()
+        .map(|p| p.tensor().unwrap().to_vec().unwrap())
+        .collect();
     opt.step(&grads_for(&params, 20)).unwrap();
-    let after: Vec<Vec<f32>> = params.iter().map(|p| p.tensor().to_vec().unwrap()).collect();
+    let after: Vec<Vec<f32>> = params
+        .iter()
+        .map(|p| p.tensor().unwrap().to_vec().unwrap())
+        .collect();
     for (p, b) in params.iter().zip(&before) {
         p.set(Tensor::from_vec(b.clone(), &p.shape()).unwrap()).unwrap();
     }
     twin.step(&grads_for(&params, 20)).unwrap();
     for (p, a) in params.iter().zip(&after) {
-        assert_eq!(&p.tensor().to_vec::<f32>().unwrap(), a);
+        assert_eq!(&p.tensor().unwrap().to_vec::<f32>().unwrap(), a);
     }
 }
 
@@ -406,6 +412,7 @@ fn zero_one_single_process_matches_the_formulas() {
     let h = hyper();
     let mut x: Vec<f64> = p
         .tensor()
+        .unwrap()
         .to_vec::<f32>()
         .unwrap()
         .iter()
@@ -450,7 +457,7 @@ fn zero_one_single_process_matches_the_formulas() {
                 lrs = 0.0;
             }
         }
-        let got = p.tensor().to_vec::<f32>().unwrap();
+        let got = p.tensor().unwrap().to_vec::<f32>().unwrap();
         let mg = opt.state_buffer(0, 0, "exp_avg").unwrap();
         let vg = opt.state_buffer(0, 0, "exp_avg_sq").unwrap();
         for i in 0..12 {
@@ -496,7 +503,10 @@ fn zero_one_reload_continues_the_schedule() {
         assert_eq!(back.frozen(), save_at >= cfg.var_freeze_step);
         assert_eq!(back.intervals(), opt.intervals());
         assert_eq!(back.wants_averaged_grads(), opt.wants_averaged_grads());
-        let start: Vec<Vec<f32>> = params.iter().map(|p| p.tensor().to_vec().unwrap()).collect();
+        let start: Vec<Vec<f32>> = params
+            .iter()
+            .map(|p| p.tensor().unwrap().to_vec().unwrap())
+            .collect();
         let run = |o: &mut ZeroOneAdam| {
             for (p, s) in params.iter().zip(&start) {
                 p.set(Tensor::from_vec(s.clone(), &p.shape()).unwrap()).unwrap();
@@ -506,7 +516,10 @@ fn zero_one_reload_continues_the_schedule() {
                 o.step(&grads_for(&params, t)).unwrap();
                 kinds.push(o.last_step());
             }
-            let x: Vec<Vec<f32>> = params.iter().map(|p| p.tensor().to_vec().unwrap()).collect();
+            let x: Vec<Vec<f32>> = params
+                .iter()
+                .map(|p| p.tensor().unwrap().to_vec().unwrap())
+                .collect();
             (kinds, x)
         };
         assert_eq!(run(&mut back), run(&mut opt), "saved after step {save_at}");

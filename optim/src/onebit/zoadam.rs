@@ -331,7 +331,7 @@ impl Optimizer for ZeroOneAdam<'_> {
                     // The first local step: the parameters are the same on
                     // every rank here.
                     slot.bufs
-                        .push(("sync_params", p.tensor().contiguous()?.to_vec::<f32>()?));
+                        .push(("sync_params", p.tensor()?.contiguous()?.to_vec::<f32>()?));
                 }
                 let ([m, v], errors) = slot.split(["exp_avg", "exp_avg_sq"], numel);
                 if kind == ZeroOneStep::Variance {
@@ -363,7 +363,7 @@ impl Optimizer for ZeroOneAdam<'_> {
                     // frozen denominator so that what is exchanged is
                     // momentum-like, averaged compressed and applied to the
                     // parameters of the last sync instead.
-                    let x = p.tensor().contiguous()?.to_vec::<f32>()?;
+                    let x = p.tensor()?.contiguous()?.to_vec::<f32>()?;
                     let mut u: Vec<f32> = (0..numel)
                         .map(|i| (x[i] - base[i]) * (v[i].sqrt() + eps))
                         .collect();

@@ -50,7 +50,7 @@
 //!     let loss = ddp.forward(&x)?.square()?.mean(&[], false)?;
 //!     let grads = ddp.backward(&loss)?;
 //!     opt.step(&grads)?;
-//!     Ok(ddp.module().weight.tensor().to_vec::<f32>()?)
+//!     Ok(ddp.module().weight.tensor()?.to_vec::<f32>()?)
 //! })?;
 //! assert_eq!(finals[0].as_ref().unwrap(), finals[1].as_ref().unwrap());
 //! # Ok::<(), tessera_parallel::CommError>(())
@@ -193,8 +193,8 @@ impl<'c, M: Module> DistributedDataParallel<'c, M> {
         verify_same_shapes(
             comm,
             &all.iter()
-                .map(|(n, p)| (n.as_str(), p.tensor()))
-                .collect::<Vec<_>>(),
+                .map(|(n, p)| Ok((n.as_str(), p.tensor()?)))
+                .collect::<tessera_tensor::Result<Vec<_>>>()?,
         )?;
         sync_module_states(
             comm,
@@ -400,8 +400,8 @@ fn sync_module_states(comm: &dyn Communicator, params: &[Parameter], buffers: &[
     let tensors: Vec<_> = params
         .iter()
         .map(Parameter::tensor)
-        .chain(buffers.iter().map(Buffer::tensor))
-        .collect();
+        .chain(buffers.iter().map(|b| Ok(b.tensor())))
+        .collect::<tessera_tensor::Result<_>>()?;
     let synced = broadcast_coalesced(comm, &tensors, 0)?;
     let mut synced = synced.into_iter();
     for p in params {

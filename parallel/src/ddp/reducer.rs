@@ -93,7 +93,7 @@ pub(crate) fn all_reduce_reducer(
 ) -> Result<Arc<Mutex<Reducer>>> {
     let params: Vec<&(String, Parameter)> = params.iter().filter(|(_, p)| p.requires_grad()).collect();
     for (name, p) in &params {
-        let t = p.tensor();
+        let t = p.tensor()?;
         if !t.dtype().is_float() || t.device() != tessera_tensor::Device::Cpu {
             return Err(CommError::arg(
                 op,
@@ -135,7 +135,7 @@ pub(crate) fn register_hooks<'a>(
 ) -> Result<()> {
     for (i, p) in params.enumerate() {
         let weak: Weak<Mutex<Reducer>> = Arc::downgrade(reducer);
-        p.var().register_hook(move |g| {
+        p.var()?.register_hook(move |g| {
             if let Some(r) = weak.upgrade() {
                 lock(&r).on_grad(i, g);
             }

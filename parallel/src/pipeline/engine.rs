@@ -165,7 +165,7 @@ impl<'c> PipelineEngine<'c> {
         let key = stages.iter().position(|&s| s == me).unwrap_or(0) as i64;
         let group = self.comm.split(listed.then_some(0), key)?;
         if let (Some(group), Some(param)) = (group, param) {
-            let synced = group.broadcast(&param.tensor(), 0)?;
+            let synced = group.broadcast(&param.tensor()?, 0)?;
             param.set(synced)?;
             self.ties.push(Tie { param, group });
         }
@@ -545,7 +545,7 @@ impl<'t> Run<'t> {
 fn grad_or_zeros(grads: &Gradients, p: &Parameter) -> Result<Tensor> {
     match p.grad(grads) {
         Some(g) => Ok(g.clone()),
-        None => Ok(p.tensor().zeros_like(None)?),
+        None => Ok(p.tensor()?.zeros_like(None)?),
     }
 }
 

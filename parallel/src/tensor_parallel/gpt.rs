@@ -68,7 +68,7 @@ impl GptParallel {
             embed: GptEmbedding {
                 wte,
                 wpe: Embedding {
-                    weight: Parameter::new(master.wpe.weight.tensor()),
+                    weight: Parameter::new(master.wpe.weight.tensor()?),
                     padding_idx: None,
                 },
                 drop: master.drop.clone(),
@@ -106,7 +106,7 @@ impl GptParallel {
     pub fn consolidate(&self) -> Result<StateDict> {
         let mut sd = StateDict::new();
         sd.insert("wte.weight", self.embed.wte.master_weight()?);
-        sd.insert("wpe.weight", self.embed.wpe.weight.tensor());
+        sd.insert("wpe.weight", self.embed.wpe.weight.tensor()?);
         for (i, b) in self.h.iter().enumerate() {
             let p = format!("h.{i}.");
             for (name, norm) in [("ln_1", &b.ln_1), ("ln_2", &b.ln_2)] {
@@ -168,7 +168,7 @@ impl GptParallel {
         let mut head = self.head;
         let mut roles = roles;
         if untie {
-            head.weight = Parameter::new(wte.tensor());
+            head.weight = Parameter::new(wte.current());
             roles.push((head.weight.clone(), TpRole::Sharded));
         }
         let head_weight = head.weight.clone();
@@ -293,7 +293,7 @@ impl Module for GptHead {
             true => gather_from_sequence_parallel_region(&x, &self.comm, true)?,
             false => copy_to_tensor_parallel_region(&x, &self.comm)?,
         };
-        x.linear(&self.weight.var(), None)
+        x.linear(&self.weight.var()?, None)
     }
 }
 

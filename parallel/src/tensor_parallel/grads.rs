@@ -28,7 +28,7 @@ pub fn allreduce_sequence_parallel_grads(
         let Some(id) = p.id() else { continue };
         let g = match grads.get_id(id) {
             Some(g) => g.clone(),
-            None => p.tensor().zeros_like(None)?,
+            None => p.tensor()?.zeros_like(None)?,
         };
         grads.insert(id, all_reduce(comm, &g, "allreduce_sequence_parallel_grads")?);
     }

@@ -60,11 +60,11 @@ impl ColumnParallelLinear {
     /// Errors when `out` does not divide by `t · stride` or the stride is 0.
     pub fn from_master(master: &Linear, comm: &TpComm, opts: ColumnOptions) -> Result<Self> {
         let (t, r) = (comm.world_size(), comm.rank());
-        let weight = shard(&master.weight.tensor(), 0, opts.stride, r, t)?;
+        let weight = shard(&master.weight.tensor()?, 0, opts.stride, r, t)?;
         let bias = master
             .bias
             .as_ref()
-            .map(|b| shard(&b.tensor(), 0, opts.stride, r, t))
+            .map(|b| shard(&b.tensor()?, 0, opts.stride, r, t))
             .transpose()?;
         Ok(ColumnParallelLinear {
             weight: Parameter::new(weight),
@@ -78,11 +78,11 @@ impl ColumnParallelLinear {
     /// master's layout (a collective over the group). Errors on a
     /// communication failure.
     pub fn master_weights(&self) -> Result<(Tensor, Option<Tensor>)> {
-        let w = unshard(&self.comm, &self.weight.tensor(), 0, self.opts.stride)?;
+        let w = unshard(&self.comm, &self.weight.tensor()?, 0, self.opts.stride)?;
         let b = self
             .bias
             .as_ref()
-            .map(|b| unshard(&self.comm, &b.tensor(), 0, self.opts.stride))
+            .map(|b| unshard(&self.comm, &b.tensor()?, 0, self.opts.stride))
             .transpose()?;
         Ok((w, b))
     }
@@ -98,8 +98,8 @@ impl Module for ColumnParallelLinear {
         } else {
             copy_to_tensor_parallel_region(x, &self.comm)?
         };
-        let b = self.bias.as_ref().map(Parameter::var);
-        let y = x.linear(&self.weight.var(), b.as_ref())?;
+        let b = self.bias.as_ref().map(Parameter::var).transpose()?;
+        let y = x.linear(&self.weight.var()?, b.as_ref())?;
         if self.opts.gather_output {
             gather_from_tensor_parallel_region(&y, &self.comm)
         } else {
@@ -153,10 +153,14 @@ impl RowParallelLinear {
                 "sequence parallelism needs input_is_parallel",
             ));
         }
-        let weight = shard(&master.weight.tensor(), 1, 1, comm.rank(), comm.world_size())?;
+        let weight = shard(&master.weight.tensor()?, 1, 1, comm.rank(), comm.world_size())?;
         Ok(RowParallelLinear {
             weight: Parameter::new(weight),
-            bias: master.bias.as_ref().map(|b| Parameter::new(b.tensor())),
+            bias: master
+                .bias
+                .as_ref()
+                .map(|b| b.tensor().map(Parameter::new))
+                .transpose()?,
             comm: comm.clone(),
             opts,
         })
@@ -164,8 +168,8 @@ impl RowParallelLinear {
 
     /// The unsharded `(weight, bias)` (a collective over the group).
     pub fn master_weights(&self) -> Result<(Tensor, Option<Tensor>)> {
-        let w = unshard(&self.comm, &self.weight.tensor(), 1, 1)?;
-        Ok((w, self.bias.as_ref().map(Parameter::tensor)))
+        let w = unshard(&self.comm, &self.weight.tensor()?, 1, 1)?;
+        Ok((w, self.bias.as_ref().map(Parameter::tensor).transpose()?))
     }
 }
 
@@ -178,14 +182,14 @@ impl Module for RowParallelLinear {
         } else {
             scatter_to_tensor_parallel_region(x, &self.comm)?
         };
-        let partial = x.linear(&self.weight.var(), None)?;
+        let partial = x.linear(&self.weight.var()?, None)?;
         let y = if self.opts.sequence_parallel {
             reduce_scatter_to_sequence_parallel_region(&partial, &self.comm)?
         } else {
             reduce_from_tensor_parallel_region(&partial, &self.comm)?
         };
         match &self.bias {
-            Some(b) => y.add(&b.var()),
+            Some(b) => y.add(&b.var()?),
             None => Ok(y),
         }
     }
@@ -222,7 +226,7 @@ impl VocabParallelEmbedding {
     /// Slices `master` (`[V, h]`) for this rank. Errors when `V` does not
     /// divide by `t` (pad the vocabulary, as Megatron does).
     pub fn from_master(master: &Embedding, comm: &TpComm) -> Result<Self> {
-        Self::from_table(&master.weight.tensor(), comm)
+        Self::from_table(&master.weight.tensor()?, comm)
     }
 
     /// Slices the table `[V, h]` for this rank (errors as
@@ -243,7 +247,7 @@ impl VocabParallelEmbedding {
 
     /// The unsharded table `[V, h]` (a collective over the group).
     pub fn master_weight(&self) -> Result<Tensor> {
-        unshard(&self.comm, &self.weight.tensor(), 0, 1)
+        unshard(&self.comm, &self.weight.tensor()?, 0, 1)
     }
 
     /// The lookup for sequence parallelism (Megatron's
@@ -293,7 +297,7 @@ impl VocabParallelEmbedding {
         keep_shape.push(1);
         let local = Tensor::from_vec(local, ids_t.shape())?;
         let keep = Var::constant(Tensor::from_vec(keep, &keep_shape)?);
-        self.weight.var().embedding(&local, None)?.mul(&keep)
+        self.weight.var()?.embedding(&local, None)?.mul(&keep)
     }
 }
 

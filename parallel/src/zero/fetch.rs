@@ -11,25 +11,36 @@
 //! values are read:
 //! - forward: a module reading a released parameter gathers its unit,
 //!   releases the units gathered before it (their forward is over) and,
-//!   from the second step on, prefetches the next unit of the recorded
-//!   trace in the same all-gather;
+//!   from the second step on, launches the all-gather of the next unit of
+//!   the recorded trace, which runs on the communication thread while this
+//!   module computes (DeepSpeed's prefetch);
 //! - backward: a node that saved a parameter reads it by reference
 //!   ([`tessera_autograd::Saved`]) when it runs, which gathers its unit
-//!   again together with the unit before it in the trace (the next one
-//!   backward reaches); a unit is released, and its gradients
+//!   again and launches the gather of the unit before it in the trace (the
+//!   next one backward reaches); a unit is released, and its gradients
 //!   reduce-scattered (pre-divided by n, the chunks of its parameters
-//!   interleaved rank by rank, one collective), as soon as all of them are
-//!   final.
+//!   interleaved rank by rank, one collective, on the communication
+//!   thread while backward goes on), as soon as all of them are final.
 //!
-//! Communication runs on the thread that reads the parameter, under the
-//! coordinator's lock: every rank reads in the same order (the same model
-//! and graph), so the collectives match.
+//! Parameters of at most the persistence threshold's elements (DeepSpeed's
+//! `stage3_param_persistence_threshold`) are *persistent*: they stay
+//! gathered on every rank, have no fetch hook, and are gathered once after
+//! each step instead of twice per step; their gradients and optimizer
+//! state are partitioned like the others'.
+//!
+//! Every collective of the coordinator runs on its communication thread,
+//! in the order the hooks submit them: every rank reads the parameters in
+//! the same order (the same model and graph), so the collectives match.
+//! Results are applied on the reading thread, in submission order, under
+//! the coordinator's lock.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use tessera_autograd::Parameter;
 use tessera_tensor::{with_float_dtype, DType, Element, MemoryMeter, Tensor};
 
+use super::comm_thread::{CommThread, Pending};
 use crate::comm::{CommExt, Communicator};
 use crate::error::{CommError, Result};
 use crate::ReduceOp;
@@ -47,16 +58,42 @@ pub(crate) struct Part {
     pub group: usize,
     pub offset: usize,
     pub unit: usize,
+    /// Stays gathered (see the module docs).
+    pub persistent: bool,
+}
+
+/// Where a unit's released parameters are.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Status {
+    Released,
+    /// An all-gather of them is queued or running.
+    Inflight,
+    Available,
 }
 
 /// The parameters of one module, gathered and released together.
 pub(crate) struct Unit {
     pub name: String,
     pub parts: Vec<usize>,
-    pub available: bool,
+    pub status: Status,
     /// Final gradients received in the current backward, per part.
     grads: Vec<Option<Tensor>>,
     reduced: bool,
+}
+
+/// A collective submitted to the communication thread and not yet applied.
+enum Inflight {
+    /// The values of `parts`, making `units` available.
+    Gather {
+        units: Vec<usize>,
+        parts: Vec<usize>,
+        values: Pending<Vec<Tensor>>,
+    },
+    /// This rank's averaged slices of the gradients of `parts`.
+    Reduce {
+        parts: Vec<usize>,
+        mine: Pending<Tensor>,
+    },
 }
 
 /// The most forward passes' worth of units the trace keeps.
@@ -85,6 +122,10 @@ pub(crate) struct Core {
     pub trace: Vec<usize>,
     /// The previous step's trace, which forward prefetches from.
     pub frozen: Vec<usize>,
+    /// Launch the gather of the unit read next ahead of its use.
+    prefetch: bool,
+    worker: CommThread,
+    inflight: VecDeque<Inflight>,
     /// The first communication error: every later call reports it.
     pub error: Option<CommError>,
     /// Elements communicated since the counter was last taken.
@@ -100,18 +141,19 @@ pub(crate) fn lock(core: &Mutex<Core>) -> MutexGuard<'_, Core> {
     core.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Installs the fetch and gradient hooks on every partitioned parameter.
-/// They hold weak handles and do nothing once the coordinator is gone.
+/// Installs the gradient hooks on every partitioned parameter and the
+/// fetch hooks on the ones that are not persistent. They hold weak handles
+/// and do nothing once the coordinator is gone.
 pub(crate) fn install_hooks(core: &Arc<Mutex<Core>>) -> Result<()> {
-    let params: Vec<(usize, usize, Parameter)> = lock(core)
+    let params: Vec<(usize, usize, bool, Parameter)> = lock(core)
         .parts
         .iter()
         .enumerate()
-        .map(|(i, p)| (i, p.unit, p.param.clone()))
+        .map(|(i, p)| (i, p.unit, p.persistent, p.param.clone()))
         .collect();
-    for (i, unit, p) in params {
+    for (i, unit, persistent, p) in params {
         let weak: Weak<Mutex<Core>> = Arc::downgrade(core);
-        p.var().register_hook(move |g| {
+        p.var()?.register_hook(move |g| {
             if let Some(c) = weak.upgrade() {
                 let mut c = lock(&c);
                 if let Err(e) = c.on_grad(i, g) {
@@ -119,6 +161,9 @@ pub(crate) fn install_hooks(core: &Arc<Mutex<Core>>) -> Result<()> {
                 }
             }
         })?;
+        if persistent {
+            continue;
+        }
         let weak = Arc::downgrade(core);
         p.set_fetch_hook(Some(Arc::new(move || {
             let c = weak.upgrade().ok_or_else(|| {
@@ -137,6 +182,39 @@ pub(crate) fn install_hooks(core: &Arc<Mutex<Core>>) -> Result<()> {
 }
 
 impl Core {
+    /// A coordinator over `parts` grouped in `units`, every unit available
+    /// (the caller releases them once the hooks are installed). Errors when
+    /// the communication thread cannot start.
+    pub fn new(
+        comm: Arc<dyn Communicator>,
+        dtype: DType,
+        parts: Vec<Part>,
+        mut units: Vec<Unit>,
+        shards: Vec<Tensor>,
+        prefetch: bool,
+    ) -> Result<Core> {
+        for u in &mut units {
+            u.status = Status::Available;
+        }
+        Ok(Core {
+            worker: CommThread::spawn(&format!("tessera-zero3-r{}", comm.rank()))?,
+            comm,
+            dtype,
+            parts,
+            units,
+            grads: vec![None; shards.len()],
+            shards,
+            phase: Phase::Forward,
+            trace: Vec::new(),
+            frozen: Vec::new(),
+            prefetch,
+            inflight: VecDeque::new(),
+            error: None,
+            comm_elements: 0,
+            meter: MemoryMeter::new(),
+        })
+    }
+
     /// Errors with the first communication error, if any.
     pub fn check(&self) -> Result<()> {
         match &self.error {
@@ -145,11 +223,18 @@ impl Core {
         }
     }
 
+    /// The communicator, once every submitted collective has been applied
+    /// (a collective on it from this thread would otherwise race the
+    /// communication thread's). Errors with the first communication error.
+    pub fn idle_comm(&mut self) -> Result<Arc<dyn Communicator>> {
+        self.settle(None)?;
+        Ok(self.comm.clone())
+    }
+
     /// Makes unit `u` available, as the phase says (module docs).
     fn fetch(&mut self, u: usize) -> Result<()> {
         self.check()?;
-        let mut want = vec![u];
-        match self.phase {
+        let next = match self.phase {
             Phase::Forward => {
                 if self.trace.last() != Some(&u) {
                     // Forward passes without a backward (evaluation) would
@@ -163,86 +248,155 @@ impl Core {
                 let pos = self.trace.len() - 1;
                 let next = (self.frozen.get(pos) == Some(&u))
                     .then(|| self.frozen.get(pos + 1).copied())
-                    .flatten();
-                want.extend(next.filter(|&v| v != u));
-                let keep = want.clone();
+                    .flatten()
+                    .filter(|&v| v != u);
                 for v in 0..self.units.len() {
-                    if !keep.contains(&v) {
+                    if v != u && Some(v) != next {
                         self.release(v)?;
                     }
                 }
+                next
             }
-            Phase::Backward => {
-                let prev = self
-                    .trace
-                    .iter()
-                    .rposition(|&v| v == u)
-                    .and_then(|p| p.checked_sub(1))
-                    .map(|p| self.trace[p]);
-                want.extend(prev.filter(|&v| v != u && !self.units[v].reduced));
+            Phase::Backward => self
+                .trace
+                .iter()
+                .rposition(|&v| v == u)
+                .and_then(|p| p.checked_sub(1))
+                .map(|p| self.trace[p])
+                .filter(|&v| v != u && !self.units[v].reduced),
+        };
+        let r = (|| {
+            if self.units[u].status == Status::Released {
+                self.launch_gather(&[u])?;
             }
-        }
-        want.retain(|&v| !self.units[v].available);
-        if want.is_empty() {
-            return Ok(());
-        }
-        let r = self.gather(&want);
+            if self.units[u].status == Status::Inflight {
+                self.settle(Some(u))?;
+            }
+            match next {
+                Some(v) if self.prefetch && self.units[v].status == Status::Released => {
+                    self.launch_gather(&[v])
+                }
+                _ => Ok(()),
+            }
+        })();
+        self.record(r)
+    }
+
+    /// Keeps the first error.
+    fn record<R>(&mut self, r: Result<R>) -> Result<R> {
         if let Err(e) = &r {
             self.error.get_or_insert(e.clone());
+            self.inflight.clear();
         }
         r
     }
 
-    /// One all-gather of the shards of `units`' parameters; sets their
-    /// values.
-    fn gather(&mut self, units: &[usize]) -> Result<()> {
-        let n = self.comm.world_size();
+    /// Submits one all-gather of the shards of `units`' gathered (not
+    /// persistent) parameters; they are set when the result is applied.
+    fn launch_gather(&mut self, units: &[usize]) -> Result<()> {
         let parts: Vec<usize> = units
             .iter()
             .flat_map(|&u| self.units[u].parts.iter().copied())
+            .filter(|&i| !self.parts[i].persistent)
             .collect();
+        let values = self.submit_gather(&parts, true)?;
+        for &u in units {
+            self.units[u].status = Status::Inflight;
+        }
+        self.inflight.push_back(Inflight::Gather {
+            units: units.to_vec(),
+            parts,
+            values,
+        });
+        Ok(())
+    }
+
+    /// Submits the all-gather of `parts`' shards (charged to the meter when
+    /// `charge`); its result is their full values, in order.
+    fn submit_gather(&mut self, parts: &[usize], charge: bool) -> Result<Pending<Vec<Tensor>>> {
+        let n = self.comm.world_size();
         let per_rank: usize = parts.iter().map(|&i| self.parts[i].ps).sum();
-        let _charged = self.meter.enter();
-        let values = with_float_dtype!(self.dtype, T => {
+        let layout: Vec<(usize, usize, Vec<usize>)> = parts
+            .iter()
+            .map(|&i| (self.parts[i].numel, self.parts[i].ps, self.parts[i].param.shape()))
+            .collect();
+        let mine = with_float_dtype!(self.dtype, T => {
             let mut mine: Vec<T> = Vec::with_capacity(per_rank);
-            for &i in &parts {
+            for &i in parts {
                 let p = &self.parts[i];
                 let shard = self.shards[p.group].as_slice::<T>()?;
                 mine.extend_from_slice(&shard[p.offset..p.offset + p.ps]);
             }
-            let mut all = vec![T::ZERO; n * per_rank];
-            self.comm.all_gather_slice(&mine, &mut all)?;
-            let mut at = 0;
-            let mut values = Vec::with_capacity(parts.len());
-            for &i in &parts {
-                let p = &self.parts[i];
-                let mut full: Vec<T> = Vec::with_capacity(n * p.ps);
-                for r in 0..n {
-                    full.extend_from_slice(&all[r * per_rank + at..r * per_rank + at + p.ps]);
-                }
-                full.truncate(p.numel);
-                at += p.ps;
-                values.push(Tensor::from_vec(full, &p.param.shape())?);
-            }
-            values
+            Tensor::from_vec(mine, &[per_rank])?
         }, else unreachable!("parameters are floating point"));
         self.comm_elements += n * per_rank;
-        for (&i, v) in parts.iter().zip(values) {
-            self.parts[i].param.set(v)?;
-        }
-        for &u in units {
-            self.units[u].available = true;
-        }
-        Ok(())
+        let (comm, dtype) = (self.comm.clone(), self.dtype);
+        let meter = charge.then(|| self.meter.clone());
+        Ok(self.worker.submit(move || {
+            let _charged = meter.as_ref().map(MemoryMeter::enter);
+            with_float_dtype!(dtype, T => {
+                let mut all = vec![T::ZERO; n * per_rank];
+                comm.all_gather_slice(mine.as_slice::<T>()?, &mut all)?;
+                let mut at = 0;
+                let mut values = Vec::with_capacity(layout.len());
+                for (numel, ps, shape) in layout {
+                    let mut full: Vec<T> = Vec::with_capacity(n * ps);
+                    for r in 0..n {
+                        full.extend_from_slice(&all[r * per_rank + at..r * per_rank + at + ps]);
+                    }
+                    full.truncate(numel);
+                    at += ps;
+                    values.push(Tensor::from_vec(full, &shape)?);
+                }
+                Ok(values)
+            }, else unreachable!("parameters are floating point"))
+        }))
     }
 
-    /// Frees the gathered values of unit `u`.
-    pub fn release(&mut self, u: usize) -> Result<()> {
-        if self.units[u].available {
-            for &i in &self.units[u].parts {
-                self.parts[i].param.release_()?;
+    /// Applies submitted collectives in order: until the gather of unit `u`
+    /// is applied, or all of them for `None`.
+    fn settle(&mut self, u: Option<usize>) -> Result<()> {
+        self.check()?;
+        let r = (|| {
+            while let Some(job) = self.inflight.pop_front() {
+                let done = match job {
+                    Inflight::Gather { units, parts, values } => {
+                        for (&i, v) in parts.iter().zip(values.wait()?) {
+                            self.parts[i].param.set(v)?;
+                        }
+                        for &v in &units {
+                            self.units[v].status = Status::Available;
+                        }
+                        u.is_some_and(|u| units.contains(&u))
+                    }
+                    Inflight::Reduce { parts, mine } => {
+                        self.accumulate(&parts, &mine.wait()?)?;
+                        false
+                    }
+                };
+                if done {
+                    break;
+                }
             }
-            self.units[u].available = false;
+            Ok(())
+        })();
+        self.record(r)
+    }
+
+    /// Frees the gathered values of unit `u` (waiting for its gather first
+    /// when one is in flight).
+    pub fn release(&mut self, u: usize) -> Result<()> {
+        if self.units[u].status == Status::Inflight {
+            self.settle(Some(u))?;
+        }
+        let gathered = self.units[u].parts.iter().any(|&i| !self.parts[i].persistent);
+        if self.units[u].status == Status::Available && gathered {
+            for &i in &self.units[u].parts {
+                if !self.parts[i].persistent {
+                    self.parts[i].param.release_()?;
+                }
+            }
+            self.units[u].status = Status::Released;
         }
         Ok(())
     }
@@ -252,9 +406,26 @@ impl Core {
         (0..self.units.len()).try_for_each(|u| self.release(u))
     }
 
+    /// Sets the persistent parameters to the full values of their shards
+    /// (one all-gather): after a step or a restored checkpoint.
+    pub fn refresh_persistent(&mut self) -> Result<()> {
+        self.settle(None)?;
+        let parts: Vec<usize> = (0..self.parts.len())
+            .filter(|&i| self.parts[i].persistent)
+            .collect();
+        if parts.is_empty() {
+            return Ok(());
+        }
+        let r = self.submit_gather(&parts, false).and_then(Pending::wait);
+        for (&i, v) in parts.iter().zip(self.record(r)?) {
+            self.parts[i].param.set(v)?;
+        }
+        Ok(())
+    }
+
     /// Starts a backward pass.
     pub fn begin_backward(&mut self) -> Result<()> {
-        self.check()?;
+        self.settle(None)?;
         self.release_all()?;
         self.phase = Phase::Backward;
         for u in &mut self.units {
@@ -266,90 +437,100 @@ impl Core {
 
     /// Ends a backward pass: reduces the units some of whose parameters got
     /// no gradient (as zeros, so every rank makes the same collectives),
-    /// releases everything and starts the next forward's trace.
+    /// waits for every reduction, releases everything and starts the next
+    /// forward's trace.
     pub fn end_backward(&mut self) -> Result<()> {
         let r = (|| {
             self.check()?;
             for u in 0..self.units.len() {
                 if !self.units[u].reduced {
-                    self.reduce_unit(u)?;
+                    self.launch_reduce(u)?;
                 }
             }
+            self.settle(None)?;
             self.release_all()
         })();
         self.phase = Phase::Forward;
         self.frozen = std::mem::take(&mut self.trace);
-        if let Err(e) = &r {
-            self.error.get_or_insert(e.clone());
-        }
-        r
+        self.record(r)
     }
 
     /// A parameter's final gradient: once its unit has all of them, the
-    /// unit is reduce-scattered and released.
+    /// unit's reduce-scatter is launched and the unit released.
     fn on_grad(&mut self, i: usize, g: &Tensor) -> Result<()> {
         if self.phase != Phase::Backward || self.error.is_some() {
             return Ok(());
         }
-        let (u, k) = {
-            let unit = self.parts[i].unit;
-            let k = self.units[unit]
-                .parts
-                .iter()
-                .position(|&p| p == i)
-                .expect("part of its unit");
-            (unit, k)
-        };
+        let u = self.parts[i].unit;
+        let k = self.units[u]
+            .parts
+            .iter()
+            .position(|&p| p == i)
+            .expect("part of its unit");
         self.units[u].grads[k] = Some(g.clone());
         if self.units[u].grads.iter().all(Option::is_some) {
-            self.reduce_unit(u)?;
+            self.launch_reduce(u)?;
             self.release(u)?;
         }
         Ok(())
     }
 
-    /// Reduce-scatters unit `u`'s gradients (zeros where missing) and adds
-    /// this rank's averaged slices to the gradient shards.
-    fn reduce_unit(&mut self, u: usize) -> Result<()> {
+    /// Submits the reduce-scatter of unit `u`'s gradients (zeros where
+    /// missing); applying it adds this rank's averaged slices to the
+    /// gradient shards.
+    fn launch_reduce(&mut self, u: usize) -> Result<()> {
         let n = self.comm.world_size();
         let parts = self.units[u].parts.clone();
         let grads: Vec<Option<Tensor>> = self.units[u].grads.iter_mut().map(Option::take).collect();
-        let per_rank: usize = parts.iter().map(|&i| self.parts[i].ps).sum();
-        with_float_dtype!(self.dtype, T => {
-            let flat: Vec<Vec<T>> = parts
-                .iter()
-                .zip(&grads)
-                .map(|(&i, g)| -> Result<Vec<T>> {
-                    let p = &self.parts[i];
-                    let mut v = match g {
-                        Some(g) => g.to_dtype(self.dtype)?.contiguous()?.to_vec::<T>()?,
-                        None => Vec::new(),
-                    };
-                    v.resize(n * p.ps, T::ZERO);
-                    // DeepSpeed pre-divides by the world size.
-                    v.iter_mut().for_each(|x| *x = T::from_f64(x.to_f64() / n as f64));
-                    Ok(v)
-                })
-                .collect::<Result<_>>()?;
-            let mut send: Vec<T> = Vec::with_capacity(n * per_rank);
-            for r in 0..n {
-                for (&i, v) in parts.iter().zip(&flat) {
-                    let ps = self.parts[i].ps;
-                    send.extend_from_slice(&v[r * ps..(r + 1) * ps]);
+        let sizes: Vec<usize> = parts.iter().map(|&i| self.parts[i].ps).collect();
+        let per_rank: usize = sizes.iter().sum();
+        let (comm, dtype) = (self.comm.clone(), self.dtype);
+        let mine = self.worker.submit(move || {
+            with_float_dtype!(dtype, T => {
+                let flat: Vec<Vec<T>> = sizes
+                    .iter()
+                    .zip(&grads)
+                    .map(|(&ps, g)| -> Result<Vec<T>> {
+                        let mut v = match g {
+                            Some(g) => g.to_dtype(dtype)?.contiguous()?.to_vec::<T>()?,
+                            None => Vec::new(),
+                        };
+                        v.resize(n * ps, T::ZERO);
+                        // DeepSpeed pre-divides by the world size.
+                        v.iter_mut().for_each(|x| *x = T::from_f64(x.to_f64() / n as f64));
+                        Ok(v)
+                    })
+                    .collect::<Result<_>>()?;
+                drop(grads);
+                let mut send: Vec<T> = Vec::with_capacity(n * per_rank);
+                for r in 0..n {
+                    for (&ps, v) in sizes.iter().zip(&flat) {
+                        send.extend_from_slice(&v[r * ps..(r + 1) * ps]);
+                    }
                 }
-            }
-            drop(flat);
-            let mut mine = vec![T::ZERO; per_rank];
-            self.comm.reduce_scatter_slice(&send, &mut mine, ReduceOp::Sum)?;
+                drop(flat);
+                let mut mine = vec![T::ZERO; per_rank];
+                comm.reduce_scatter_slice(&send, &mut mine, ReduceOp::Sum)?;
+                Ok(Tensor::from_vec(mine, &[per_rank])?)
+            }, else unreachable!("parameters are floating point"))
+        });
+        self.comm_elements += n * per_rank;
+        self.units[u].reduced = true;
+        self.inflight.push_back(Inflight::Reduce { parts, mine });
+        Ok(())
+    }
+
+    /// Adds the reduced slices `mine` of `parts` to the gradient shards.
+    fn accumulate(&mut self, parts: &[usize], mine: &Tensor) -> Result<()> {
+        with_float_dtype!(self.dtype, T => {
+            let mine = mine.as_slice::<T>()?;
             let mut at = 0;
-            for &i in &parts {
+            for &i in parts {
                 let (g, off, ps) = (self.parts[i].group, self.parts[i].offset, self.parts[i].ps);
-                let len = self.shards[g].numel();
-                let acc = match self.grads[g].take() {
+                let mut acc = match self.grads[g].take() {
                     Some(t) => t,
-                    None => Tensor::zeros(&[len], self.dtype)?,
+                    None => Tensor::zeros(&[self.shards[g].numel()], self.dtype)?,
                 };
-                let mut acc = acc;
                 let dst = acc.make_mut::<T>()?;
                 for (d, s) in dst[off..off + ps].iter_mut().zip(&mine[at..at + ps]) {
                     *d = T::from_f64(d.to_f64() + s.to_f64());
@@ -358,8 +539,6 @@ impl Core {
                 at += ps;
             }
         }, else unreachable!("parameters are floating point"));
-        self.comm_elements += n * per_rank;
-        self.units[u].reduced = true;
         Ok(())
     }
 }
@@ -375,7 +554,7 @@ pub(crate) fn units_of(names: &[String]) -> Vec<Unit> {
             None => units.push(Unit {
                 name: module.to_string(),
                 parts: vec![i],
-                available: true,
+                status: Status::Available,
                 grads: Vec::new(),
                 reduced: false,
             }),

@@ -24,6 +24,7 @@
 //! Stage 3 partitions the parameters too and needs the model: see
 //! [`Zero3`].
 
+mod comm_thread;
 mod fetch;
 mod model;
 mod partition;
@@ -40,7 +41,7 @@ use tessera_tensor::{with_float_dtype, DType, Device, Tensor};
 
 pub use model::{comm_model, memory_model, memory_model_with, ZeroStage};
 pub use partition::{FlatLayout, ALIGNMENT_FACTOR};
-pub use stage3::Zero3;
+pub use stage3::{Zero3, Zero3Config};
 pub use stage3_consolidate::consolidate_zero3_sharded;
 pub use stage3_state::{zero3_shard_file, ZERO3_INDEX_FILE};
 pub use state::{consolidate_sharded, shard_file, INDEX_FILE};
@@ -174,7 +175,7 @@ impl<'c> ZeroOptimizer<'c> {
             k += listed.len();
             let dtype = params.first().map_or(DType::F32, Parameter::dtype);
             for p in &params {
-                let t = p.tensor();
+                let t = p.tensor()?;
                 if t.dtype() != dtype || !dtype.is_float() || t.device() != Device::Cpu {
                     return Err(CommError::arg(
                         OP,
@@ -194,7 +195,10 @@ impl<'c> ZeroOptimizer<'c> {
         }
         // The same parameters on every rank, rank 0's values everywhere,
         // then flat buffers with the parameters as views into them.
-        let tensors: Vec<Tensor> = all.iter().map(Parameter::tensor).collect();
+        let tensors: Vec<Tensor> = all
+            .iter()
+            .map(Parameter::tensor)
+            .collect::<tessera_tensor::Result<_>>()?;
         let named: Vec<(&str, Tensor)> = tensors.iter().map(|t| ("parameter", t.clone())).collect();
         verify_same_shapes(comm, &named).map_err(|e| e.in_op(OP))?;
         let synced = broadcast_coalesced(comm, &tensors, 0)?;
@@ -485,7 +489,7 @@ impl<'c> ZeroOptimizer<'c> {
     /// partitions and points the parameters into them.
     fn gather_params(&mut self) -> Result<()> {
         for g in &self.groups {
-            let mine = g.master.tensor().to_dtype(g.dtype)?;
+            let mine = g.master.tensor()?.to_dtype(g.dtype)?;
             let flat = with_float_dtype!(g.dtype, T => {
                 let mut full = vec![<T as tessera_tensor::Element>::ZERO; g.layout.len];
                 self.comm.all_gather_slice(&mine.to_vec::<T>()?, &mut full)?;
@@ -519,7 +523,7 @@ impl<'c> ZeroOptimizer<'c> {
         for g in &self.groups {
             let mut seen: Vec<*const tessera_tensor::Storage> = Vec::new();
             for p in &g.params {
-                let t = p.tensor();
+                let t = p.current();
                 let s = Arc::as_ptr(t.storage());
                 if !seen.contains(&s) {
                     seen.push(s);
@@ -527,7 +531,7 @@ impl<'c> ZeroOptimizer<'c> {
                 }
             }
             m.grads += g.grad.as_ref().map_or(0, bytes);
-            m.optimizer += bytes(&g.master.tensor());
+            m.optimizer += bytes(&g.master.current());
         }
         let sd = self.inner.state_dict();
         m.optimizer += sd.iter().map(|(_, t)| bytes(t)).sum::<usize>();
@@ -591,7 +595,7 @@ fn flatten(params: &[Parameter], layout: &FlatLayout, dtype: DType) -> Result<Te
     with_float_dtype!(dtype, T => {
         let mut flat = vec![<T as tessera_tensor::Element>::ZERO; layout.len];
         for (p, &off) in params.iter().zip(&layout.offsets) {
-            let v = p.tensor().to_vec::<T>()?;
+            let v = p.tensor()?.to_vec::<T>()?;
             flat[off..off + v.len()].copy_from_slice(&v);
         }
         Ok(Tensor::from_vec(flat, &[layout.len])?)

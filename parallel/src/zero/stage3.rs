@@ -10,7 +10,8 @@
 //! (prefetching the next module) and reduce-scatters their gradients.
 //! [`Zero3::step`] updates the shard with the inner optimizer (any
 //! elementwise one, over the rank's master shard); there is no all-gather
-//! at step time: the next forward gathers lazily.
+//! at step time (the next forward gathers lazily) except of the small
+//! parameters that stay gathered ([`Zero3Config::param_persistence_threshold`]).
 //!
 //! Every rank must run the same forward and backward passes (the
 //! collectives happen where the parameters are read). Reading a parameter
@@ -22,13 +23,39 @@ use std::sync::{Arc, Mutex};
 use tessera_autograd::{Gradients, Parameter, Var};
 use tessera_nn::Module;
 use tessera_optim::{GradScaler, Optimizer};
-use tessera_tensor::{with_float_dtype, DType, Device, Element, MemoryMeter, StateDict, Tensor};
+use tessera_tensor::{with_float_dtype, DType, Device, Element, StateDict, Tensor};
 
-use super::fetch::{install_hooks, lock, units_of, Core, Part, Phase};
+use super::fetch::{install_hooks, lock, units_of, Core, Part};
 use super::ZeroMemory;
 use crate::comm::{CommExt, Communicator};
 use crate::ddp::{broadcast_coalesced, verify_same_shapes};
 use crate::error::{CommError, Result};
+
+/// Settings of [`Zero3`], with DeepSpeed's defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Zero3Config {
+    /// Parameters of at most this many elements are not released between
+    /// uses: every rank keeps them gathered and refreshes them with one
+    /// all-gather after each step (DeepSpeed's
+    /// `stage3_param_persistence_threshold`, 100,000), which saves two
+    /// small collectives per use for biases and norms. Their gradients
+    /// and optimizer state are partitioned like the others'. 0 releases
+    /// every parameter.
+    pub param_persistence_threshold: usize,
+    /// Launch the all-gather of the module read next (from the trace of
+    /// the previous step) on the communication thread while the current
+    /// module computes, in forward and backward (DeepSpeed's prefetch).
+    pub prefetch: bool,
+}
+
+impl Default for Zero3Config {
+    fn default() -> Self {
+        Zero3Config {
+            param_persistence_threshold: 100_000,
+            prefetch: true,
+        }
+    }
+}
 
 /// An optimizer and a model partitioned over the ranks of a communicator
 /// (DeepSpeed's ZeRO stage 3). See the module docs.
@@ -44,14 +71,25 @@ pub struct Zero3 {
 }
 
 impl Zero3 {
+    /// [`Zero3::with_config`] with DeepSpeed's defaults.
+    pub fn new(model: &dyn Module, optimizer: &dyn Optimizer, comm: &dyn Communicator) -> Result<Zero3> {
+        Zero3::with_config(model, optimizer, comm, Zero3Config::default())
+    }
+
     /// Partitions `model`'s parameters and `optimizer`'s state over `comm`
     /// (a collective; the coordinator works on a duplicate of `comm`, made
-    /// with `split`). Rank 0's parameter values are broadcast first.
+    /// with `split`, on a communication thread of its own). Rank 0's
+    /// parameter values are broadcast first.
     /// Errors for LAMB and LARS (trust ratios need whole parameters),
     /// when the optimizer holds a parameter the model does not, when the
     /// trainable parameters are not all floating point of one dtype on the
     /// CPU, when the ranks' shapes differ, and when communication fails.
-    pub fn new(model: &dyn Module, optimizer: &dyn Optimizer, comm: &dyn Communicator) -> Result<Zero3> {
+    pub fn with_config(
+        model: &dyn Module,
+        optimizer: &dyn Optimizer,
+        comm: &dyn Communicator,
+        config: Zero3Config,
+    ) -> Result<Zero3> {
         const OP: &str = "Zero3::new";
         if matches!(optimizer.name(), "Lamb" | "Lars") {
             return Err(CommError::arg(
@@ -69,7 +107,7 @@ impl Zero3 {
             .collect();
         let dtype = named.first().map_or(DType::F32, |(_, p)| p.dtype());
         for (name, p) in &named {
-            let t = p.tensor();
+            let t = p.tensor()?;
             if t.dtype() != dtype || !dtype.is_float() || t.device() != Device::Cpu {
                 return Err(CommError::arg(
                     OP,
@@ -82,7 +120,10 @@ impl Zero3 {
                 ));
             }
         }
-        let tensors: Vec<Tensor> = named.iter().map(|(_, p)| p.tensor()).collect();
+        let tensors: Vec<Tensor> = named
+            .iter()
+            .map(|(_, p)| p.tensor())
+            .collect::<tessera_tensor::Result<_>>()?;
         let shapes: Vec<(&str, Tensor)> = named
             .iter()
             .zip(&tensors)
@@ -142,6 +183,7 @@ impl Zero3 {
                 group,
                 offset,
                 unit,
+                persistent: p.numel() <= config.param_persistence_threshold,
             });
         }
         let shards = with_float_dtype!(dtype, T => {
@@ -156,7 +198,11 @@ impl Zero3 {
                 .map(|v| { let n = v.len(); Tensor::from_vec(v, &[n]) })
                 .collect::<tessera_tensor::Result<Vec<Tensor>>>()?
         }, else unreachable!("checked floating point"));
-        drop(synced);
+        for (p, t) in parts.iter().zip(synced) {
+            if p.persistent {
+                p.param.set(t)?;
+            }
+        }
         drop(tensors);
         let master_dtype = if matches!(dtype, DType::F16 | DType::BF16) {
             DType::F32
@@ -171,21 +217,14 @@ impl Zero3 {
         let comm = comm
             .split(Some(0), rank as i64)?
             .ok_or_else(|| CommError::arg(OP, "duplicating the communicator gave no group"))?;
-        let grads = vec![None; shards.len()];
-        let core = Arc::new(Mutex::new(Core {
-            comm: Arc::from(comm),
+        let core = Arc::new(Mutex::new(Core::new(
+            Arc::from(comm),
             dtype,
             parts,
             units,
             shards,
-            grads,
-            phase: Phase::Forward,
-            trace: Vec::new(),
-            frozen: Vec::new(),
-            error: None,
-            comm_elements: 0,
-            meter: MemoryMeter::new(),
-        }));
+            config.prefetch,
+        )?));
         install_hooks(&core)?;
         lock(&core).release_all()?;
         Ok(Zero3 {
@@ -235,7 +274,8 @@ impl Zero3 {
     pub fn clip_grad_norm(&mut self, max_norm: f64) -> Result<f64> {
         self.need_grads("Zero3::clip_grad_norm")?;
         let mut core = lock(&self.core);
-        let norm = super::sharded_norm(core.grads.iter().flatten(), core.comm.as_ref())?;
+        let comm = core.idle_comm()?;
+        let norm = super::sharded_norm(core.grads.iter().flatten(), comm.as_ref())?;
         let coef = max_norm / (norm + 1e-6);
         if coef < 1.0 {
             for g in core.grads.iter_mut() {
@@ -256,7 +296,7 @@ impl Zero3 {
     pub fn unscale_(&mut self, scaler: &mut GradScaler) -> Result<bool> {
         self.need_grads("Zero3::unscale_")?;
         let mut grads = self.shard_grads()?;
-        let comm = lock(&self.core).comm.clone();
+        let comm = lock(&self.core).idle_comm()?;
         let found = scaler.unscale_across(&mut grads, &mut |local| {
             let mut flag = [f64::from(u8::from(local))];
             comm.all_reduce_slice(&mut flag, crate::ReduceOp::Max)
@@ -332,14 +372,15 @@ impl Zero3 {
         Ok(())
     }
 
-    /// Copies the updated master shards into the parameter shards.
+    /// Copies the updated master shards into the parameter shards and
+    /// gathers the persistent parameters' new values.
     fn write_back(&mut self) -> Result<()> {
         let mut core = lock(&self.core);
         let dtype = core.dtype;
         for (g, m) in self.masters.iter().enumerate() {
-            core.shards[g] = copy(&m.tensor().to_dtype(dtype)?)?;
+            core.shards[g] = copy(&m.tensor()?.to_dtype(dtype)?)?;
         }
-        Ok(())
+        core.refresh_persistent()
     }
 
     fn end_step(&mut self) {
@@ -350,23 +391,31 @@ impl Zero3 {
     }
 
     /// Elements communicated in the last completed step (forward and
-    /// backward all-gathers and the gradient reduce-scatters, each counted
-    /// by the gathered or scattered length, as the paper counts Ψ per
-    /// collective): about 3Ψ.
+    /// backward all-gathers, the gradient reduce-scatters and the gather of
+    /// the persistent parameters after the step, each counted by the
+    /// gathered or scattered length, as the paper counts Ψ per
+    /// collective): about 3Ψ, less Ψ of the persistent parameters.
     pub fn comm_elements(&self) -> usize {
         self.last_comm
     }
 
-    /// The bytes this rank holds now, buffer by buffer: parameter shards
-    /// (and any gathered values still live), gradient shards, master
-    /// shards and the inner optimizer's state.
+    /// The bytes this rank holds now, buffer by buffer: parameter shards,
+    /// the persistent parameters' full values and any gathered values
+    /// still live, gradient shards, master shards and the inner
+    /// optimizer's state.
     pub fn memory(&self) -> ZeroMemory {
         let core = lock(&self.core);
         let bytes = |t: &Tensor| t.numel() * t.dtype().size_in_bytes();
+        let persistent: usize = core
+            .parts
+            .iter()
+            .filter(|p| p.persistent)
+            .map(|p| p.numel * core.dtype.size_in_bytes())
+            .sum();
         let mut m = ZeroMemory {
-            params: core.shards.iter().map(bytes).sum::<usize>() + core.meter.live_bytes(),
+            params: core.shards.iter().map(bytes).sum::<usize>() + persistent + core.meter.live_bytes(),
             grads: core.grads.iter().flatten().map(bytes).sum(),
-            optimizer: self.masters.iter().map(|p| bytes(&p.tensor())).sum(),
+            optimizer: self.masters.iter().map(|p| bytes(&p.current())).sum(),
         };
         m.optimizer += self
             .inner
@@ -404,10 +453,10 @@ impl Zero3 {
         })
     }
 
-    /// The first communication error the coordinator met (in a hook while
-    /// a parameter was read, which cannot return it), if any. A forward
-    /// that failed with a shape error on an empty (`[0]`) parameter failed
-    /// because of it.
+    /// The first communication error the coordinator met, if any, as the
+    /// communicator reported it (a forward that read a parameter while the
+    /// gather failed returns it wrapped in a `tessera_tensor::Error` naming
+    /// `Zero3::fetch`; this gives the original, with `is_fatal`).
     pub fn error(&self) -> Option<CommError> {
         lock(&self.core).error.clone()
     }
@@ -416,15 +465,15 @@ impl Zero3 {
     /// trainable parameter's full value by its name, loadable by the model
     /// on one process. Errors when communication fails.
     pub fn consolidated_model_state_dict(&self) -> Result<StateDict> {
-        let core = lock(&self.core);
-        core.check()?;
-        let n = core.comm.world_size();
+        let mut core = lock(&self.core);
+        let comm = core.idle_comm()?;
+        let n = comm.world_size();
         let mut sd = StateDict::new();
         for p in &core.parts {
             let v = with_float_dtype!(core.dtype, T => {
                 let shard = core.shards[p.group].as_slice::<T>()?;
                 let mut all = vec![T::ZERO; n * p.ps];
-                core.comm.all_gather_slice(&shard[p.offset..p.offset + p.ps], &mut all)?;
+                comm.all_gather_slice(&shard[p.offset..p.offset + p.ps], &mut all)?;
                 all.truncate(p.numel);
                 Tensor::from_vec(all, &p.param.shape())?
             }, else unreachable!("parameters are floating point"));

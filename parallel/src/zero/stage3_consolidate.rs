@@ -90,7 +90,7 @@ impl Zero3 {
     /// communication fails.
     pub fn consolidated_state_dict(&self) -> Result<StateDict> {
         let layout = self.layout();
-        let comm = lock(&self.core).comm.clone();
+        let comm = lock(&self.core).idle_comm()?;
         let world = comm.world_size();
         let ours = self.own_pieces()?;
         assemble(&layout, &ours, |_, flat: &Tensor| {
@@ -181,13 +181,17 @@ impl Zero3 {
         let mut core = lock(&self.core);
         core.release_all()?;
         core.shards = shards;
-        Ok(())
+        core.refresh_persistent()
     }
 
     /// This rank's flat shards, masters and inner optimizer buffers.
     fn own_pieces(&self) -> Result<Pieces> {
         let shards = lock(&self.core).shards.iter().map(copy).collect::<Result<_>>()?;
-        let masters = self.masters.iter().map(|m| m.tensor()).collect();
+        let masters = self
+            .masters
+            .iter()
+            .map(|m| m.tensor())
+            .collect::<tessera_tensor::Result<_>>()?;
         let meta = self.inner.state_dict();
         Ok(Pieces {
             shards,

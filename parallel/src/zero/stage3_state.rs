@@ -28,7 +28,7 @@ impl Zero3 {
     /// communication failure.
     pub fn save_sharded(&self, dir: &Path) -> Result<()> {
         const OP: &str = "Zero3::save_sharded";
-        let comm = lock(&self.core).comm.clone();
+        let comm = lock(&self.core).idle_comm()?;
         let (rank, world) = (comm.rank(), comm.world_size());
         std::fs::create_dir_all(dir).map_err(|e| CommError::io(OP, format!("{}: {e}", dir.display())))?;
         let mut sd = StateDict::new();
@@ -43,7 +43,7 @@ impl Zero3 {
             }
         }
         for (g, m) in self.masters.iter().enumerate() {
-            sd.insert(format!("zero3.master.{g}"), m.tensor());
+            sd.insert(format!("zero3.master.{g}"), m.tensor()?);
         }
         sd.save(dir.join(zero3_shard_file(rank, world)))?;
         if rank == 0 {
@@ -67,7 +67,7 @@ impl Zero3 {
     /// missing or corrupt.
     pub fn load_sharded(&mut self, dir: &Path) -> Result<()> {
         const OP: &str = "Zero3::load_sharded";
-        let comm = lock(&self.core).comm.clone();
+        let comm = lock(&self.core).idle_comm()?;
         let (rank, world) = (comm.rank(), comm.world_size());
         let saved: usize = StateDict::load(dir.join(ZERO3_INDEX_FILE))?.get(OP, "zero3.world")?;
         if saved != world {
@@ -121,7 +121,7 @@ impl Zero3 {
         let mut core = lock(&self.core);
         core.release_all()?;
         core.shards = shards;
-        Ok(())
+        core.refresh_persistent()
     }
 }
 

@@ -393,7 +393,7 @@ fn train_ls(n: usize, kind: Opt) -> Vec<(Vec<u32>, f32)> {
         let hash: Vec<u32> = ddp
             .parameters()
             .iter()
-            .flat_map(|p| bits(&p.tensor().to_vec::<f32>().unwrap()))
+            .flat_map(|p| bits(&p.tensor().unwrap().to_vec::<f32>().unwrap()))
             .collect();
         let loss = ls_loss(&ddp, EVAL, 0..4096).tensor().to_scalar::<f32>().unwrap();
         Ok::<_, CommError>((hash, loss))
@@ -468,8 +468,8 @@ fn lamb_early_freeze_matches_the_reference() {
 fn exp_avg_mask_and_reload_zero_the_errors() {
     let outs = LocalGroup::run(2, |comm| {
         let w = Parameter::new(Tensor::from_vec(input(3, 0, 12), &[4, 3]).unwrap());
-        let w_auto = Parameter::new(w.tensor().clone());
-        let w_plain = Parameter::new(w.tensor().clone());
+        let w_auto = Parameter::new(w.tensor().unwrap().clone());
+        let w_plain = Parameter::new(w.tensor().unwrap().clone());
         let mut masked = OnebitAdam::new(vec![w.clone()], hyper(), 2)
             .unwrap()
             .with_reducer(CompressedAllReduce::new(comm))
@@ -562,7 +562,7 @@ fn zero_one_adam_exchanges_only_on_its_schedule() {
             let hash: Vec<u32> = ddp
                 .parameters()
                 .iter()
-                .flat_map(|p| bits(&p.tensor().to_vec::<f32>().unwrap()))
+                .flat_map(|p| bits(&p.tensor().unwrap().to_vec::<f32>().unwrap()))
                 .collect();
             log.push((exact, opt.last_step().unwrap(), opt.take_wire_stats(), hash));
         }
@@ -632,7 +632,7 @@ fn zero_one_adam_matches_the_reference() {
             let params: Vec<f32> = ddp
                 .parameters()
                 .iter()
-                .flat_map(|p| p.tensor().to_vec::<f32>().unwrap())
+                .flat_map(|p| p.tensor().unwrap().to_vec::<f32>().unwrap())
                 .collect();
             Ok::<_, CommError>(params)
         })

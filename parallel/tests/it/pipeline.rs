@@ -102,7 +102,7 @@ type Params = HashMap<String, Vec<f32>>;
 fn values(named: Vec<(String, tessera_autograd::Parameter)>) -> Params {
     named
         .into_iter()
-        .map(|(n, p)| (n, p.tensor().to_vec::<f32>().unwrap()))
+        .map(|(n, p)| (n, p.tensor().unwrap().to_vec::<f32>().unwrap()))
         .collect()
 }
 

@@ -347,7 +347,7 @@ fn reference_loss_with(master: &Gpt, x: &Tensor, y: &Tensor, masks: &mut Masks) 
         .ln_f
         .forward(&hcur)
         .unwrap()
-        .linear(&master.wte.weight.var(), None)
+        .linear(&master.wte.weight.var().unwrap(), None)
         .unwrap()
         .reshape(vec![s * b, v])
         .unwrap();

@@ -221,7 +221,7 @@ fn parameters_and_buffers_start_from_rank_0() {
         let ddp = DistributedDataParallel::new(m, comm, DdpConfig::default()).unwrap();
         let m = ddp.module();
         (
-            m.fc.weight.tensor().to_vec::<f32>().unwrap(),
+            m.fc.weight.tensor().unwrap().to_vec::<f32>().unwrap(),
             m.stat.tensor().to_vec::<f32>().unwrap(),
         )
     })
@@ -407,7 +407,7 @@ fn buckets_are_rebuilt_in_the_observed_gradient_order() {
     let want: Vec<Vec<f64>> = single
         .parameters()
         .iter()
-        .map(|p| p.tensor().to_vec::<f64>().unwrap())
+        .map(|p| p.tensor().unwrap().to_vec::<f64>().unwrap())
         .collect();
     let got = LocalGroup::run(2, |comm| {
         let ddp = DistributedDataParallel::new(build(), comm, cfg(0)).unwrap();
@@ -427,7 +427,7 @@ fn buckets_are_rebuilt_in_the_observed_gradient_order() {
         let values: Vec<Vec<f64>> = ddp
             .parameters()
             .iter()
-            .map(|p| p.tensor().to_vec::<f64>().unwrap())
+            .map(|p| p.tensor().unwrap().to_vec::<f64>().unwrap())
             .collect();
         (plans, values)
     })

@@ -66,7 +66,7 @@ impl Net {
     pub fn values(&self) -> Vec<Vec<f64>> {
         self.parameters()
             .iter()
-            .map(|p| p.tensor().to_vec::<f64>().unwrap())
+            .map(|p| p.tensor().unwrap().to_vec::<f64>().unwrap())
             .collect()
     }
 }

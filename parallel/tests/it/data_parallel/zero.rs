@@ -120,7 +120,7 @@ impl Wide {
         let layer = || {
             let l = Linear::new(W, W, true).unwrap();
             let cast = |p: &tessera_autograd::Parameter| {
-                tessera_autograd::Parameter::new(p.tensor().to_dtype(dtype).unwrap())
+                tessera_autograd::Parameter::new(p.tensor().unwrap().to_dtype(dtype).unwrap())
             };
             Linear {
                 weight: cast(&l.weight),

@@ -1,15 +1,18 @@
 //! ZeRO stage 3 on `local` ranks, checked against one process.
 
+use std::sync::Arc;
 use tessera_autograd::{Parameter, Var};
 use tessera_nn::{Linear, Module};
 use tessera_optim::{Adam, AdamOptions, Optimizer, Sgd, SgdOptions};
 use tessera_parallel::zero::{comm_model, consolidate_zero3_sharded, memory_model_with};
 use tessera_parallel::{
-    CommError, Communicator, DdpConfig, DistributedDataParallel, LocalGroup, Zero3, ZeroStage,
+    CommError, Communicator, DdpConfig, DistributedDataParallel, LocalGroup, Zero3, Zero3Config, ZeroStage,
 };
+
+use tessera_parallel::tensor_parallel::TrafficMeter;
 use tessera_tensor::{DType, Tensor};
 
-use super::{assert_close, loss, Net};
+use super::{assert_close, loss, Net, HIDDEN};
 
 /// Rows per rank per step.
 const B: usize = 2;
@@ -52,8 +55,34 @@ fn single_process(world: usize, steps: usize, adam: bool) -> (Vec<Vec<f64>>, tes
     (net.values(), net.state_dict())
 }
 
+/// Every parameter released between uses (the test models are far below
+/// DeepSpeed's persistence threshold), with or without prefetching.
+fn released(prefetch: bool) -> Zero3Config {
+    Zero3Config {
+        param_persistence_threshold: 0,
+        prefetch,
+    }
+}
+
+/// The settings the equivalence runs over: every parameter released, with
+/// and without prefetching; the biases persistent and the weights
+/// released (units of both kinds); DeepSpeed's defaults (everything
+/// persistent here).
+fn configs() -> Vec<Zero3Config> {
+    vec![
+        released(true),
+        released(false),
+        Zero3Config {
+            param_persistence_threshold: HIDDEN,
+            prefetch: true,
+        },
+        Zero3Config::default(),
+    ]
+}
+
 /// N-rank ZeRO-3 after k steps equals one process on the concatenated
-/// batch, for N = 1..4, SGD and Adam, 1 to 3 steps: bitwise for
+/// batch, for N = 1..4, SGD and Adam, 1 to 3 steps, under every setting of
+/// [`configs`]: bitwise for
 /// power-of-two N while the sums are exact (two SGD steps on dyadic data;
 /// Adam's first step), else within the reduction-order tolerance. Every rank ends with the same parameters, and
 /// the consolidated state dict equals the single process's and loads into
@@ -63,33 +92,35 @@ fn zero3_equals_one_process_on_the_concatenated_batch() {
     for world in 1..=4 {
         for adam in [false, true] {
             for steps in 1..=3 {
-                let (want, want_sd) = single_process(world, steps, adam);
-                let got = LocalGroup::run(world, |comm| {
-                    let net = Net::new(11 + 100 * comm.rank() as u64);
-                    let opt = optimizer(adam, net.parameters());
-                    let mut zero = Zero3::new(&net, opt.as_ref(), comm)?;
-                    let r = comm.rank();
-                    for s in 0..steps {
-                        zero.backward(&loss(&net, s, r * B..(r + 1) * B))?;
-                        zero.step()?;
+                for config in configs() {
+                    let (want, want_sd) = single_process(world, steps, adam);
+                    let got = LocalGroup::run(world, |comm| {
+                        let net = Net::new(11 + 100 * comm.rank() as u64);
+                        let opt = optimizer(adam, net.parameters());
+                        let mut zero = Zero3::with_config(&net, opt.as_ref(), comm, config.clone())?;
+                        let r = comm.rank();
+                        for s in 0..steps {
+                            zero.backward(&loss(&net, s, r * B..(r + 1) * B))?;
+                            zero.step()?;
+                        }
+                        let sd = zero.consolidated_model_state_dict()?;
+                        Ok::<_, CommError>((net.values(), sd))
+                    })
+                    .unwrap();
+                    for (r, g) in got.into_iter().enumerate() {
+                        let (values, sd) = g.unwrap();
+                        let what = format!("rank {r} of {world}, adam {adam}, {steps} steps, {config:?}");
+                        let exact = world.is_power_of_two() && steps <= if adam { 1 } else { 2 };
+                        assert_close(&values, &want, exact, &what);
+                        let gathered: Vec<Vec<f64>> = want_sd
+                            .keys()
+                            .map(|k| sd.tensor(k).unwrap().to_vec::<f64>().unwrap())
+                            .collect();
+                        assert_close(&gathered, &want, exact, &format!("{what}: consolidated"));
+                        let one = Net::new(0);
+                        one.load_state_dict(&sd, true).unwrap();
+                        assert_close(&one.values(), &values, true, &format!("{what}: loaded"));
                     }
-                    let sd = zero.consolidated_model_state_dict()?;
-                    Ok::<_, CommError>((net.values(), sd))
-                })
-                .unwrap();
-                for (r, g) in got.into_iter().enumerate() {
-                    let (values, sd) = g.unwrap();
-                    let what = format!("rank {r} of {world}, adam {adam}, {steps} steps");
-                    let exact = world.is_power_of_two() && steps <= if adam { 1 } else { 2 };
-                    assert_close(&values, &want, exact, &what);
-                    let gathered: Vec<Vec<f64>> = want_sd
-                        .keys()
-                        .map(|k| sd.tensor(k).unwrap().to_vec::<f64>().unwrap())
-                        .collect();
-                    assert_close(&gathered, &want, exact, &format!("{what}: consolidated"));
-                    let one = Net::new(0);
-                    one.load_state_dict(&sd, true).unwrap();
-                    assert_close(&one.values(), &values, true, &format!("{what}: loaded"));
                 }
             }
         }
@@ -162,6 +193,111 @@ fn deep_loss(m: &Deep, rank: usize) -> Var {
         .unwrap()
 }
 
+/// Waits up to 20 s for `done`; false if it never came.
+fn eventually(done: impl Fn() -> bool) -> bool {
+    let t0 = std::time::Instant::now();
+    while !done() {
+        if t0.elapsed() > std::time::Duration::from_secs(20) {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    true
+}
+
+/// Prefetching overlaps communication with compute: from the second step
+/// on, once layer i has read its parameters and while it computes, the
+/// all-gather of layer i + 1 is issued on the communication thread
+/// although nobody has read layer i + 1's parameters yet; the gathered
+/// values are the ones it then uses (the loss equals the first step's
+/// loss recomputed without prefetching). Without prefetching, a layer's
+/// gather is issued only when it is read. Collectives are counted by a
+/// [`TrafficMeter`] under the coordinator (it wraps `split` too).
+#[test]
+fn zero3_prefetches_the_next_layer_while_the_current_one_computes() {
+    let mut losses = Vec::new();
+    for prefetch in [true, false] {
+        let got = LocalGroup::run(2, |comm| {
+            let dup = comm.split(Some(0), comm.rank() as i64).unwrap().unwrap();
+            let meter = TrafficMeter::new(Arc::from(dup));
+            let m = Deep::new();
+            let opt = Sgd::new(m.parameters(), SgdOptions::default()).unwrap();
+            let mut zero = Zero3::with_config(&m, &opt, &meter, released(prefetch)).unwrap();
+            // The first step records the order the layers are read in.
+            zero.backward(&deep_loss(&m, comm.rank())).unwrap();
+            zero.step().unwrap();
+            meter.reset();
+            let x = Tensor::full(&[2, W], 0.01, DType::F32).unwrap();
+            let mut h = Var::constant(x);
+            for (i, l) in m.layers.iter().enumerate() {
+                h = l.forward(&h).unwrap().relu().unwrap();
+                let read = i as u64 + 1;
+                if prefetch && i + 1 < DEPTH {
+                    assert!(
+                        eventually(|| meter.collectives() > read),
+                        "prefetch {prefetch}: the gather of layer {} was not issued while layer {i} computed",
+                        i + 1
+                    );
+                }
+                let ahead = u64::from(prefetch && i + 1 < DEPTH);
+                assert_eq!(
+                    meter.collectives(),
+                    read + ahead,
+                    "prefetch {prefetch}, after layer {i}"
+                );
+            }
+            h.sum(&[], false).unwrap().tensor().to_scalar::<f32>().unwrap()
+        })
+        .unwrap();
+        losses.push(got);
+    }
+    assert_eq!(losses[0], losses[1], "prefetched values differ");
+}
+
+/// Parameters at or under the persistence threshold (the biases) stay
+/// gathered: never released, and after each step equal to the stepped
+/// values (those of the consolidated state dict); the weights are
+/// released between uses. The elements communicated per step are 3Ψ of
+/// the released parameters and 2Ψ of the persistent ones (one gather after
+/// the step instead of two per step), and the bytes held count the
+/// persistent parameters in full beside every shard.
+#[test]
+fn small_parameters_persist_and_cost_one_gather_per_step() {
+    const N: usize = 4;
+    LocalGroup::run(N, |comm| {
+        let m = Deep::new();
+        let opt = Adam::new(m.parameters(), AdamOptions::default()).unwrap();
+        let config = Zero3Config {
+            param_persistence_threshold: W,
+            prefetch: true,
+        };
+        let mut zero = Zero3::with_config(&m, &opt, comm, config).unwrap();
+        for _ in 0..2 {
+            zero.backward(&deep_loss(&m, comm.rank())).unwrap();
+            zero.step().unwrap();
+            for l in &m.layers {
+                assert!(l.weight.is_released());
+                assert!(!l.bias.as_ref().unwrap().is_released());
+            }
+        }
+        let (np, p) = (DEPTH * W * W, DEPTH * W);
+        assert_eq!(zero.comm_elements(), 3 * np + 2 * p);
+        let mem = zero.memory();
+        assert_eq!(mem.params, ((np + p) / N + p) * 4, "{mem:?}");
+        let sd = zero.consolidated_model_state_dict().unwrap();
+        for (i, l) in m.layers.iter().enumerate() {
+            let bias = l.bias.as_ref().unwrap().current().to_vec::<f32>().unwrap();
+            let stepped = sd
+                .tensor(&format!("layers.{i}.bias"))
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap();
+            assert_eq!(bias, stepped, "layer {i}");
+        }
+    })
+    .unwrap();
+}
+
 /// With Adam over N = 4 ranks: the bytes a rank holds are within 5% of
 /// the paper's `(4 + 4 + 12)Ψ/N` (f32 parameters and gradients, K = 12);
 /// the elements communicated per step within 1% of 3Ψ, 1.5× DDP's
@@ -176,7 +312,7 @@ fn zero3_bytes_communication_and_peak_follow_the_models() {
         let m = Deep::new();
         let psi = m.num_parameters();
         let opt = Adam::new(m.parameters(), AdamOptions::default()).unwrap();
-        let mut zero = Zero3::new(&m, &opt, comm).unwrap();
+        let mut zero = Zero3::with_config(&m, &opt, comm, released(true)).unwrap();
         zero.backward(&deep_loss(&m, comm.rank())).unwrap();
         zero.step().unwrap();
         zero.reset_gathered_peak();
@@ -250,7 +386,7 @@ fn clipping_across_shards_equals_one_process() {
     let got = LocalGroup::run(3, |comm| {
         let net = Net::new(5);
         let opt = optimizer(false, net.parameters());
-        let mut zero = Zero3::new(&net, opt.as_ref(), comm).unwrap();
+        let mut zero = Zero3::with_config(&net, opt.as_ref(), comm, released(true)).unwrap();
         let r = comm.rank();
         zero.backward(&loss(&net, 0, r * B..(r + 1) * B)).unwrap();
         let norm = zero.clip_grad_norm(0.25).unwrap();
@@ -279,7 +415,7 @@ fn a_dead_rank_fails_the_other_zero3_ranks() {
     let got = LocalGroup::run_with(3, config, |comm| {
         let net = Net::new(11);
         let opt = optimizer(false, net.parameters());
-        let mut zero = Zero3::new(&net, opt.as_ref(), comm)?;
+        let mut zero = Zero3::with_config(&net, opt.as_ref(), comm, released(true))?;
         let r = comm.rank();
         zero.backward(&loss(&net, 0, r * B..(r + 1) * B))?;
         zero.step()?;
@@ -287,8 +423,18 @@ fn a_dead_rank_fails_the_other_zero3_ranks() {
             return Ok(());
         }
         let (x, t) = super::batch(1, r * B..(r + 1) * B);
-        let Ok(y) = net.forward(&x) else {
-            return Err(zero.error().expect("the forward failed because a gather did"));
+        let y = match net.forward(&x) {
+            Ok(y) => y,
+            Err(e) => {
+                // The forward's own error names the failed gather, not a
+                // shape error on the released parameter.
+                assert!(
+                    e.to_string().contains("Zero3::fetch")
+                        && e.to_string().contains("gathering the parameters failed"),
+                    "{e}"
+                );
+                return Err(zero.error().expect("the forward failed because a gather did"));
+            }
         };
         zero.backward(&y.mse_loss(&t, tessera_autograd::Reduction::Mean).unwrap())
     })
@@ -317,26 +463,35 @@ fn zero3_sharded_checkpoints_resume_on_the_same_world_size() {
             zero.step().unwrap();
         }
     };
-    let got = LocalGroup::run(2, |comm| {
-        let r = comm.rank();
-        let net = Net::new(11);
-        let opt = optimizer(true, net.parameters());
-        let mut zero = Zero3::new(&net, opt.as_ref(), comm).unwrap();
-        train(r, &mut zero, &net, 0..2);
-        zero.save_sharded(&dir).unwrap();
-        train(r, &mut zero, &net, 2..4);
-        let uninterrupted = net.values();
+    // Persistent parameters (the defaults, here every one) must take the
+    // checkpoint's values on loading, released ones are gathered from it.
+    for config in [released(true), Zero3Config::default()] {
+        let got = LocalGroup::run(2, |comm| {
+            let r = comm.rank();
+            let net = Net::new(11);
+            let opt = optimizer(true, net.parameters());
+            let mut zero = Zero3::with_config(&net, opt.as_ref(), comm, config.clone()).unwrap();
+            train(r, &mut zero, &net, 0..2);
+            zero.save_sharded(&dir).unwrap();
+            train(r, &mut zero, &net, 2..4);
+            let uninterrupted = net.values();
 
-        let again = Net::new(0);
-        let opt = optimizer(true, again.parameters());
-        let mut resumed = Zero3::new(&again, opt.as_ref(), comm).unwrap();
-        resumed.load_sharded(&dir).unwrap();
-        train(r, &mut resumed, &again, 2..4);
-        (uninterrupted, again.values())
-    })
-    .unwrap();
-    for (uninterrupted, resumed) in &got {
-        assert_close(resumed, uninterrupted, true, "resumed from shards");
+            let again = Net::new(0);
+            let opt = optimizer(true, again.parameters());
+            let mut resumed = Zero3::with_config(&again, opt.as_ref(), comm, config.clone()).unwrap();
+            resumed.load_sharded(&dir).unwrap();
+            train(r, &mut resumed, &again, 2..4);
+            (uninterrupted, again.values())
+        })
+        .unwrap();
+        for (uninterrupted, resumed) in &got {
+            assert_close(
+                resumed,
+                uninterrupted,
+                true,
+                &format!("resumed from shards, {config:?}"),
+            );
+        }
     }
     let refused = LocalGroup::run(4, |comm| {
         let net = Net::new(11);
@@ -373,7 +528,7 @@ fn zero3_consolidated_state_resumes_on_any_world_size() {
     let got = LocalGroup::run(2, |comm| {
         let net = Net::new(11);
         let opt = optimizer(true, net.parameters());
-        let mut zero = Zero3::new(&net, opt.as_ref(), comm).unwrap();
+        let mut zero = Zero3::with_config(&net, opt.as_ref(), comm, released(true)).unwrap();
         train(comm, &mut zero, &net, 0..2);
         zero.save_sharded(&dir).unwrap();
         let online = zero.consolidated_state_dict().unwrap();
@@ -397,7 +552,7 @@ fn zero3_consolidated_state_resumes_on_any_world_size() {
         let resumed = LocalGroup::run(n, |comm| {
             let net = Net::new(0);
             let opt = optimizer(true, net.parameters());
-            let mut zero = Zero3::new(&net, opt.as_ref(), comm).unwrap();
+            let mut zero = Zero3::with_config(&net, opt.as_ref(), comm, released(true)).unwrap();
             zero.load_consolidated(&offline).unwrap();
             let back = zero.consolidated_state_dict().unwrap();
             for (key, t) in offline.iter() {
@@ -459,7 +614,7 @@ fn zero3_loss_scaling_skips_the_step_on_every_rank_when_one_overflows() {
     let got = LocalGroup::run(2, |comm| {
         let net = Net::new(3);
         let opt = optimizer(false, net.parameters());
-        let mut zero = Zero3::new(&net, opt.as_ref(), comm).unwrap();
+        let mut zero = Zero3::with_config(&net, opt.as_ref(), comm, released(true)).unwrap();
         let mut s = scaler();
         let r = comm.rank();
         let l = loss(&net, 0, r * B..(r + 1) * B);
