@@ -33,8 +33,8 @@ pub const USAGE: &str = "usage: train --model NAME [--data DIR] [--out DIR] [--e
                   Adam) (adamw)
   --ddp           data parallelism: DistributedDataParallel over --world ranks;
                   every batch is split into equal row blocks, one per rank
-                  (batches the world size does not divide are skipped); f32,
-                  no --accum-steps, --resume or --stop-after
+                  (batches the world size does not divide are skipped); no
+                  --accum-steps, --resume or --stop-after
   --world N       ranks of the local backend (2)
   --backend B     local: --world ranks as threads of this process (default);
                   tcp: one rank per process, from tessera-run's environment
@@ -87,7 +87,8 @@ pub const USAGE: &str = "usage: train --model NAME [--data DIR] [--out DIR] [--e
   --stop-after N  stop after N epochs as if interrupted (tests --resume)
   --precision P   f32 (default), or bf16/f16 mixed precision: forward and loss
                   under autocast, f32 parameters as master weights, and for f16
-                  a GradScaler that skips overflowing steps (logged)";
+                  a GradScaler that skips overflowing steps (logged; under --ddp
+                  every rank skips the same steps, not with a compressed --opt)";
 
 /// The parsed flags.
 #[derive(Debug, Clone)]
@@ -304,8 +305,14 @@ impl Args {
                     a.backend, a.world
                 ));
             }
-            if a.accum_steps > 1 || a.resume || a.stop_after.is_some() || a.precision != Precision::F32 {
-                return Err("--ddp trains in f32 without --accum-steps, --resume and --stop-after".into());
+            if a.accum_steps > 1 || a.resume || a.stop_after.is_some() {
+                return Err("--ddp trains without --accum-steps, --resume and --stop-after".into());
+            }
+            if a.precision == Precision::F16 && COMPRESSED.contains(&a.opt.as_str()) {
+                return Err(format!(
+                    "--precision f16 with --opt {}: loss scaling needs the all-reduced gradients the compressed optimizers do without",
+                    a.opt
+                ));
             }
         }
         if !["cosine", "onecycle"].contains(&a.sched.as_str()) {

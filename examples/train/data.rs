@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
-use tessera::data::formats::{Cifar, Mnist, ShardSet};
+use tessera::data::formats::{Cifar, GroupByKey, Mnist, ShardSet, TarReader, TarSample};
 use tessera::data::transforms::{pad, resize, Mixup, Padding, ProgressiveResize, RandAugment};
 use tessera::data::{Dataset, Image, Rng};
 use tessera::tensor::Tensor;
@@ -24,18 +24,25 @@ impl Images {
     /// The `train` (else test) split of `data`, the first `limit` samples
     /// if given. `data` is an MNIST-layout IDX directory, a CIFAR-10 binary
     /// directory (`data_batch_1.bin` … `test_batch.bin`, or its
-    /// `cifar-10-batches-bin` parent), or a directory of tessera shards
+    /// `cifar-10-batches-bin` parent), a directory of tessera shards
     /// `train-*.tshard` / `test-*.tshard` with an `image` (u8 image) and a
-    /// `label` (i64) field. Errors name the directory and what it lacks.
+    /// `label` (i64) field, or a directory of WebDataset tar shards
+    /// `train-*.tar` / `test-*.tar` (gzipped too) whose samples hold a
+    /// `png` image and a `cls` label. Errors name the directory and what
+    /// it lacks, or the shard and sample that do not decode.
     pub fn load(data: &Path, train: bool, limit: Option<usize>) -> BoxResult<Images> {
         let (images, labels) = match Format::detect(data)? {
             Format::Idx => read_all(&Mnist::open(data, train)?, limit, Ok)?,
             Format::Cifar10 => read_all(&Cifar::cifar10(data, train)?, limit, Ok)?,
             Format::Shards => {
-                let paths = shard_paths(data, if train { "train" } else { "test" })?;
+                let paths = shard_paths(data, if train { "train" } else { "test" }, ".tshard")?;
                 read_all(&ShardSet::open(&paths)?, limit, |mut r| {
                     Ok((r.take_image("image")?, r.i64("label")?))
                 })?
+            }
+            Format::WebDataset => {
+                let paths = shard_paths(data, if train { "train" } else { "test" }, ".tar")?;
+                read_webdataset(&paths, limit)?
             }
         };
         if let Some(first) = images.first() {
@@ -205,6 +212,7 @@ enum Format {
     Idx,
     Cifar10,
     Shards,
+    WebDataset,
 }
 
 impl Format {
@@ -216,33 +224,63 @@ impl Format {
         if has("data_batch_1.bin") || has("test_batch.bin") || has("cifar-10-batches-bin") {
             return Ok(Format::Cifar10);
         }
-        if shard_paths(data, "train").is_ok() {
+        if shard_paths(data, "train", ".tshard").is_ok() {
             return Ok(Format::Shards);
+        }
+        if shard_paths(data, "train", ".tar").is_ok() {
+            return Ok(Format::WebDataset);
         }
         Err(format!(
             "--data {}: neither an MNIST-layout IDX directory, a CIFAR-10 binary directory, \
-             nor a directory of train-*.tshard shards",
+             a directory of train-*.tshard shards nor one of train-*.tar WebDataset shards",
             data.display()
         )
         .into())
     }
 }
 
-/// `dir/{split}-*.tshard`, sorted; an error when there is none.
-fn shard_paths(dir: &Path, split: &str) -> BoxResult<Vec<PathBuf>> {
+/// `dir/{split}-*{ext}` (also gzipped: `.gz` after `ext`, or `.tgz` for
+/// `.tar`), sorted; an error when there is none.
+fn shard_paths(dir: &Path, split: &str, ext: &str) -> BoxResult<Vec<PathBuf>> {
     let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| format!("cannot list {}: {e}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            name.starts_with(&format!("{split}-")) && name.ends_with(".tshard")
+            let stem = match ext {
+                ".tar" => name.strip_suffix(".gz").unwrap_or(name),
+                _ => name,
+            };
+            name.starts_with(&format!("{split}-"))
+                && (stem.ends_with(ext) || (ext == ".tar" && name.ends_with(".tgz")))
         })
         .collect();
     if paths.is_empty() {
-        return Err(format!("{} has no {split}-*.tshard shard", dir.display()).into());
+        return Err(format!("{} has no {split}-*{ext} shard", dir.display()).into());
     }
     paths.sort();
     Ok(paths)
+}
+
+/// The first `limit` samples of the WebDataset shards `paths`, in order:
+/// the tars are read one after the other, the images decoded in parallel.
+fn read_webdataset(paths: &[PathBuf], limit: Option<usize>) -> BoxResult<(Vec<Image>, Vec<i64>)> {
+    let limit = limit.unwrap_or(usize::MAX);
+    let mut samples: Vec<TarSample> = Vec::new();
+    for p in paths {
+        if samples.len() >= limit {
+            break;
+        }
+        let shard = GroupByKey::new(TarReader::open(p)?, p.display().to_string());
+        for s in shard.take(limit - samples.len()) {
+            samples.push(s?);
+        }
+    }
+    let decoded = samples
+        .par_iter()
+        .map(|s| Ok((s.image()?, s.class()?)))
+        .collect::<tessera::data::Result<Vec<_>>>()?;
+    Ok(decoded.into_iter().unzip())
 }
 
 /// The first `limit` samples of `ds` through `sample`, read in parallel.

@@ -78,8 +78,10 @@ pub const USAGE: &str = "usage: train_mnist [--epochs N] [--batch-size N] [--lr 
                 loss under autocast (matmul/conv in P, softmax and the loss
                 in f32), f32 parameters as master weights, and for f16 a
                 GradScaler (init scale 2^16) that skips a step whose
-                gradients overflowed and halves the scale; single-process
-                mode only
+                gradients overflowed and halves the scale; also under
+                --ddp and --zero (every rank skips the same steps: the
+                overflow check follows the reduced gradients), not with
+                --pipeline-stages, nor f16 with a compressed --optim
   --overflow-at STEP
                 multiply the loss of 0-based step STEP by 2^24 (a test of
                 the f16 loss-scaling path: that step overflows, is skipped
@@ -276,13 +278,23 @@ impl Args {
                     .into(),
             );
         }
-        if (a.precision != Precision::F32 || a.overflow_at.is_some())
-            && (a.pipeline_stages > 1 || a.data_parallel())
-        {
+        if a.precision != Precision::F32 && a.pipeline_stages > 1 {
             return Err(
-                "--precision and --overflow-at train in the single-process mode only (no --pipeline-stages, --ddp, --zero)"
+                "--precision trains in the single-process and data-parallel modes (no --pipeline-stages)"
                     .into(),
             );
+        }
+        if a.overflow_at.is_some() && (a.pipeline_stages > 1 || a.data_parallel()) {
+            return Err(
+                "--overflow-at tests the single-process mode only (no --pipeline-stages, --ddp, --zero)"
+                    .into(),
+            );
+        }
+        if a.precision == Precision::F16 && COMPRESSED.contains(&a.optim.as_str()) {
+            return Err(format!(
+                "--precision f16 with --optim {}: loss scaling needs the all-reduced gradients the compressed optimizers do without",
+                a.optim
+            ));
         }
         if !["sgd", "adam"].contains(&a.optim.as_str()) && !COMPRESSED.contains(&a.optim.as_str()) {
             return Err(format!(

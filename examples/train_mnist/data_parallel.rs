@@ -19,6 +19,7 @@ use std::time::Instant;
 use tessera::autograd::Parameter;
 use tessera::autograd::{CrossEntropyOptions, Target, Var};
 use tessera::nn::{models::mnist_cnn, state_dict, Module, Sequential};
+use tessera::optim::GradScaler;
 use tessera::optim::{
     Adam, AdamOptions, LrScheduler, OneCycleLR, OneCycleOptions, OnebitOptions, Optimizer, ParamGroup,
 };
@@ -87,30 +88,53 @@ impl Engine<'_> {
         }
     }
 
-    /// Forward, backward and the averaged (or partitioned) gradients'
-    /// optimizer step; returns the logits.
-    fn step(&mut self, x: &Var, y: &Tensor, ce: &CrossEntropyOptions) -> BoxResult<Var> {
-        match self {
+    /// Forward and loss at `precision`, backward of the loss scaled by
+    /// `scaler` and the averaged (or partitioned) gradients' optimizer
+    /// step, skipped on every rank when any rank's gradients overflowed;
+    /// returns the logits and whether the step was taken.
+    fn step(
+        &mut self,
+        x: &Var,
+        y: &Tensor,
+        ce: &CrossEntropyOptions,
+        precision: Precision,
+        scaler: &mut GradScaler,
+    ) -> BoxResult<(Var, bool)> {
+        let forward = |model: &dyn Module| {
+            precision.run(|| {
+                let logits = model.forward(x)?;
+                let loss = logits.cross_entropy(Target::Indices(y), ce)?;
+                Ok((logits, loss))
+            })
+        };
+        let (logits, stepped) = match self {
             Engine::Ddp(ddp, opt) => {
-                let logits = ddp.forward(x)?;
-                // After a 1-bit optimizer's warm-up DDP skips its all-reduce.
-                let grads = ddp.backward_for(&logits.cross_entropy(Target::Indices(y), ce)?, opt.as_ref())?;
-                opt.step(&grads)?;
-                Ok(logits)
+                let (logits, loss) = forward(ddp)?;
+                // After a 1-bit optimizer's warm-up DDP skips its all-reduce
+                // (the CLI keeps f16's loss scaling away from those: each
+                // rank would judge its own gradients).
+                let mut grads = match opt.wants_averaged_grads() {
+                    true => ddp.backward_with(|| scaler.backward(&loss))?,
+                    false => scaler.backward(&loss)?,
+                };
+                // Averaged gradients are the same on every rank, so is the
+                // inf/NaN verdict.
+                scaler.unscale_(&mut grads)?;
+                (logits, scaler.step(opt.as_mut(), &mut grads)?)
             }
             Engine::Zero(model, zero) => {
-                let logits = model.forward(x)?;
-                zero.backward(&logits.cross_entropy(Target::Indices(y), ce)?)?;
-                zero.step()?;
-                Ok(logits)
+                let (logits, loss) = forward(model)?;
+                zero.backward_with(|| scaler.backward(&loss))?;
+                (logits, zero.step_scaled(scaler)?)
             }
             Engine::Zero3(model, zero) => {
-                let logits = model.forward(x)?;
-                zero.backward(&logits.cross_entropy(Target::Indices(y), ce)?)?;
-                zero.step()?;
-                Ok(logits)
+                let (logits, loss) = forward(model)?;
+                zero.backward_with(|| scaler.backward(&loss))?;
+                (logits, zero.step_scaled(scaler)?)
             }
-        }
+        };
+        scaler.update()?;
+        Ok((logits, stepped))
     }
 }
 
@@ -196,8 +220,9 @@ fn run_rank(
     }
     let mut reached = None;
     let mut records = Vec::new();
+    let mut scaler = args.precision.scaler()?;
     for (epoch, epoch_batches) in batches.iter().enumerate() {
-        let (mut loss_sum, mut correct, mut seen) = (0.0, 0usize, 0usize);
+        let (mut loss_sum, mut correct, mut seen, mut skipped) = (0.0, 0usize, 0usize, 0usize);
         let epoch_start = Instant::now();
         for idx in epoch_batches.iter().filter(|b| usable(b)) {
             let mine = rank_rows(idx, rank, n);
@@ -205,7 +230,8 @@ fn run_rank(
             let t = Tensor::from_vec(mine.iter().map(|&j| j as i64).collect(), &[rows])?;
             let x = Var::constant(train.images.index_select(0, &t)?);
             let y = train.labels.index_select(0, &t)?;
-            let logits = engine.step(&x, &y, &ce)?;
+            let (logits, stepped) = engine.step(&x, &y, &ce, args.precision, &mut scaler)?;
+            skipped += usize::from(!stepped);
             sched.step(engine.optimizer())?;
             let loss = logits.cross_entropy(Target::Indices(&y), &ce)?;
             loss_sum += loss.tensor().to_scalar::<f32>()? as f64 * rows as f64;
@@ -220,7 +246,7 @@ fn run_rank(
                     full.as_ref().unwrap_or(engine.model()),
                     test,
                     1000,
-                    Precision::F32,
+                    args.precision,
                 )?;
             // Rank 0's share of the batches: the training figures of 1/N
             // of the data.
@@ -244,7 +270,7 @@ fn run_rank(
                 train_loss,
                 train_acc,
                 test_acc,
-                skipped_steps: 0,
+                skipped_steps: skipped,
             });
         }
         comm.barrier()?;

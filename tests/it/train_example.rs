@@ -349,3 +349,64 @@ fn widths_and_blocks_size_resnets_and_coatnets() {
         assert!(err.contains(bad[0]), "{bad:?}: {err}");
     }
 }
+
+/// A WebDataset directory (`train-*.tar`, one of them gzipped, and
+/// `test-*.tar`, samples of a `png` and a `cls` file) loads the same
+/// images and labels as the IDX files they were written from, pixel for
+/// pixel and in order, also when `--train-limit` stops inside the second
+/// shard; a corrupt image is an error naming its shard and sample.
+#[test]
+fn webdataset_shards_load_the_images_they_were_written_from() {
+    use std::io::Write;
+    use tessera::data::formats::{encode_png, TarWriter};
+    let mnist = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/datasets/mnist"));
+    let dir = tmp("webdataset");
+    std::fs::create_dir_all(&dir).unwrap();
+    let write = |name: &str, samples: std::ops::Range<usize>, from: &data::Images, gzip: bool| {
+        let mut tar = TarWriter::new(Vec::new(), 0);
+        for i in samples {
+            tar.append(&format!("s/{i:06}.png"), &encode_png(&from.images[i]).unwrap())
+                .unwrap();
+            tar.append(&format!("s/{i:06}.cls"), from.labels[i].to_string().as_bytes())
+                .unwrap();
+        }
+        let bytes = tar.finish().unwrap();
+        let mut f = std::fs::File::create(dir.join(name)).unwrap();
+        if gzip {
+            let mut gz = flate2::write::GzEncoder::new(f, flate2::Compression::fast());
+            gz.write_all(&bytes).unwrap();
+            gz.finish().unwrap();
+        } else {
+            f.write_all(&bytes).unwrap();
+        }
+    };
+    let train = data::Images::load(mnist, true, Some(50)).unwrap();
+    let test = data::Images::load(mnist, false, Some(20)).unwrap();
+    write("train-000.tar", 0..30, &train, false);
+    write("train-001.tar.gz", 30..50, &train, true);
+    write("test-000.tar", 0..20, &test, false);
+    for (split, want, limit) in [
+        (true, &train, None),
+        (false, &test, None),
+        (true, &train, Some(41)),
+    ] {
+        let got = data::Images::load(&dir, split, limit).unwrap();
+        let n = limit.unwrap_or(want.len());
+        assert_eq!(got.len(), n, "train {split}");
+        assert_eq!(got.labels, want.labels[..n]);
+        assert!(
+            got.images.iter().zip(&want.images).all(|(a, b)| a == b),
+            "train {split}"
+        );
+    }
+    std::fs::write(dir.join("test-001.tar"), {
+        let mut tar = TarWriter::new(Vec::new(), 0);
+        tar.append("bad.png", b"\x89PNG\r\n\x1a\n truncated").unwrap();
+        tar.append("bad.cls", b"1").unwrap();
+        tar.finish().unwrap()
+    })
+    .unwrap();
+    let err = data::Images::load(&dir, false, None).err().unwrap().to_string();
+    assert!(err.contains("test-001.tar") && err.contains("bad"), "{err}");
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -3,10 +3,11 @@
 //! through a bounded buffer.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use super::png::decode_png;
 use super::tar::{TarEntry, TarReader};
-use crate::{Error, IterableDataset, Result, Rng, SampleIter, WorkerInfo};
+use crate::{Error, Image, IterableDataset, Result, Rng, SampleIter, WorkerInfo};
 
 /// One sample: the files of a shard that share a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,6 +18,48 @@ pub struct TarSample {
     pub url: String,
     /// Contents by extension (everything after that `.`, lowercased).
     pub files: BTreeMap<String, Vec<u8>>,
+}
+
+impl TarSample {
+    /// The image of the sample: its `png` file decoded (see
+    /// [`super::png::decode_png`]). Errors naming the shard and the key when
+    /// the sample has no `png` file or it does not decode.
+    pub fn image(&self) -> Result<Image> {
+        let bytes = self.file("png")?;
+        decode_png(bytes, Path::new(&format!("{}:{}.png", self.url, self.key)))
+    }
+
+    /// The class label of the sample: its `cls` file, an ASCII integer as
+    /// WebDataset writes it (surrounding whitespace allowed). Errors naming
+    /// the shard and the key when the file is missing or not an integer.
+    pub fn class(&self) -> Result<i64> {
+        let bytes = self.file("cls")?;
+        std::str::from_utf8(bytes)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .ok_or_else(|| Error::Format {
+                path: PathBuf::from(&self.url),
+                msg: format!(
+                    "sample {}: cls is not an integer: {:?}",
+                    self.key,
+                    String::from_utf8_lossy(&bytes[..bytes.len().min(32)])
+                ),
+            })
+    }
+
+    fn file(&self, ext: &str) -> Result<&[u8]> {
+        self.files
+            .get(ext)
+            .map(Vec::as_slice)
+            .ok_or_else(|| Error::Format {
+                path: PathBuf::from(&self.url),
+                msg: format!(
+                    "sample {} has no .{ext} file (it has: {})",
+                    self.key,
+                    self.files.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            })
+    }
 }
 
 /// Splits a tar path into `(key, extension)` as WebDataset's
@@ -272,6 +315,7 @@ impl IterableDataset for TarShards {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::formats::TarWriter;
 
     #[test]
     fn key_split_follows_the_webdataset_regex() {
@@ -373,5 +417,46 @@ mod tests {
             t.shards_for(0, WorkerInfo::SINGLE),
             t.shards_for(1, WorkerInfo::SINGLE)
         );
+    }
+
+    /// A sample's `png` and `cls` read back through a real tar shard; a
+    /// missing file, a non-integer class and a corrupt image are errors
+    /// naming the shard and the key.
+    #[test]
+    fn samples_give_their_png_image_and_cls_label() {
+        let mut png_bytes = Vec::new();
+        {
+            let mut enc = png::Encoder::new(&mut png_bytes, 2, 2);
+            enc.set_color(png::ColorType::Grayscale);
+            let mut wr = enc.write_header().unwrap();
+            wr.write_image_data(&[0, 85, 170, 255]).unwrap();
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("train-000.tar");
+        let mut tar = TarWriter::new(std::fs::File::create(&path).unwrap(), 0);
+        tar.append("d/0001.png", &png_bytes).unwrap();
+        tar.append("d/0001.cls", b" 7\n").unwrap();
+        tar.append("d/0002.png", &png_bytes[..png_bytes.len() / 2])
+            .unwrap();
+        tar.append("d/0002.cls", b"seven").unwrap();
+        tar.append("d/0003.jpg", b"...").unwrap();
+        tar.finish().unwrap();
+        let samples: Vec<TarSample> = GroupByKey::new(TarReader::open(&path).unwrap(), "train-000.tar")
+            .collect::<Result<_>>()
+            .unwrap();
+        let im = samples[0].image().unwrap();
+        assert_eq!((im.shape(), im.data()), ([2, 2, 1], &[0u8, 85, 170, 255][..]));
+        assert_eq!(samples[0].class().unwrap(), 7);
+        for (e, what) in [
+            (samples[1].image().unwrap_err(), "PNG"),
+            (samples[1].class().unwrap_err(), "not an integer"),
+            (samples[2].image().unwrap_err(), "no .png file (it has: jpg)"),
+        ] {
+            let e = e.to_string();
+            assert!(
+                e.contains("train-000.tar") && e.contains("d/000") && e.contains(what),
+                "{e}"
+            );
+        }
     }
 }
