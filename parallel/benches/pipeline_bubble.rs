@@ -31,16 +31,19 @@ use tessera_parallel::{CommExt, Communicator, LocalGroup};
 use tessera_tensor::{DType, Tensor};
 
 /// Forward plus backward time of one stage per micro-batch is `2 ·
-/// stage_ms` milliseconds: 30 by default, `TESSERA_BENCH_STAGE_MS` to
-/// change. Thread wake-ups after a message count as idle time; on a loaded
-/// machine they take up to milliseconds, so longer stages measure the
-/// schedule more exactly.
+/// stage_ms` milliseconds: 100 by default (a ResNet-50 stage at batch 32
+/// takes about that), `TESSERA_BENCH_STAGE_MS` to change. The formula
+/// counts no communication, but a stage thread parked in a receive wakes
+/// some tens of µs after its message arrives, on every hop of the critical
+/// path: a batch's span exceeds the formula's by about 2 ms whatever the
+/// stage cost (measured on 2 cores; interleaved p = 2, m = 16 has the most
+/// hops). At 30 ms stages that is 6.6% of its 3% bubble, at 100 ms 2.3%.
 fn stage_ms() -> f64 {
     std::env::var("TESSERA_BENCH_STAGE_MS")
         .ok()
         .and_then(|v| v.parse().ok())
         .filter(|&ms: &f64| ms > 0.0)
-        .unwrap_or(30.0)
+        .unwrap_or(100.0)
 }
 const REPEATS: usize = 3;
 
