@@ -156,7 +156,8 @@ fn partitions_cover_the_parameters_exactly_once() {
     }
 }
 
-/// A stack of `DEPTH` f32 Linear layers of `W × W` (with bias).
+/// A stack of `DEPTH` Linear layers of `W × W` (with bias), f32 unless
+/// made by [`Deep::new_in`].
 #[derive(Module)]
 struct Deep {
     layers: Vec<Linear>,
@@ -177,14 +178,27 @@ impl Module for Deep {
 
 impl Deep {
     fn new() -> Deep {
+        Deep::new_in(DType::F32)
+    }
+
+    fn new_in(dtype: DType) -> Deep {
+        let cast = |p: &Parameter| Parameter::new(p.tensor().unwrap().to_dtype(dtype).unwrap());
+        let layer = || {
+            let l = Linear::new(W, W, true).unwrap();
+            Linear {
+                weight: cast(&l.weight),
+                bias: l.bias.as_ref().map(cast),
+            }
+        };
         Deep {
-            layers: (0..DEPTH).map(|_| Linear::new(W, W, true).unwrap()).collect(),
+            layers: (0..DEPTH).map(|_| layer()).collect(),
         }
     }
 }
 
 fn deep_loss(m: &Deep, rank: usize) -> Var {
-    let x = Tensor::full(&[2, W], 0.01 * (rank + 1) as f64, DType::F32).unwrap();
+    let dtype = m.layers[0].weight.dtype();
+    let x = Tensor::full(&[2, W], 0.01 * (rank + 1) as f64, dtype).unwrap();
     m.forward(&Var::constant(x))
         .unwrap()
         .square()
@@ -371,6 +385,30 @@ fn zero3_bytes_communication_and_peak_follow_the_models() {
             );
         }
     }
+}
+
+/// With bf16 parameters (f32 master shards and Adam state) the bytes a
+/// rank holds follow the mixed-precision layout `(2 + 2 + 12)Ψ/N` within
+/// 5%, and the elements communicated per step are still 3Ψ.
+#[test]
+fn zero3_bf16_bytes_follow_the_mixed_precision_layout() {
+    const N: usize = 4;
+    LocalGroup::run(N, |comm| {
+        let m = Deep::new_in(DType::BF16);
+        let psi = m.num_parameters();
+        let opt = Adam::new(m.parameters(), AdamOptions::default()).unwrap();
+        let mut zero = Zero3::with_config(&m, &opt, comm, released(true)).unwrap();
+        zero.backward(&deep_loss(&m, comm.rank())).unwrap();
+        zero.step().unwrap();
+        zero.backward(&deep_loss(&m, comm.rank())).unwrap();
+        let mem = zero.memory();
+        zero.step().unwrap();
+        let model = memory_model_with(ZeroStage::Three, psi as f64, N as f64, 2.0, 2.0, 12.0);
+        let ratio = mem.total() as f64 / model;
+        assert!((ratio - 1.0).abs() < 0.05, "measured {mem:?} vs model {model}");
+        assert_eq!(zero.comm_elements(), 3 * psi);
+    })
+    .unwrap();
 }
 
 /// Global-norm clipping over the shards equals `clip_grad_norm` on one
