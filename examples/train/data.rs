@@ -31,17 +31,18 @@ impl Images {
     /// `png` image and a `cls` label. Errors name the directory and what
     /// it lacks, or the shard and sample that do not decode.
     pub fn load(data: &Path, train: bool, limit: Option<usize>) -> BoxResult<Images> {
+        let split = if train { "train" } else { "test" };
         let (images, labels) = match Format::detect(data)? {
             Format::Idx => read_all(&Mnist::open(data, train)?, limit, Ok)?,
             Format::Cifar10 => read_all(&Cifar::cifar10(data, train)?, limit, Ok)?,
             Format::Shards => {
-                let paths = shard_paths(data, if train { "train" } else { "test" }, ".tshard")?;
+                let paths = shard_paths(data, split, TSHARD)?;
                 read_all(&ShardSet::open(&paths)?, limit, |mut r| {
                     Ok((r.take_image("image")?, r.i64("label")?))
                 })?
             }
             Format::WebDataset => {
-                let paths = shard_paths(data, if train { "train" } else { "test" }, ".tar")?;
+                let paths = shard_paths(data, split, TAR)?;
                 read_webdataset(&paths, limit)?
             }
         };
@@ -224,10 +225,10 @@ impl Format {
         if has("data_batch_1.bin") || has("test_batch.bin") || has("cifar-10-batches-bin") {
             return Ok(Format::Cifar10);
         }
-        if shard_paths(data, "train", ".tshard").is_ok() {
+        if shard_paths(data, "train", TSHARD).is_ok() {
             return Ok(Format::Shards);
         }
-        if shard_paths(data, "train", ".tar").is_ok() {
+        if shard_paths(data, "train", TAR).is_ok() {
             return Ok(Format::WebDataset);
         }
         Err(format!(
@@ -239,24 +240,24 @@ impl Format {
     }
 }
 
-/// `dir/{split}-*{ext}` (also gzipped: `.gz` after `ext`, or `.tgz` for
-/// `.tar`), sorted; an error when there is none.
-fn shard_paths(dir: &Path, split: &str, ext: &str) -> BoxResult<Vec<PathBuf>> {
+/// The file endings of tessera shards and of WebDataset shards (plain or
+/// gzipped, which the tar reader detects).
+const TSHARD: &[&str] = &[".tshard"];
+const TAR: &[&str] = &[".tar", ".tar.gz", ".tgz"];
+
+/// `dir/{split}-*` ending in one of `endings`, sorted; an error when there
+/// is none.
+fn shard_paths(dir: &Path, split: &str, endings: &[&str]) -> BoxResult<Vec<PathBuf>> {
     let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| format!("cannot list {}: {e}", dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            let stem = match ext {
-                ".tar" => name.strip_suffix(".gz").unwrap_or(name),
-                _ => name,
-            };
-            name.starts_with(&format!("{split}-"))
-                && (stem.ends_with(ext) || (ext == ".tar" && name.ends_with(".tgz")))
+            name.starts_with(&format!("{split}-")) && endings.iter().any(|e| name.ends_with(e))
         })
         .collect();
     if paths.is_empty() {
-        return Err(format!("{} has no {split}-*{ext} shard", dir.display()).into());
+        return Err(format!("{} has no {split}-*{} shard", dir.display(), endings[0]).into());
     }
     paths.sort();
     Ok(paths)

@@ -19,9 +19,9 @@ use std::time::Instant;
 use tessera::autograd::Parameter;
 use tessera::autograd::{CrossEntropyOptions, Target, Var};
 use tessera::nn::{models::mnist_cnn, state_dict, Module, Sequential};
-use tessera::optim::GradScaler;
 use tessera::optim::{
-    Adam, AdamOptions, LrScheduler, OneCycleLR, OneCycleOptions, OnebitOptions, Optimizer, ParamGroup,
+    Adam, AdamOptions, GradScaler, LrScheduler, OneCycleLR, OneCycleOptions, OnebitOptions, Optimizer,
+    ParamGroup,
 };
 use tessera::parallel::{
     Communicator, DdpConfig, DistributedDataParallel, Zero3, ZeroConfig, ZeroOptimizer, ZeroStage,

@@ -182,20 +182,17 @@ pub(crate) fn install_hooks(core: &Arc<Mutex<Core>>) -> Result<()> {
 }
 
 impl Core {
-    /// A coordinator over `parts` grouped in `units`, every unit available
-    /// (the caller releases them once the hooks are installed). Errors when
-    /// the communication thread cannot start.
+    /// A coordinator over `parts` grouped in `units` (from [`units_of`],
+    /// every unit available: the caller releases them once the hooks are
+    /// installed). Errors when the communication thread cannot start.
     pub fn new(
         comm: Arc<dyn Communicator>,
         dtype: DType,
         parts: Vec<Part>,
-        mut units: Vec<Unit>,
+        units: Vec<Unit>,
         shards: Vec<Tensor>,
         prefetch: bool,
     ) -> Result<Core> {
-        for u in &mut units {
-            u.status = Status::Available;
-        }
         Ok(Core {
             worker: CommThread::spawn(&format!("tessera-zero3-r{}", comm.rank()))?,
             comm,
