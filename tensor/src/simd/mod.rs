@@ -13,6 +13,7 @@
 //! the vector width, combined by a fixed tree, so a sum is bitwise the same
 //! at every level and on any thread count.
 
+pub(crate) mod cast;
 pub(crate) mod kernels;
 pub(crate) mod math;
 pub(crate) mod norm;

@@ -18,6 +18,8 @@ use super::bf16_kernel as kern;
 use super::gemm::{drive, Bias, Epilogue, GemmShape, MatMut, Native, Packing};
 use super::kernel::{GemmScalar, Isa, Kernel};
 use super::pack::MatRef;
+use crate::simd::vector::Vf32;
+use crate::simd::{simd_fn, Level};
 use crate::{bf16, FloatElement};
 
 /// A way to run a bf16 GEMM.
@@ -280,6 +282,12 @@ impl Packing<bf16> for PairPacking {
                         }
                     }
                 }
+                ALayout::PairMajor if a.cs == 1 => {
+                    // Rows are pairs in order already: walk the depth once,
+                    // the panel's rows side by side, writing the panel in order.
+                    let lines: Vec<&[bf16]> = (0..live).map(|i| &a.data[a.at(i0 + i, p0)..][..kc]).collect();
+                    interleave_rows(Level::best(), out, &lines, mr);
+                }
                 ALayout::PairMajor => {
                     for i in 0..live {
                         line_pairs(a.data, a.at(i0 + i, p0), a.cs, kc, |p, v| out[p * mr + i] = v);
@@ -305,22 +313,19 @@ impl Packing<bf16> for PairPacking {
             let live = nr.min(n - jq);
             if b.cs == 1 {
                 // Rows are contiguous: interleave two rows per depth pair.
-                for (p, step) in out.chunks_mut(nr).enumerate() {
+                for (p, step) in out.chunks_exact_mut(nr).enumerate() {
                     let row = |d: usize| (d < kc).then(|| &b.data[b.at(p0 + d, jq)..][..live]);
+                    let (live_step, pad) = step.split_at_mut(live);
                     match (row(2 * p), row(2 * p + 1)) {
-                        (Some(lo), Some(hi)) => {
-                            for ((s, &l), &h) in step.iter_mut().zip(lo).zip(hi) {
-                                *s = pair(l, h);
-                            }
-                        }
+                        (Some(lo), Some(hi)) => interleave(Level::best(), lo, hi, live_step),
                         (Some(lo), None) => {
-                            for (s, &l) in step.iter_mut().zip(lo) {
+                            for (s, &l) in live_step.iter_mut().zip(lo) {
                                 *s = pair(l, bf16::ZERO);
                             }
                         }
-                        _ => step[..live].fill(0),
+                        _ => live_step.fill(0),
                     }
-                    step[live..].fill(0);
+                    pad.fill(0);
                 }
             } else {
                 for j in 0..live {
@@ -335,6 +340,51 @@ impl Packing<bf16> for PairPacking {
                 }
             }
         }
+    }
+}
+
+simd_fn! {
+    /// Fills the pair-major panel `out` (unit `(p, i)` at `p*mr + i`) from
+    /// `lines`, the panel's live rows (each `kc` contiguous elements, `kc`
+    /// the same for all), zeroing the rows past them and the pairs past `kc`.
+    fn interleave_rows(out: &mut [u32], lines: &[&[bf16]], mr: usize) => interleave_rows_loop
+}
+
+simd_fn! {
+    /// `out[j] = pair(lo[j], hi[j])` for the common length of the three.
+    fn interleave(lo: &[bf16], hi: &[bf16], out: &mut [u32]) => interleave_loop
+}
+
+/// The body of [`interleave_rows`]: plain loops (`V`, the level's vector
+/// type, only selects the instantiation) that the wrappers' target features
+/// let the compiler vectorise at the level's width.
+#[inline(always)]
+fn interleave_rows_loop<V: Vf32>(out: &mut [u32], lines: &[&[bf16]], mr: usize) {
+    let kc = lines.first().map_or(0, |l| l.len());
+    let full = kc / 2;
+    assert!(lines.len() <= mr && out.len() >= kc.div_ceil(2) * mr);
+    assert!(lines.iter().all(|l| l.len() == kc));
+    let (body, rest) = out.split_at_mut(full * mr);
+    for (p, step) in body.chunks_exact_mut(mr).enumerate() {
+        let (live, pad) = step.split_at_mut(lines.len());
+        for (d, line) in live.iter_mut().zip(lines) {
+            // SAFETY: 2p + 1 < 2·full ≤ kc = line.len() (asserted above).
+            *d = unsafe { pair(*line.get_unchecked(2 * p), *line.get_unchecked(2 * p + 1)) };
+        }
+        pad.fill(0);
+    }
+    rest.fill(0);
+    if kc % 2 == 1 {
+        for (d, line) in rest.iter_mut().zip(lines) {
+            *d = pair(line[kc - 1], bf16::ZERO);
+        }
+    }
+}
+
+#[inline(always)]
+fn interleave_loop<V: Vf32>(lo: &[bf16], hi: &[bf16], out: &mut [u32]) {
+    for ((s, &l), &h) in out.iter_mut().zip(lo).zip(hi) {
+        *s = pair(l, h);
     }
 }
 
