@@ -325,7 +325,9 @@ impl Packing<bf16> for PairPacking {
                         }
                         _ => live_step.fill(0),
                     }
-                    pad.fill(0);
+                    if !pad.is_empty() {
+                        pad.fill(0);
+                    }
                 }
             } else {
                 for j in 0..live {
@@ -365,13 +367,36 @@ fn interleave_rows_loop<V: Vf32>(out: &mut [u32], lines: &[&[bf16]], mr: usize) 
     assert!(lines.len() <= mr && out.len() >= kc.div_ceil(2) * mr);
     assert!(lines.iter().all(|l| l.len() == kc));
     let (body, rest) = out.split_at_mut(full * mr);
+    // Full panels of the vector kernel's 8 rows: 8×8 blocks of pairs, read
+    // as rows and written transposed, which the compiler turns into vector
+    // loads and shuffles.
+    let blocked = if mr == 8 && lines.len() == 8 {
+        full / 8 * 8
+    } else {
+        0
+    };
+    let (blocks, body) = body.split_at_mut(blocked * mr);
+    for (q, block) in blocks.chunks_exact_mut(64).enumerate() {
+        let rows: [[u32; 8]; 8] = std::array::from_fn(|i| {
+            let src = &lines[i][16 * q..16 * q + 16];
+            std::array::from_fn(|j| pair(src[2 * j], src[2 * j + 1]))
+        });
+        for (j, step) in block.chunks_exact_mut(8).enumerate() {
+            for (d, row) in step.iter_mut().zip(&rows) {
+                *d = row[j];
+            }
+        }
+    }
     for (p, step) in body.chunks_exact_mut(mr).enumerate() {
+        let p = blocked + p;
         let (live, pad) = step.split_at_mut(lines.len());
         for (d, line) in live.iter_mut().zip(lines) {
             // SAFETY: 2p + 1 < 2·full ≤ kc = line.len() (asserted above).
             *d = unsafe { pair(*line.get_unchecked(2 * p), *line.get_unchecked(2 * p + 1)) };
         }
-        pad.fill(0);
+        if !pad.is_empty() {
+            pad.fill(0);
+        }
     }
     rest.fill(0);
     if kc % 2 == 1 {

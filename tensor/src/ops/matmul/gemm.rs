@@ -484,14 +484,19 @@ impl Grid {
         self.row_blocks() * self.col_blocks()
     }
 
-    /// The row block and column block of task `t`, in serpentine order:
-    /// odd row blocks walk the column blocks backwards, so two threads that
-    /// start on neighbouring row blocks pack different blocks of B instead of
-    /// one waiting while the other packs the block both need.
+    /// The row block and column block of task `t`. Rayon hands each thread
+    /// a contiguous range of tasks, so threads start on row blocks spread
+    /// over the grid: row block `ti` starts at column block `ti·cb/rb`
+    /// (spread the same way) and odd row blocks walk the columns backwards
+    /// (serpentine), so threads starting on different row blocks pack
+    /// different blocks of B instead of one waiting while the other packs
+    /// the block both need, and a thread moving to its next row block finds
+    /// the B block it just used.
     fn block(&self, t: usize) -> (usize, usize) {
-        let (ti, j) = (t / self.col_blocks(), t % self.col_blocks());
-        let tj = if ti % 2 == 1 { self.col_blocks() - 1 - j } else { j };
-        (ti, tj)
+        let (rb, cb) = (self.row_blocks(), self.col_blocks());
+        let (ti, j) = (t / cb, t % cb);
+        let j = if ti % 2 == 1 { cb - 1 - j } else { j };
+        (ti, (j + ti * cb / rb) % cb)
     }
 
     /// Row range and column range of task `t`.
