@@ -286,7 +286,7 @@ impl Packing<bf16> for PairPacking {
                     // Rows are pairs in order already: walk the depth once,
                     // the panel's rows side by side, writing the panel in order.
                     let lines: Vec<&[bf16]> = (0..live).map(|i| &a.data[a.at(i0 + i, p0)..][..kc]).collect();
-                    interleave_rows(Level::best(), out, &lines, mr);
+                    interleave_rows(out, &lines, mr);
                 }
                 ALayout::PairMajor => {
                     for i in 0..live {
@@ -345,54 +345,31 @@ impl Packing<bf16> for PairPacking {
     }
 }
 
-simd_fn! {
-    /// Fills the pair-major panel `out` (unit `(p, i)` at `p*mr + i`) from
-    /// `lines`, the panel's live rows (each `kc` contiguous elements, `kc`
-    /// the same for all), zeroing the rows past them and the pairs past `kc`.
-    fn interleave_rows(out: &mut [u32], lines: &[&[bf16]], mr: usize) => interleave_rows_loop
-}
-
-simd_fn! {
-    /// `out[j] = pair(lo[j], hi[j])` for the common length of the three.
-    fn interleave(lo: &[bf16], hi: &[bf16], out: &mut [u32]) => interleave_loop
-}
-
-/// The body of [`interleave_rows`]: plain loops (`V`, the level's vector
-/// type, only selects the instantiation) that the wrappers' target features
-/// let the compiler vectorise at the level's width.
-#[inline(always)]
-fn interleave_rows_loop<V: Vf32>(out: &mut [u32], lines: &[&[bf16]], mr: usize) {
+/// Fills the pair-major panel `out` (unit `(p, i)` at `p*mr + i`) from
+/// `lines`, the panel's live rows (each `kc` contiguous elements, `kc` the
+/// same for all), zeroing the rows past them and the pairs past `kc`. A full
+/// panel of 8 rows goes through the AVX-512 transpose of
+/// [`kern::transpose_pairs_8`] in blocks of 16 pairs where the CPU has it.
+pub(super) fn interleave_rows(out: &mut [u32], lines: &[&[bf16]], mr: usize) {
     let kc = lines.first().map_or(0, |l| l.len());
     let full = kc / 2;
     assert!(lines.len() <= mr && out.len() >= kc.div_ceil(2) * mr);
     assert!(lines.iter().all(|l| l.len() == kc));
-    let (body, rest) = out.split_at_mut(full * mr);
-    // Full panels of the vector kernel's 8 rows: 8×8 blocks of pairs, read
-    // as rows and written transposed, which the compiler turns into vector
-    // loads and shuffles.
-    let blocked = if mr == 8 && lines.len() == 8 {
-        full / 8 * 8
-    } else {
-        0
-    };
-    let (blocks, body) = body.split_at_mut(blocked * mr);
-    for (q, block) in blocks.chunks_exact_mut(64).enumerate() {
-        let rows: [[u32; 8]; 8] = std::array::from_fn(|i| {
-            let src = &lines[i][16 * q..16 * q + 16];
-            std::array::from_fn(|j| pair(src[2 * j], src[2 * j + 1]))
-        });
-        for (j, step) in block.chunks_exact_mut(8).enumerate() {
-            for (d, row) in step.iter_mut().zip(&rows) {
-                *d = row[j];
-            }
-        }
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if mr == 8 && lines.len() == 8 && kern::avx512bf16_unavailable().is_none() {
+        done = full / 16 * 16;
+        let rows: [*const bf16; 8] = std::array::from_fn(|i| lines[i].as_ptr());
+        // SAFETY: each row holds kc ≥ 2·done elements and `out` at least
+        // done·8 units (asserted above); the CPU has AVX-512F (it has
+        // AVX512-BF16).
+        unsafe { kern::transpose_pairs_8(rows, done, out.as_mut_ptr()) };
     }
-    for (p, step) in body.chunks_exact_mut(mr).enumerate() {
-        let p = blocked + p;
+    let (body, rest) = out.split_at_mut(full * mr);
+    for (p, step) in body.chunks_exact_mut(mr).enumerate().skip(done) {
         let (live, pad) = step.split_at_mut(lines.len());
         for (d, line) in live.iter_mut().zip(lines) {
-            // SAFETY: 2p + 1 < 2·full ≤ kc = line.len() (asserted above).
-            *d = unsafe { pair(*line.get_unchecked(2 * p), *line.get_unchecked(2 * p + 1)) };
+            *d = pair(line[2 * p], line[2 * p + 1]);
         }
         if !pad.is_empty() {
             pad.fill(0);
@@ -404,6 +381,11 @@ fn interleave_rows_loop<V: Vf32>(out: &mut [u32], lines: &[&[bf16]], mr: usize) 
             *d = pair(line[kc - 1], bf16::ZERO);
         }
     }
+}
+
+simd_fn! {
+    /// `out[j] = pair(lo[j], hi[j])` for the common length of the three.
+    fn interleave(lo: &[bf16], hi: &[bf16], out: &mut [u32]) => interleave_loop
 }
 
 #[inline(always)]

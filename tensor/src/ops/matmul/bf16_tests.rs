@@ -307,3 +307,35 @@ fn amx_path_runs_where_the_cpu_has_it() {
         results.len()
     );
 }
+
+/// The A panel packer (the AVX-512 transpose of full 8-row panels in blocks
+/// of 16 pairs where the CPU has it, scalar otherwise) against the unit
+/// definition: every depth (odd ones pad a zero), full and partial panels.
+#[test]
+fn interleave_rows_packs_pair_major_panels() {
+    for kc in [0usize, 1, 2, 31, 32, 33, 64, 97, 130] {
+        for live in [8usize, 5, 1] {
+            let data: Vec<bf16> = (0..live * kc).map(|i| bf16::from_f32(i as f32 - 300.0)).collect();
+            let lines: Vec<&[bf16]> = data.chunks(kc.max(1)).take(live).map(|l| &l[..kc]).collect();
+            let lines = if kc == 0 { vec![&data[..0]; live] } else { lines };
+            let mut out = vec![u32::MAX; kc.div_ceil(2) * 8];
+            super::bf16::interleave_rows(&mut out, &lines, 8);
+            for p in 0..kc.div_ceil(2) {
+                for i in 0..8 {
+                    let at = |d: usize| {
+                        if i < live && d < kc {
+                            lines[i][d].to_bits() as u32
+                        } else {
+                            0
+                        }
+                    };
+                    assert_eq!(
+                        out[p * 8 + i],
+                        at(2 * p) | at(2 * p + 1) << 16,
+                        "kc {kc} live {live} ({p}, {i})"
+                    );
+                }
+            }
+        }
+    }
+}
