@@ -96,10 +96,13 @@ pub fn gemm<S: FloatElement>(
 ) where
     S::Math: GemmScalar,
 {
-    let Some((c, epi)) = super::bf16::route(s, a, b, c, epi, par) else {
+    let Some((mut c, epi)) = super::bf16::route(s, a, b, c, epi, par) else {
         return;
     };
     assert!(isa.supported(), "gemm: this CPU cannot run {isa:?} kernels");
+    if super::direct::try_direct(s, a, b, &mut c, &epi, isa, par) {
+        return;
+    }
     drive(&Native(isa), s, a, b, c, epi, par)
 }
 
@@ -584,7 +587,7 @@ unsafe fn store<T: GemmScalar>(
 /// # Safety
 /// The block lies inside the output and no other thread writes it concurrently.
 #[allow(clippy::too_many_arguments)]
-unsafe fn epilogue_rows<T: GemmScalar>(
+pub(super) unsafe fn epilogue_rows<T: GemmScalar>(
     c: *mut T,
     ldc: usize,
     i0: usize,

@@ -106,10 +106,39 @@ pub struct Kernel<T, P = T> {
 /// the size of the driver's tile buffer.
 pub const MAX_TILE: usize = 32 * 32;
 
+/// Computes the same tile as [`KernelFn`] with the operands read where they
+/// lie instead of from packed panels: element `(i, p)` of A at
+/// `a[i*lda + p]`, element `(p, j)` of B at `b[p*ldb + j]` (row-major
+/// operands of a small GEMM, which packing would only copy).
+///
+/// # Safety
+/// Those elements are readable for every `i < mr`, `p < kc`, `j < nr`, the
+/// tile of `c` as for [`KernelFn`], and the CPU supports the kernel's
+/// instructions.
+pub type DirectFn<T> =
+    unsafe fn(kc: usize, a: *const T, lda: usize, b: *const T, ldb: usize, c: *mut T, ldc: usize, add: bool);
+
+/// A micro-kernel over unpacked row-major operands, with its register tile.
+#[derive(Clone, Copy)]
+pub struct DirectKernel<T> {
+    /// Rows of the register tile.
+    pub mr: usize,
+    /// Columns of the register tile.
+    pub nr: usize,
+    /// The tile routine.
+    pub run: DirectFn<T>,
+}
+
 /// A float type the GEMM computes in natively (f32 and f64).
 pub trait GemmScalar: FloatMath + Element + bytemuck::Pod {
     /// The micro-kernel for `isa`.
     fn kernel(isa: Isa) -> Kernel<Self>;
+
+    /// The unpacked-operand kernel for `isa`, where there is one: the same
+    /// register tile and the same per-element operation order as
+    /// [`GemmScalar::kernel`], so a tile sums bit for bit as the packed
+    /// kernel sums it.
+    fn direct(isa: Isa) -> Option<DirectKernel<Self>>;
 }
 
 impl GemmScalar for f32 {
@@ -122,7 +151,7 @@ impl GemmScalar for f32 {
                 mc: 128,
                 kc: 256,
                 nc: 2048,
-                run: x86::f32_avx512,
+                run: x86::f32_avx512::packed,
             },
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => Kernel {
@@ -131,7 +160,7 @@ impl GemmScalar for f32 {
                 mc: 120,
                 kc: 256,
                 nc: 2048,
-                run: x86::f32_avx2,
+                run: x86::f32_avx2::packed,
             },
             _ => Kernel {
                 mr: 4,
@@ -141,6 +170,24 @@ impl GemmScalar for f32 {
                 nc: 2048,
                 run: f32_portable,
             },
+        }
+    }
+
+    fn direct(isa: Isa) -> Option<DirectKernel<f32>> {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => Some(DirectKernel {
+                mr: 8,
+                nr: 32,
+                run: x86::f32_avx512::direct,
+            }),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => Some(DirectKernel {
+                mr: 6,
+                nr: 16,
+                run: x86::f32_avx2::direct,
+            }),
+            _ => None,
         }
     }
 }
@@ -155,7 +202,7 @@ impl GemmScalar for f64 {
                 mc: 96,
                 kc: 256,
                 nc: 1024,
-                run: x86::f64_avx512,
+                run: x86::f64_avx512::packed,
             },
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => Kernel {
@@ -164,7 +211,7 @@ impl GemmScalar for f64 {
                 mc: 96,
                 kc: 256,
                 nc: 1024,
-                run: x86::f64_avx2,
+                run: x86::f64_avx2::packed,
             },
             _ => Kernel {
                 mr: 4,
@@ -174,6 +221,24 @@ impl GemmScalar for f64 {
                 nc: 1024,
                 run: f64_portable,
             },
+        }
+    }
+
+    fn direct(isa: Isa) -> Option<DirectKernel<f64>> {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => Some(DirectKernel {
+                mr: 8,
+                nr: 16,
+                run: x86::f64_avx512::direct,
+            }),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => Some(DirectKernel {
+                mr: 6,
+                nr: 8,
+                run: x86::f64_avx2::direct,
+            }),
+            _ => None,
         }
     }
 }
@@ -240,46 +305,104 @@ mod x86 {
     macro_rules! simd_kernel {
         ($name:ident, $feat:literal, $t:ty, $mr:literal, $nv:literal, $w:literal,
          $zero:ident, $load:ident, $store:ident, $set1:ident, $fma:ident, $add:ident) => {
-            #[target_feature(enable = $feat)]
-            pub unsafe fn $name(kc: usize, a: *const $t, b: *const $t, c: *mut $t, ldc: usize, add: bool) {
-                const NR: usize = $nv * $w;
-                // Fetch the C tile while the products run (its rows are
-                // far apart, beyond the hardware prefetcher's reach).
-                for i in 0..$mr {
-                    // SAFETY: prefetches never fault; the addresses are in the tile.
-                    unsafe {
-                        let row = c.add(i * ldc).cast::<i8>();
-                        _mm_prefetch::<_MM_HINT_T0>(row);
-                        _mm_prefetch::<_MM_HINT_T0>(row.add(NR * size_of::<$t>() - 1));
-                    }
+            /// One register tile in two addressings.
+            pub mod $name {
+                use super::*;
+
+                /// The packed kernel ([`super::super::KernelFn`]).
+                #[target_feature(enable = $feat)]
+                pub unsafe fn packed(
+                    kc: usize,
+                    a: *const $t,
+                    b: *const $t,
+                    c: *mut $t,
+                    ldc: usize,
+                    add: bool,
+                ) {
+                    // SAFETY: packed panels are the strided operands with
+                    // A's rows one unit apart and depth steps mr (A), nr (B).
+                    unsafe { tile(kc, a, 1, $mr, b, $nv * $w, c, ldc, add) }
                 }
-                let mut acc = [[$zero(); $nv]; $mr];
-                for p in 0..kc {
-                    // SAFETY: the caller guarantees kc*MR elements behind
-                    // `a` and kc*NR behind `b` (contract of `KernelFn`).
-                    unsafe {
-                        let bp = b.add(p * NR);
-                        let bv: [_; $nv] = std::array::from_fn(|v| $load(bp.add(v * $w)));
-                        let ap = a.add(p * $mr);
-                        for i in 0..$mr {
-                            let av = $set1(*ap.add(i));
-                            for v in 0..$nv {
-                                acc[i][v] = $fma(av, bv[v], acc[i][v]);
+
+                /// The direct kernel ([`super::super::DirectFn`]).
+                #[target_feature(enable = $feat)]
+                #[allow(clippy::too_many_arguments)]
+                pub unsafe fn direct(
+                    kc: usize,
+                    a: *const $t,
+                    lda: usize,
+                    b: *const $t,
+                    ldb: usize,
+                    c: *mut $t,
+                    ldc: usize,
+                    add: bool,
+                ) {
+                    // SAFETY: the contract of `DirectFn`.
+                    unsafe { tile(kc, a, lda, 1, b, ldb, c, ldc, add) }
+                }
+
+                /// The register tile over strided operands: A's element
+                /// `(i, p)` at `a[i*ars + p*aps]`, B's `(p, j)` at
+                /// `b[p*bps + j]`, inlined into both kernels with their
+                /// constant strides, so each compiles its own addressing.
+                ///
+                /// # Safety
+                /// As the kernels', and only ever inlined into them
+                /// (`inline(always)`), whose target features its intrinsics
+                /// need.
+                #[inline(always)]
+                #[allow(clippy::too_many_arguments)]
+                unsafe fn tile(
+                    kc: usize,
+                    a: *const $t,
+                    ars: usize,
+                    aps: usize,
+                    b: *const $t,
+                    bps: usize,
+                    c: *mut $t,
+                    ldc: usize,
+                    add: bool,
+                ) {
+                    const NR: usize = $nv * $w;
+                    // Fetch the C tile while the products run (its rows are
+                    // far apart, beyond the hardware prefetcher's reach).
+                    for i in 0..$mr {
+                        // SAFETY: prefetches never fault; the addresses are in the tile.
+                        unsafe {
+                            let row = c.add(i * ldc).cast::<i8>();
+                            _mm_prefetch::<_MM_HINT_T0>(row);
+                            _mm_prefetch::<_MM_HINT_T0>(row.add(NR * size_of::<$t>() - 1));
+                        }
+                    }
+                    // SAFETY: the kernels inlining this have the features.
+                    let mut acc = [[unsafe { $zero() }; $nv]; $mr];
+                    for p in 0..kc {
+                        // SAFETY: the callers guarantee the elements of A and B
+                        // these strides reach for i < mr, p < kc, j < nr.
+                        unsafe {
+                            let bp = b.add(p * bps);
+                            let bv: [_; $nv] = std::array::from_fn(|v| $load(bp.add(v * $w)));
+                            let ap = a.add(p * aps);
+                            for i in 0..$mr {
+                                let av = $set1(*ap.add(i * ars));
+                                for v in 0..$nv {
+                                    acc[i][v] = $fma(av, bv[v], acc[i][v]);
+                                }
                             }
                         }
                     }
-                }
-                for i in 0..$mr {
-                    for v in 0..$nv {
-                        // SAFETY: the caller guarantees the tile behind `c`.
-                        unsafe {
-                            let dst = c.add(i * ldc + v * $w);
-                            let x = if add {
-                                $add($load(dst), acc[i][v])
-                            } else {
-                                acc[i][v]
-                            };
-                            $store(dst, x);
+                    for i in 0..$mr {
+                        for v in 0..$nv {
+                            // SAFETY: the caller guarantees the tile behind `c`.
+                            unsafe {
+                                let dst = c.add(i * ldc + v * $w);
+                                let x = if add {
+                                    $add($load(dst), acc[i][v])
+                                } else {
+                                    acc[i][v]
+                                };
+                                $store(dst, x);
+                            }
                         }
                     }
                 }

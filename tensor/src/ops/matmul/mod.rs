@@ -14,6 +14,7 @@ pub(crate) mod bf16;
 pub(crate) mod bf16_kernel;
 #[cfg(feature = "cuda")]
 pub(crate) mod cuda;
+pub(crate) mod direct;
 pub(crate) mod gemm;
 pub(crate) mod kernel;
 pub(crate) mod pack;

@@ -24,11 +24,31 @@ pub struct MatRef<'a, S> {
     pub cs: isize,
 }
 
-impl<S> MatRef<'_, S> {
+impl<'a, S> MatRef<'a, S> {
     /// The index of element `(i, j)` in `data`.
     #[inline(always)]
     pub(crate) fn at(&self, i: usize, j: usize) -> usize {
         (self.off as isize + i as isize * self.rs + j as isize * self.cs) as usize
+    }
+
+    /// The same view typed as the math type when `S` is its own math type
+    /// (f32, f64): the kernels can then read it without converting.
+    pub(crate) fn as_math(&self) -> Option<MatRef<'a, S::Math>>
+    where
+        S: FloatElement,
+    {
+        if std::any::TypeId::of::<S>() != std::any::TypeId::of::<S::Math>() {
+            return None;
+        }
+        // SAFETY: `S` and `S::Math` are the same type (checked above).
+        let data =
+            unsafe { std::slice::from_raw_parts(self.data.as_ptr().cast::<S::Math>(), self.data.len()) };
+        Some(MatRef {
+            data,
+            off: self.off,
+            rs: self.rs,
+            cs: self.cs,
+        })
     }
 }
 

@@ -1,0 +1,184 @@
+//! Small GEMMs without packing: when A and B are row-major and the product
+//! is small, the micro-kernel reads them where they lie
+//! ([`super::kernel::DirectFn`]) instead of copying them into panels first,
+//! which at 128³ costs as much as a tenth of the product. The edge strips
+//! that do not fill a register tile go through the packed driver.
+//!
+//! Every output element is summed exactly as the packed driver sums it: the
+//! same depth blocks, the same kernel operation order inside a block, the
+//! blocks added to C in sequence. So which path ran never shows in a result,
+//! and results do not depend on the thread count.
+
+use rayon::prelude::*;
+
+use super::gemm::{drive, epilogue_rows, Bias, Epilogue, GemmShape, MatMut, Native, PAR_FLOPS};
+use super::kernel::{GemmScalar, Isa};
+use super::pack::MatRef;
+use crate::{FloatElement, FloatMath};
+
+/// Multiply-adds up to which a GEMM with row-major operands skips packing:
+/// beyond it, blocks of packed panels that stay in L1/L2 win.
+pub const DIRECT_FLOPS: usize = 1 << 22;
+
+/// Runs `C = A·B + beta·C` (alpha 1, beta 0 or 1) on the direct kernel of
+/// `isa` when the shape and strides allow it, returning false (having done
+/// nothing) when they do not: a strided operand or output, another alpha or
+/// beta, more than [`DIRECT_FLOPS`], fewer rows or columns than one tile, or
+/// no direct kernel for `isa`.
+pub(crate) fn try_direct<S: FloatElement>(
+    s: GemmShape<S::Math>,
+    a_elems: MatRef<S>,
+    b_elems: MatRef<S>,
+    c: &mut MatMut<S::Math>,
+    epi: &Epilogue<S::Math>,
+    isa: Isa,
+    par: bool,
+) -> bool
+where
+    S::Math: GemmScalar,
+{
+    type T<S> = <S as FloatElement>::Math;
+    let GemmShape { m, n, k, alpha, beta } = s;
+    let (Some(a), Some(b), Some(kern)) = (a_elems.as_math(), b_elems.as_math(), T::<S>::direct(isa)) else {
+        return false;
+    };
+    let (one, zero) = (<T<S> as FloatMath>::ONE, <T<S> as FloatMath>::ZERO);
+    let row_major = a.cs == 1 && b.cs == 1 && c.cs == 1 && a.rs >= 0 && b.rs >= 0 && c.rs >= n as isize;
+    if !row_major || alpha != one || (beta != zero && beta != one) || k == 0 || m < kern.mr || n < kern.nr {
+        return false;
+    }
+    if m.saturating_mul(n).saturating_mul(k) > DIRECT_FLOPS {
+        return false;
+    }
+    let (mf, nf) = (m / kern.mr * kern.mr, n / kern.nr * kern.nr);
+    // The packed driver's depth blocks (a function of k alone).
+    let kc_max = T::<S>::kernel(isa).kc;
+    let kc = k.div_ceil(k.div_ceil(kc_max));
+    let (lda, ldb, ldc) = (a.rs as usize, b.rs as usize, c.rs as usize);
+    // The operands' strides are non-negative with unit columns, so their
+    // last elements are their largest indices.
+    assert!(
+        a.at(m - 1, k - 1) < a.data.len() && b.at(k - 1, n - 1) < b.data.len(),
+        "gemm: operand view outside its buffer"
+    );
+    assert!(
+        c.off + (m - 1) * ldc + n <= c.data.len(),
+        "gemm: output view outside its buffer"
+    );
+    let out = SendPtr(c.data.as_mut_ptr().wrapping_add(c.off));
+    let ap = SendPtr(a.data.as_ptr().wrapping_add(a.off).cast_mut());
+    let bp = SendPtr(b.data.as_ptr().wrapping_add(b.off).cast_mut());
+    // One task per row panel, all column panels: the task's B panels come
+    // from L2 (the product is small), its A rows stay in L1.
+    let panel = |r: usize| {
+        let i0 = r * kern.mr;
+        for j0 in (0..nf).step_by(kern.nr) {
+            for p0 in (0..k).step_by(kc) {
+                let kb = kc.min(k - p0);
+                let add = p0 > 0 || beta == one;
+                // SAFETY: rows i0..i0+mr < mf ≤ m and depth p0..p0+kb ≤ k of
+                // A, depth p0.. and columns j0..j0+nr ≤ nf of B lie in their
+                // buffers (asserted above with the views' non-negative
+                // strides); the tile of C too, and only this task writes it;
+                // the caller picked a kernel this CPU runs.
+                unsafe {
+                    (kern.run)(
+                        kb,
+                        ap.get().add(i0 * lda + p0),
+                        lda,
+                        bp.get().add(p0 * ldb + j0),
+                        ldb,
+                        out.get().add(i0 * ldc + j0),
+                        ldc,
+                        add,
+                    );
+                }
+            }
+            // SAFETY: the tile just written, ours alone.
+            unsafe { epilogue_rows(out.get().add(i0 * ldc + j0), ldc, i0, j0, kern.mr, kern.nr, epi) };
+        }
+    };
+    let panels = mf / kern.mr;
+    if par && mf.saturating_mul(nf).saturating_mul(k) >= PAR_FLOPS && rayon::current_num_threads() > 1 {
+        (0..panels).into_par_iter().for_each(panel);
+    } else {
+        (0..panels).for_each(panel);
+    }
+    // The edges: rows mf.. (all columns) and columns nf.. of rows ..mf.
+    let bias_from = |i0: usize, j0: usize| match epi.bias {
+        Bias::None => Bias::None,
+        Bias::Row(v) => Bias::Row(&v[i0..]),
+        Bias::Col(v) => Bias::Col(&v[j0..]),
+    };
+    let pk = Native(isa);
+    if mf < m {
+        let shape = GemmShape { m: m - mf, ..s };
+        let c = MatMut {
+            data: &mut *c.data,
+            off: c.off + mf * ldc,
+            rs: c.rs,
+            cs: 1,
+        };
+        let e = Epilogue {
+            bias: bias_from(mf, 0),
+            relu: epi.relu,
+        };
+        drive(
+            &pk,
+            shape,
+            MatRef {
+                off: a_elems.at(mf, 0),
+                ..a_elems
+            },
+            b_elems,
+            c,
+            e,
+            par,
+        );
+    }
+    if nf < n {
+        let shape = GemmShape {
+            m: mf,
+            n: n - nf,
+            ..s
+        };
+        let c = MatMut {
+            data: &mut *c.data,
+            off: c.off + nf,
+            rs: c.rs,
+            cs: 1,
+        };
+        let e = Epilogue {
+            bias: bias_from(0, nf),
+            relu: epi.relu,
+        };
+        drive(
+            &pk,
+            shape,
+            a_elems,
+            MatRef {
+                off: b_elems.at(0, nf),
+                ..b_elems
+            },
+            c,
+            e,
+            par,
+        );
+    }
+    true
+}
+
+/// A raw pointer the panel tasks share: each writes only its own rows of C
+/// and reads A and B.
+#[derive(Clone, Copy)]
+struct SendPtr<T>(*mut T);
+
+impl<T> SendPtr<T> {
+    fn get(self) -> *mut T {
+        self.0
+    }
+}
+
+// SAFETY: the tasks write disjoint tiles and only read the operands.
+unsafe impl<T> Send for SendPtr<T> {}
+unsafe impl<T> Sync for SendPtr<T> {}
