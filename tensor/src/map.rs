@@ -2,7 +2,7 @@
 //! shared engine of unary, binary, comparison, `where` and cast kernels.
 
 use crate::layout::broadcast_shapes;
-use crate::strided::fill_rows;
+use crate::strided::{fill_rows, map_run};
 use crate::tensor::convert_scalar;
 use crate::{DType, Element, Result, Tensor};
 
@@ -227,29 +227,16 @@ impl Tensor {
 
     /// [`Tensor::to_dtype`] on the CPU: runs of the fast float pairs
     /// (f32 ↔ bf16/f16) through the SIMD slice conversions (strided rows
-    /// gathered into a buffer first, so every element rounds the same way),
-    /// everything else element by element.
+    /// gathered first, so every element rounds the same way), everything
+    /// else element by element.
     fn convert<S: Element, T: Element>(&self) -> Result<Tensor> {
-        const GATHER: usize = 256;
         if !crate::simd::cast::fast_pair::<S, T>() {
             return self.try_map::<S, T>("to_dtype", convert_scalar::<S, T>);
         }
         let src = self.storage().as_slice::<S>();
         Tensor::build_overwrite::<T>("to_dtype", self.shape(), |out| {
             fill_rows(out, [self.layout()], |o, [off], [st]| {
-                if st == 1 {
-                    crate::simd::cast::convert_run(&src[off..off + o.len()], o);
-                    return;
-                }
-                let mut buf = [S::default(); GATHER];
-                let mut p = off as isize;
-                for part in o.chunks_mut(GATHER) {
-                    for b in buf.iter_mut().take(part.len()) {
-                        *b = src[p as usize];
-                        p += st;
-                    }
-                    crate::simd::cast::convert_run(&buf[..part.len()], part);
-                }
+                map_run(src, off, st, o, crate::simd::cast::convert_run)
             })
         })
     }

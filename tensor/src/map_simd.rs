@@ -11,7 +11,7 @@ use crate::backend::{BinaryOp, UnaryOp};
 use crate::layout::broadcast_shapes;
 use crate::simd::kernels;
 use crate::simd::Level;
-use crate::strided::fill_rows;
+use crate::strided::{fill_rows, map_run};
 use crate::{Layout, Result, Tensor};
 
 /// Elements gathered per batch when a row is strided.
@@ -25,19 +25,7 @@ pub(crate) fn unary_f32(name: &'static str, t: &Tensor, op: UnaryOp) -> Result<T
     in_memory_order(t.shape(), &[t.layout().clone()], |shape, ls| {
         Tensor::build_overwrite::<f32>(name, shape, |out| {
             fill_rows(out, [&ls[0]], |o, [off], [st]| {
-                if st == 1 {
-                    kernels::unary(level, op, &src[off..off + o.len()], o);
-                } else {
-                    let mut buf = [0.0f32; GATHER];
-                    let mut p = off as isize;
-                    for part in o.chunks_mut(GATHER) {
-                        for b in buf.iter_mut().take(part.len()) {
-                            *b = src[p as usize];
-                            p += st;
-                        }
-                        kernels::unary(level, op, &buf[..part.len()], part);
-                    }
-                }
+                map_run(src, off, st, o, |x, y| kernels::unary(level, op, x, y))
             })
         })
     })

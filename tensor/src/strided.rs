@@ -154,6 +154,37 @@ pub fn chunk_len(n: usize) -> usize {
     }
 }
 
+/// Elements [`map_run`] gathers per batch when a row is strided.
+const GATHER: usize = 256;
+
+/// Calls `f(src_run, dst_run)` over the output row `out` whose elements are
+/// `src[off + i*stride]`: once with the contiguous source slice when the
+/// stride is 1, else on batches gathered into a stack buffer, so a slice
+/// kernel serves strided rows too and every element goes through the same
+/// instructions either way.
+#[inline(always)]
+pub fn map_run<S: Copy + Default, T>(
+    src: &[S],
+    off: usize,
+    stride: isize,
+    out: &mut [T],
+    mut f: impl FnMut(&[S], &mut [T]),
+) {
+    if stride == 1 {
+        f(&src[off..off + out.len()], out);
+        return;
+    }
+    let mut buf = [S::default(); GATHER];
+    let mut p = off as isize;
+    for part in out.chunks_mut(GATHER) {
+        for b in buf.iter_mut().take(part.len()) {
+            *b = src[p as usize];
+            p += stride;
+        }
+        f(&buf[..part.len()], part);
+    }
+}
+
 /// Reads `len` elements of `src` starting at storage index `off` with step
 /// `stride`, passing each to `f` with its position in the segment.
 #[inline(always)]

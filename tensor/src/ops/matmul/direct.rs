@@ -11,7 +11,7 @@
 
 use rayon::prelude::*;
 
-use super::gemm::{drive, epilogue_rows, Bias, Epilogue, GemmShape, MatMut, Native, PAR_FLOPS};
+use super::gemm::{depth_block, drive, epilogue_rows, Bias, Epilogue, GemmShape, MatMut, Native, PAR_FLOPS};
 use super::kernel::{GemmScalar, Isa};
 use super::pack::MatRef;
 use crate::{FloatElement, FloatMath};
@@ -39,9 +39,10 @@ where
 {
     type T<S> = <S as FloatElement>::Math;
     let GemmShape { m, n, k, alpha, beta } = s;
-    let (Some(a), Some(b), Some(kern)) = (a_elems.as_math(), b_elems.as_math(), T::<S>::direct(isa)) else {
+    let (Some(a), Some(b), Some(run)) = (a_elems.as_math(), b_elems.as_math(), T::<S>::direct(isa)) else {
         return false;
     };
+    let kern = T::<S>::kernel(isa);
     let (one, zero) = (<T<S> as FloatMath>::ONE, <T<S> as FloatMath>::ZERO);
     let row_major = a.cs == 1 && b.cs == 1 && c.cs == 1 && a.rs >= 0 && b.rs >= 0 && c.rs >= n as isize;
     if !row_major || alpha != one || (beta != zero && beta != one) || k == 0 || m < kern.mr || n < kern.nr {
@@ -51,9 +52,7 @@ where
         return false;
     }
     let (mf, nf) = (m / kern.mr * kern.mr, n / kern.nr * kern.nr);
-    // The packed driver's depth blocks (a function of k alone).
-    let kc_max = T::<S>::kernel(isa).kc;
-    let kc = k.div_ceil(k.div_ceil(kc_max));
+    let kc = depth_block(k, kern.kc, 1);
     let (lda, ldb, ldc) = (a.rs as usize, b.rs as usize, c.rs as usize);
     // The operands' strides are non-negative with unit columns, so their
     // last elements are their largest indices.
@@ -82,7 +81,7 @@ where
                 // strides); the tile of C too, and only this task writes it;
                 // the caller picked a kernel this CPU runs.
                 unsafe {
-                    (kern.run)(
+                    run(
                         kb,
                         ap.get().add(i0 * lda + p0),
                         lda,

@@ -254,9 +254,7 @@ pub(crate) fn drive<S: Sync, P: Packing<S>>(
         }
         return;
     }
-    // Equal depth blocks (288 = 144 + 144, not 256 + 32): fewer short,
-    // overhead-bound blocks. A function of k alone, so the sum order is too.
-    let kc = k.div_ceil(k.div_ceil(kern.kc)).next_multiple_of(pk.depth_align());
+    let kc = depth_block(k, kern.kc, pk.depth_align());
     let units = pk.units(kc);
     let nc_max = kern.nc.min(n);
     let mut pa = AlignedBuf::<P::Unit>::new(m.div_ceil(kern.mr) * kern.mr * units);
@@ -340,6 +338,15 @@ pub(crate) fn drive<S: Sync, P: Packing<S>>(
             }
         }
     }
+}
+
+/// The depth of the blocks a `k`-deep product is summed in, for a kernel
+/// taking at most `kc_max` and blocks that are multiples of `align`: equal
+/// blocks (288 = 144 + 144, not 256 + 32), so fewer short, overhead-bound
+/// ones. A function of `k` and the kernel alone, so the sum order is too —
+/// the packed and the direct driver share it to sum alike.
+pub(super) fn depth_block(k: usize, kc_max: usize, align: usize) -> usize {
+    k.div_ceil(k.div_ceil(kc_max)).next_multiple_of(align)
 }
 
 /// A packed-operand buffer shared by the tasks of one parallel region,

@@ -118,27 +118,16 @@ pub const MAX_TILE: usize = 32 * 32;
 pub type DirectFn<T> =
     unsafe fn(kc: usize, a: *const T, lda: usize, b: *const T, ldb: usize, c: *mut T, ldc: usize, add: bool);
 
-/// A micro-kernel over unpacked row-major operands, with its register tile.
-#[derive(Clone, Copy)]
-pub struct DirectKernel<T> {
-    /// Rows of the register tile.
-    pub mr: usize,
-    /// Columns of the register tile.
-    pub nr: usize,
-    /// The tile routine.
-    pub run: DirectFn<T>,
-}
-
 /// A float type the GEMM computes in natively (f32 and f64).
 pub trait GemmScalar: FloatMath + Element + bytemuck::Pod {
     /// The micro-kernel for `isa`.
     fn kernel(isa: Isa) -> Kernel<Self>;
 
-    /// The unpacked-operand kernel for `isa`, where there is one: the same
-    /// register tile and the same per-element operation order as
-    /// [`GemmScalar::kernel`], so a tile sums bit for bit as the packed
-    /// kernel sums it.
-    fn direct(isa: Isa) -> Option<DirectKernel<Self>>;
+    /// The unpacked-operand kernel for `isa`, where there is one: the
+    /// register tile of [`GemmScalar::kernel`] and the same per-element
+    /// operation order, so a tile sums bit for bit as the packed kernel
+    /// sums it.
+    fn direct(isa: Isa) -> Option<DirectFn<Self>>;
 }
 
 impl GemmScalar for f32 {
@@ -173,20 +162,12 @@ impl GemmScalar for f32 {
         }
     }
 
-    fn direct(isa: Isa) -> Option<DirectKernel<f32>> {
+    fn direct(isa: Isa) -> Option<DirectFn<f32>> {
         match isa {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => Some(DirectKernel {
-                mr: 8,
-                nr: 32,
-                run: x86::f32_avx512::direct,
-            }),
+            Isa::Avx512 => Some(x86::f32_avx512::direct),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => Some(DirectKernel {
-                mr: 6,
-                nr: 16,
-                run: x86::f32_avx2::direct,
-            }),
+            Isa::Avx2 => Some(x86::f32_avx2::direct),
             _ => None,
         }
     }
@@ -224,20 +205,12 @@ impl GemmScalar for f64 {
         }
     }
 
-    fn direct(isa: Isa) -> Option<DirectKernel<f64>> {
+    fn direct(isa: Isa) -> Option<DirectFn<f64>> {
         match isa {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => Some(DirectKernel {
-                mr: 8,
-                nr: 16,
-                run: x86::f64_avx512::direct,
-            }),
+            Isa::Avx512 => Some(x86::f64_avx512::direct),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => Some(DirectKernel {
-                mr: 6,
-                nr: 8,
-                run: x86::f64_avx2::direct,
-            }),
+            Isa::Avx2 => Some(x86::f64_avx2::direct),
             _ => None,
         }
     }
