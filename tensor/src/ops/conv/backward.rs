@@ -8,7 +8,7 @@ use super::{gather_samples, samples_per_gemm, weight_ref, Conv2dParams, Geom};
 use crate::ops::matmul::gemm::{gemm, Epilogue, GemmShape, MatMut};
 use crate::ops::matmul::kernel::{GemmScalar, Isa};
 use crate::ops::matmul::pack::MatRef;
-use crate::ops::matmul::{check_operands, math_cow, math_vec};
+use crate::ops::matmul::{check_operands, math_cow};
 use crate::{Error, FloatElement, FloatMath, Result, Tensor};
 
 /// Partial weight gradients computed at once before they are added in task
@@ -140,9 +140,11 @@ fn input_grad<S: FloatElement>(grad_out: &Tensor, w: &Tensor, g: &Geom) -> Resul
 where
     S::Math: GemmScalar + FloatElement<Math = S::Math>,
 {
+    // The GEMM operands stay in the storage type, as in the forward: bf16
+    // runs on the bf16 kernels, f16 is widened while packing.
     let grad_out = grad_out.contiguous()?;
-    let go = math_cow::<S>(&grad_out);
-    let wm = math_vec::<S>(w);
+    let go = grad_out.as_slice::<S>().expect("contiguous and dtype-checked");
+    let wm = w.contiguous()?.to_vec::<S>()?;
     let (kk, l) = (g.kk(), g.l());
     let plane = g.cg * g.h * g.w;
     let nb = samples_per_gemm(g);
@@ -150,23 +152,25 @@ where
     // Per rayon job: the column gradients of its samples side by side, and
     // their output gradients gathered into one GEMM operand.
     let new_bufs = || {
-        let zero = <S::Math as FloatMath>::ZERO;
         let gathered = if nb > 1 { g.og * nb * l } else { 0 };
-        (vec![zero; kk * nb * l], vec![zero; gathered])
+        (
+            vec![<S::Math as FloatMath>::ZERO; kk * nb * l],
+            vec![S::ZERO; gathered],
+        )
     };
-    let chunk = |(dcols, gathered): &mut (Vec<S::Math>, Vec<S::Math>), (c, dx): (usize, &mut [S::Math])| {
+    let chunk = |(dcols, gathered): &mut (Vec<S::Math>, Vec<S>), (c, dx): (usize, &mut [S::Math])| {
         let m = dx.len() / (g.c * g.h * g.w);
         let ld = m * l;
         for grp in 0..g.groups {
             let b = if m == 1 {
                 MatRef {
-                    data: &go[..],
+                    data: go,
                     off: (c * nb * g.o + grp * g.og) * l,
                     rs: l as isize,
                     cs: 1,
                 }
             } else {
-                gather_samples(&go, g, c * nb, m, grp, gathered);
+                gather_samples(go, g, c * nb, m, grp, gathered);
                 MatRef {
                     data: &gathered[..],
                     off: 0,
@@ -187,7 +191,7 @@ where
                 rs: ld as isize,
                 cs: 1,
             };
-            gemm::<S::Math>(
+            gemm::<S>(
                 shape,
                 weight_ref(&wm, g, grp, true),
                 b,
@@ -232,14 +236,15 @@ where
     S::Math: GemmScalar + FloatElement<Math = S::Math>,
 {
     let grad_out = grad_out.contiguous()?;
-    let go = math_cow::<S>(&grad_out);
     let x = x.contiguous()?;
     let xs = x.as_slice::<S>().expect("contiguous and dtype-checked");
     let (kk, l) = (g.kk(), g.l());
     if dot {
-        let dw = super::dot::weight_grad::<S>(&go, xs, g);
+        let dw = super::dot::weight_grad::<S>(&math_cow::<S>(&grad_out), xs, g);
         return Tensor::from_vec(dw, &[g.o, g.cg, g.kh, g.kw])?.to_dtype(S::DTYPE);
     }
+    // GEMM operands in the storage type, as in `input_grad`.
+    let go = grad_out.as_slice::<S>().expect("contiguous and dtype-checked");
     let size = g.o * kk;
     let nb = samples_per_gemm(g);
     let tasks = g.n.div_ceil(nb);
@@ -251,22 +256,22 @@ where
         let (n0, m) = (t * nb, nb.min(g.n - t * nb));
         let ld = m * l;
         let mut part = vec![zero; size];
-        let mut cols = vec![zero; kk * ld];
-        let mut gathered = vec![zero; if m > 1 { g.og * ld } else { 0 }];
+        let mut cols = vec![S::ZERO; kk * ld];
+        let mut gathered = vec![S::ZERO; if m > 1 { g.og * ld } else { 0 }];
         for grp in 0..g.groups {
             for j in 0..m {
                 let xg = &xs[((n0 + j) * g.c + grp * g.cg) * g.h * g.w..][..g.cg * g.h * g.w];
-                im2col_strided(xg, g, &mut cols[j * l..], ld, S::to_math);
+                im2col_strided(xg, g, &mut cols[j * l..], ld, |v| v);
             }
             let a = if m == 1 {
                 MatRef {
-                    data: &go[..],
+                    data: go,
                     off: (n0 * g.o + grp * g.og) * l,
                     rs: l as isize,
                     cs: 1,
                 }
             } else {
-                gather_samples(&go, g, n0, m, grp, &mut gathered);
+                gather_samples(go, g, n0, m, grp, &mut gathered);
                 MatRef {
                     data: &gathered[..],
                     off: 0,
@@ -293,7 +298,7 @@ where
                 rs: kk as isize,
                 cs: 1,
             };
-            gemm::<S::Math>(shape, a, b, c, Epilogue::none(), Isa::best(), par_inner);
+            gemm::<S>(shape, a, b, c, Epilogue::none(), Isa::best(), par_inner);
         }
         part
     };

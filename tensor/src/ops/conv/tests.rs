@@ -518,3 +518,62 @@ fn dot_kernel_is_bitwise_equal_on_every_isa() {
         }
     }
 }
+
+/// The backward of a bf16/f16 convolution runs its GEMMs on the operands in
+/// the storage type (bf16 kernels, f32 accumulation) and rounds once: within
+/// one rounding of the f32 gradients of the same rounded values, for the
+/// per-sample and the shared-GEMM layouts, groups, and the GEMM (many taps)
+/// and dot (few taps) weight gradients; bitwise alike on any thread count.
+#[test]
+fn half_backward_is_one_rounding_of_the_f32_gradients() {
+    let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+    for (n, c, o, hw, k, groups) in [
+        (3, 8, 6, 12, 3, 1),
+        (37, 8, 12, 4, 3, 2),
+        (6, 2, 4, 9, 3, 1),
+        (5, 16, 8, 23, 1, 1),
+    ] {
+        let p = Conv2dParams::default().padding(k / 2).groups(groups);
+        let (xs, ws, os) = ([n, c, hw, hw], [o, c / groups, k, k], [n, o, hw, hw]);
+        for dt in [DType::BF16, DType::F16] {
+            let half = |seed, shape: &[usize]| {
+                tensor_of::<f32>(&rand_f64(seed, shape.iter().product()), shape)
+                    .to_dtype(dt)
+                    .unwrap()
+            };
+            let (x, w, go) = (half(1, &xs), half(2, &ws), half(3, &os));
+            let f32_of = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
+            let run = || {
+                (
+                    conv2d_backward_input(&go, &w, &xs, &p).unwrap(),
+                    conv2d_backward_weight(&go, &x, &ws, &p).unwrap(),
+                )
+            };
+            let (dx, dw) = run();
+            assert_eq!((dx.dtype(), dw.dtype()), (dt, dt));
+            let single = one.install(run);
+            assert_eq!(
+                values_f64(&dx),
+                values_f64(&single.0),
+                "{dt:?} grad input threads"
+            );
+            assert_eq!(
+                values_f64(&dw),
+                values_f64(&single.1),
+                "{dt:?} grad weight threads"
+            );
+            let dx32 = conv2d_backward_input(&f32_of(&go), &f32_of(&w), &xs, &p).unwrap();
+            let dw32 = conv2d_backward_weight(&f32_of(&go), &f32_of(&x), &ws, &p).unwrap();
+            for (what, got, want) in [("input", &dx, &dx32), ("weight", &dw, &dw32)] {
+                let want = values_f64(want);
+                let scale = want.iter().fold(0f64, |m, v| m.max(v.abs()));
+                for (g, w) in values_f64(got).iter().zip(&want) {
+                    assert!(
+                        (g - w).abs() <= w.abs() / 200.0 + scale * 1e-5,
+                        "{dt:?} grad {what} ({n},{c},{o},{hw},{k},{groups}): {g} vs f32 {w}"
+                    );
+                }
+            }
+        }
+    }
+}
