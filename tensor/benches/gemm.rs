@@ -43,6 +43,26 @@ const SHAPES: &[Shape] = &[
     ("gemm_bf16_1024", DType::BF16, 1024, 1024, 1024, false, false),
     ("gemm_bf16_2048", DType::BF16, 2048, 2048, 2048, false, false),
     ("gemm_bf16_4096", DType::BF16, 4096, 4096, 4096, false, false),
+    // The autocast MLP step's products: forward, input and weight gradients.
+    ("gemm_bf16_128x784x512", DType::BF16, 128, 784, 512, false, false),
+    (
+        "gemm_bf16_128x512x512_nt",
+        DType::BF16,
+        128,
+        512,
+        512,
+        false,
+        true,
+    ),
+    (
+        "gemm_bf16_512x128x784_tn",
+        DType::BF16,
+        512,
+        128,
+        784,
+        true,
+        false,
+    ),
 ];
 
 fn main() {

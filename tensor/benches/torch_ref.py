@@ -29,6 +29,9 @@ GEMM = [
     ("gemm_bf16_1024", 1024, 1024, 1024, False, False),
     ("gemm_bf16_2048", 2048, 2048, 2048, False, False),
     ("gemm_bf16_4096", 4096, 4096, 4096, False, False),
+    ("gemm_bf16_128x784x512", 128, 784, 512, False, False),
+    ("gemm_bf16_128x512x512_nt", 128, 512, 512, False, True),
+    ("gemm_bf16_512x128x784_tn", 512, 128, 784, True, False),
 ]
 
 # (name, batch, in channels, out channels, size): 3x3, padding 1, stride 1.

@@ -270,13 +270,24 @@ fn ZERO<S: FloatElement>() -> S::Math {
     <S::Math as crate::FloatMath>::ZERO
 }
 
-/// The elements of a float tensor of element type `S`, converted to its math type.
+/// The elements of a float tensor of element type `S`, converted to its
+/// math type (f16/bf16 by the SIMD slice casts).
 pub(crate) fn math_vec<S: FloatElement>(t: &Tensor) -> Vec<S::Math> {
-    t.to_vec::<S>()
-        .expect("dtype checked by the caller")
-        .into_iter()
-        .map(S::to_math)
-        .collect()
+    let owned;
+    let src = match t.as_slice::<S>() {
+        Ok(s) => s,
+        Err(_) => {
+            owned = t.to_vec::<S>().expect("dtype checked by the caller");
+            &owned[..]
+        }
+    };
+    if crate::simd::cast::fast_pair::<S, S::Math>() {
+        let mut out = vec![ZERO::<S>(); src.len()];
+        crate::simd::cast::convert_run(src, &mut out);
+        out
+    } else {
+        src.iter().map(|&v| S::to_math(v)).collect()
+    }
 }
 
 /// The elements of a float tensor of element type `S` in its math type,

@@ -584,13 +584,19 @@ fn max_plane_2x2<S: FloatElement>(src: &[S], g: &Window, o: &mut [S], idx: &mut 
             .zip(r1.chunks_exact(2))
             .zip((0i64..).step_by(2))
         {
+            // Compared in the math type, the winning element copied as it
+            // is: no rounding back from the math type.
             let (a, b, c, d) = (p0[0].to_math(), p0[1].to_math(), p1[0].to_math(), p1[1].to_math());
             let t0 = b > a || b.is_nan();
-            let (m0, i0) = if t0 { (b, 1) } else { (a, 0) };
+            let (m0, e0, i0) = if t0 { (b, p0[1], 1) } else { (a, p0[0], 0) };
             let t1 = d > c || d.is_nan();
-            let (m1, i1) = if t1 { (d, w as i64 + 1) } else { (c, w as i64) };
+            let (m1, e1, i1) = if t1 {
+                (d, p1[1], w as i64 + 1)
+            } else {
+                (c, p1[0], w as i64)
+            };
             let t = m1 > m0 || m1.is_nan();
-            *o = S::from_math(if t { m1 } else { m0 });
+            *o = if t { e1 } else { e0 };
             *id = base + x + if t { i1 } else { i0 };
         }
     }
