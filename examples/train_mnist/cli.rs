@@ -80,8 +80,10 @@ pub const USAGE: &str = "usage: train_mnist [--epochs N] [--batch-size N] [--lr 
                 GradScaler (init scale 2^16) that skips a step whose
                 gradients overflowed and halves the scale; also under
                 --ddp and --zero (every rank skips the same steps: the
-                overflow check follows the reduced gradients), not with
-                --pipeline-stages, nor f16 with a compressed --optim
+                overflow check follows the reduced gradients) and
+                --pipeline-stages (every stage autocasts, activations
+                cross stages in P, all stages share the overflow verdict);
+                not f16 with a compressed --optim
   --overflow-at STEP
                 multiply the loss of 0-based step STEP by 2^24 (a test of
                 the f16 loss-scaling path: that step overflows, is skipped
@@ -275,12 +277,6 @@ impl Args {
         if !a.device.is_cpu() && (a.pipeline_stages > 1 || a.data_parallel()) {
             return Err(
                 "--device cuda trains in the single-process mode only (no --pipeline-stages, --ddp, --zero)"
-                    .into(),
-            );
-        }
-        if a.precision != Precision::F32 && a.pipeline_stages > 1 {
-            return Err(
-                "--precision trains in the single-process and data-parallel modes (no --pipeline-stages)"
                     .into(),
             );
         }

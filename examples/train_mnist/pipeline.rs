@@ -7,7 +7,10 @@
 //! whose gradients are summed, so the arithmetic is single-process training
 //! with gradient accumulation, and threads and processes give the same
 //! bits. After every epoch the stages send their parameters to stage 0,
-//! which assembles one model to measure test accuracy.
+//! which assembles one model to measure test accuracy. `--precision
+//! bf16|f16` runs every stage's forward and the loss under autocast
+//! (activations cross the stages in the low dtype), f16 with a loss scaler
+//! whose inf/NaN verdict all stages share.
 
 use std::collections::HashMap;
 use std::fs::OpenOptions;
@@ -133,6 +136,10 @@ fn run_stage(
         logits.cross_entropy(Target::Indices(labels), &ce)
     });
     let mut engine = PipelineEngine::new(comm, schedule.clone(), stage, loss)?;
+    if let Some(dtype) = args.precision.autocast_dtype() {
+        engine = engine.with_autocast(dtype)?;
+    }
+    let mut scaler = args.precision.scaler()?;
     // Rank 0 evaluates a whole model assembled from the stages' parameters.
     let eval_model = if first { Some(mnist_cnn()?) } else { None };
     let fashion = args.data.to_string_lossy().contains("fashion");
@@ -150,7 +157,7 @@ fn run_stage(
     let mut reached = None;
     let mut records = Vec::new();
     for epoch in 0..args.epochs {
-        let (mut loss_sum, mut seen) = (0.0, 0usize);
+        let (mut loss_sum, mut seen, mut skipped_steps) = (0.0, 0usize, 0usize);
         let epoch_start = Instant::now();
         for idx in &data.batches[epoch] {
             let idx = Tensor::from_vec(idx.iter().map(|&j| j as i64).collect(), &[idx.len()])?;
@@ -164,7 +171,18 @@ fn run_stage(
             } else {
                 unused.clone()
             };
-            let report = engine.train_batch(&x, &y, &mut opt)?;
+            let scale = scaler.scale();
+            let report = engine.train_batch_scaled(&x, &y, &mut opt, &mut scaler)?;
+            if !report.stepped {
+                skipped_steps += 1;
+                if first {
+                    eprintln!(
+                        "inf/NaN gradients under loss scale {scale}; step skipped, scale now {}",
+                        scale * scaler.options().backoff_factor
+                    );
+                }
+            }
+            scaler.update()?;
             sched.step(&mut opt)?;
             loss_sum += report.loss.unwrap_or(0.0) * idx.numel() as f64;
             seen += idx.numel();
@@ -195,19 +213,21 @@ fn run_stage(
             );
             writeln!(
                 log,
-                "{{\"epoch\":{},\"train_loss\":{train_loss:.6},\"train_acc\":{train_acc:.4},\"test_acc\":{test_acc:.4},\"lr\":{:e},\"samples_per_s\":{:.1},\"elapsed_s\":{elapsed:.3},\"pipeline\":\"{}_p{p}_m{}\"}}",
+                "{{\"epoch\":{},\"train_loss\":{train_loss:.6},\"train_acc\":{train_acc:.4},\"test_acc\":{test_acc:.4},\"lr\":{:e},\"samples_per_s\":{:.1},\"elapsed_s\":{elapsed:.3},\"pipeline\":\"{}_p{p}_m{}\",\"precision\":\"{}\",\"skipped_steps\":{skipped_steps},\"loss_scale\":{}}}",
                 epoch + 1,
                 sched.get_lr()[0],
                 seen as f64 / train_secs,
                 schedule.kind().name(),
-                schedule.micro_batches()
+                schedule.micro_batches(),
+                format!("{:?}", args.precision).to_lowercase(),
+                scaler.scale()
             )?;
             records.push(EpochRecord {
                 epoch: epoch + 1,
                 train_loss,
                 train_acc,
                 test_acc,
-                skipped_steps: 0,
+                skipped_steps,
             });
         }
     }

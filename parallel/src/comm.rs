@@ -183,6 +183,21 @@ pub trait CommExt: Communicator {
 
 impl<C: Communicator + ?Sized> CommExt for C {}
 
+/// Whether any rank of `comm` raised its flag (a loss scaler's inf/NaN
+/// verdict, so that every rank acts on the same one): `local` all-reduced
+/// with max. A collective. Errors, as a tensor error naming `op`, when the
+/// all-reduce fails.
+pub(crate) fn any_rank(
+    comm: &dyn Communicator,
+    local: bool,
+    op: &'static str,
+) -> tessera_tensor::Result<bool> {
+    let mut flag = [f64::from(u8::from(local))];
+    comm.all_reduce_slice(&mut flag, ReduceOp::Max)
+        .map_err(|e| tessera_tensor::Error::io(op, format!("all-reducing the inf/NaN flag failed: {e}")))?;
+    Ok(flag[0] > 0.0)
+}
+
 /// A tensor's elements copied out into an owned typed vector.
 enum TensorData {
     F32(Vec<f32>),

@@ -1,11 +1,12 @@
 //! `train_mnist --precision bf16|f16`: a few CI-sized steps of mixed
 //! precision training lower the loss, and under f16 a forced overflow
 //! (`--overflow-at`) is skipped, logged in `metrics.jsonl`, and halves the
-//! loss scale; f32 runs are unaffected by the flag's machinery.
+//! loss scale; f32 runs are unaffected by the flag's machinery; a 2-stage
+//! pipeline trains under both as one process does.
 
 use std::path::{Path, PathBuf};
 
-use crate::train_mnist_example::{cli, run};
+use crate::train_mnist_example::{cli, pipeline, run};
 
 fn args(out: &Path, extra: &[&str]) -> cli::Args {
     let data = concat!(env!("CARGO_MANIFEST_DIR"), "/datasets/mnist");
@@ -91,11 +92,56 @@ fn bad_precision_values_and_unsupported_modes_are_errors() {
     let parse = |v: &[&str]| cli::Args::parse(v.iter().map(|s| s.to_string()));
     let err = parse(&["--precision", "f8"]).unwrap_err();
     assert!(err.contains("--precision") && err.contains("f8"), "{err}");
-    let err = parse(&["--precision", "bf16", "--pipeline-stages", "2"]).unwrap_err();
-    assert!(err.contains("--precision"), "{err}");
+    let err = parse(&["--precision", "f16", "--optim", "onebit-adam"]).unwrap_err();
+    assert!(err.contains("--precision f16"), "{err}");
+    assert!(parse(&["--precision", "bf16", "--pipeline-stages", "2"]).is_ok());
     assert!(parse(&["--precision", "bf16", "--ddp"]).is_ok());
     assert_eq!(
         parse(&["--precision", "f16"]).unwrap().precision.autocast_dtype(),
         Some(tessera::tensor::DType::F16)
     );
+}
+
+/// `--pipeline-stages 2` (1F1B, 4 micro-batches) under bf16 and f16: every
+/// stage autocasts, and the run's losses follow the single-process run of
+/// the same precision (the micro-batches sum the same gradients in another
+/// order); the log records the precision and the loss scale.
+#[test]
+fn a_pipeline_trains_under_bf16_and_f16_as_one_process_does() {
+    for precision in ["bf16", "f16"] {
+        let one = tmp(&format!("one-{precision}"));
+        let single = run::train(&args(&one, &["--precision", precision])).unwrap();
+        let dir = tmp(&format!("pipe-{precision}"));
+        let pipe_flags = [
+            "--precision",
+            precision,
+            "--pipeline-stages",
+            "2",
+            "--micro-batches",
+            "4",
+            "--schedule",
+            "1f1b",
+        ];
+        let r = pipeline::train(&args(&dir, &pipe_flags)).unwrap();
+        assert_eq!(r.len(), 2);
+        assert!(
+            r[0].train_loss < 2.3 && r[1].train_loss < r[0].train_loss,
+            "{precision}: {r:?}"
+        );
+        for (p, s) in r.iter().zip(&single) {
+            assert!(
+                (p.train_loss - s.train_loss).abs() < 0.05,
+                "{precision}: pipeline {r:?} vs one process {single:?}"
+            );
+        }
+        let log = logged(&dir);
+        assert_eq!(log[1]["precision"].as_str(), Some(precision));
+        let scale = log[1]["loss_scale"].as_f64().unwrap();
+        match precision {
+            "bf16" => assert_eq!(scale, 1.0, "bf16 needs no loss scaling"),
+            _ => assert!(scale > 1.0, "f16 scales the loss: {scale}"),
+        }
+        std::fs::remove_dir_all(one).unwrap();
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }

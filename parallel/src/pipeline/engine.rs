@@ -11,15 +11,23 @@
 //! all-reduce from the gradient hooks as soon as its gradients are final,
 //! overlapping the rest of that pass (Megatron's `disable_grad_sync` until
 //! the last micro-batch, with `overlap_grad_reduce`).
+//!
+//! Mixed precision is PyTorch's recipe per stage: forward passes and the
+//! loss under `autocast` ([`PipelineEngine::with_autocast`]), activations and
+//! their gradients travelling in the dtype the layers produced (half the
+//! bytes under bf16/f16, as DeepSpeed and Megatron send them), and for f16
+//! a [`GradScaler`] whose inf/NaN verdict is all-reduced over the pipeline
+//! group, so every stage takes or skips the step together
+//! ([`PipelineEngine::train_batch_scaled`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tessera_autograd::{GradModeGuard, Gradients, Parameter, Var};
+use tessera_autograd::{autocast, GradModeGuard, Gradients, Parameter, Var};
 use tessera_nn::Module;
-use tessera_optim::{GradAccumulator, Optimizer};
-use tessera_tensor::{MemoryMeter, Tensor};
+use tessera_optim::{GradAccumulator, GradScaler, Optimizer};
+use tessera_tensor::{DType, MemoryMeter, Tensor};
 
 use super::instr::{Instr, Schedule, ScheduleKind};
 use super::module::PipelineStage;
@@ -61,6 +69,10 @@ pub struct StepReport {
     /// (buckets, bytes, the communication hidden behind the last backward
     /// pass); `None` without one.
     pub data_parallel: Option<DdpStepStats>,
+    /// Whether the optimizer stepped: false only when the loss scaler of
+    /// [`PipelineEngine::train_batch_scaled`] found an inf or NaN gradient
+    /// on some stage, and then every stage skipped.
+    pub stepped: bool,
 }
 
 /// Runs one stage of a pipeline: this rank's [`PipelineStage`] under a
@@ -75,6 +87,8 @@ pub struct PipelineEngine<'c> {
     stage: PipelineStage,
     loss: LossFn,
     ties: Vec<Tie>,
+    /// The dtype forward passes and the loss autocast to.
+    autocast: Option<DType>,
 }
 
 /// A weight held by several stages (a shared embedding), with the group of
@@ -123,6 +137,7 @@ impl<'c> PipelineEngine<'c> {
             stage,
             loss,
             ties: Vec::new(),
+            autocast: None,
         })
     }
 
@@ -137,6 +152,22 @@ impl<'c> PipelineEngine<'c> {
         self.dp = Some(dp);
         self.reducer = None;
         self
+    }
+
+    /// Runs every forward pass and the loss under `autocast(dtype, ..)`
+    /// (PyTorch's mixed precision: matmul/linear/conv in `dtype`, norms,
+    /// softmax and losses in f32, parameters and their gradients f32). Every
+    /// stage of a pipeline must be given the same dtype. Errors unless
+    /// `dtype` is bf16 or f16.
+    pub fn with_autocast(mut self, dtype: DType) -> Result<Self> {
+        if !matches!(dtype, DType::BF16 | DType::F16) {
+            return Err(CommError::arg(
+                "PipelineEngine::with_autocast",
+                format!("autocast runs in bf16 or f16, got {dtype}"),
+            ));
+        }
+        self.autocast = Some(dtype);
+        Ok(self)
     }
 
     /// Ties a weight held by the stages `stages` (DeepSpeed's
@@ -198,27 +229,35 @@ impl<'c> PipelineEngine<'c> {
         targets: &Tensor,
         opt: &mut dyn Optimizer,
     ) -> Result<StepReport> {
-        if !self.schedule.kind().trains() {
-            return Err(CommError::arg(
-                "PipelineEngine::train_batch",
-                "the inference schedule has no backward; use infer_batch",
-            ));
-        }
-        if let (Some(dp), None) = (self.dp, &self.reducer) {
-            let named = self.stage.named_parameters();
-            self.reducer = Some(reducer::all_reduce_reducer(
-                "PipelineEngine::train_batch",
-                dp.world_size(),
-                &named,
-                DEFAULT_FIRST_BUCKET_BYTES,
-                DEFAULT_BUCKET_CAP_BYTES,
-            )?);
-        }
-        if let Some(red) = &self.reducer {
-            lock(red).discard_accumulated();
-        }
+        self.check_trains()?;
+        self.prepare_reducer()?;
         let mut run = Run::new(self, inputs, targets)?;
-        self.execute(&mut run, Some(opt))?;
+        self.execute(&mut run, Some(opt), None)?;
+        Ok(run.report())
+    }
+
+    /// [`PipelineEngine::train_batch`] with dynamic loss scaling (f16 mixed
+    /// precision, `torch.amp.GradScaler`'s recipe): each micro-batch's loss
+    /// is backpropagated times the scale S, and the step goes through
+    /// `scaler`, which divides the gradients by S and skips the step when
+    /// one holds an inf or NaN. The verdict is all-reduced over the
+    /// pipeline group (a data-parallel axis averages inf/NaN into every
+    /// replica's gradients already), so all stages step or skip together;
+    /// [`StepReport::stepped`] says which. Call `scaler.update()` after, as
+    /// in PyTorch. Every stage must pass a scaler in the same state. Errors
+    /// as `train_batch`, as the scaler's `unscale_`/`step`, and when the
+    /// flag's all-reduce fails.
+    pub fn train_batch_scaled(
+        &mut self,
+        inputs: &Tensor,
+        targets: &Tensor,
+        opt: &mut dyn Optimizer,
+        scaler: &mut GradScaler,
+    ) -> Result<StepReport> {
+        self.check_trains()?;
+        self.prepare_reducer()?;
+        let mut run = Run::new(self, inputs, targets)?;
+        self.execute(&mut run, Some(opt), Some(scaler))?;
         Ok(run.report())
     }
 
@@ -239,7 +278,7 @@ impl<'c> PipelineEngine<'c> {
         }
         let _guard = GradModeGuard::set(false);
         let mut run = Run::new(self, inputs, inputs)?;
-        self.execute(&mut run, None)?;
+        self.execute(&mut run, None, None)?;
         if run.results.is_empty() {
             return Ok(None);
         }
@@ -249,8 +288,50 @@ impl<'c> PipelineEngine<'c> {
         Ok(Some(Tensor::cat(&outs, 0)?))
     }
 
+    fn check_trains(&self) -> Result<()> {
+        if !self.schedule.kind().trains() {
+            return Err(CommError::arg(
+                "PipelineEngine::train_batch",
+                "the inference schedule has no backward; use infer_batch",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Makes the data-parallel reducer at the first batch, and empties its
+    /// buckets before every batch.
+    fn prepare_reducer(&mut self) -> Result<()> {
+        if let (Some(dp), None) = (self.dp, &self.reducer) {
+            let named = self.stage.named_parameters();
+            self.reducer = Some(reducer::all_reduce_reducer(
+                "PipelineEngine::train_batch",
+                dp.world_size(),
+                &named,
+                DEFAULT_FIRST_BUCKET_BYTES,
+                DEFAULT_BUCKET_CAP_BYTES,
+            )?);
+        }
+        if let Some(red) = &self.reducer {
+            lock(red).discard_accumulated();
+        }
+        Ok(())
+    }
+
+    /// Runs `f` (a forward pass or the loss) under the engine's autocast.
+    fn cast<R>(&self, f: impl FnOnce() -> tessera_tensor::Result<R>) -> tessera_tensor::Result<R> {
+        match self.autocast {
+            Some(d) => autocast(d, f),
+            None => f(),
+        }
+    }
+
     /// Runs this stage's program, in order.
-    fn execute<'o>(&self, run: &mut Run<'_>, mut opt: Option<&mut (dyn Optimizer + 'o)>) -> Result<()> {
+    fn execute<'o>(
+        &self,
+        run: &mut Run<'_>,
+        mut opt: Option<&mut (dyn Optimizer + 'o)>,
+        mut scaler: Option<&mut GradScaler>,
+    ) -> Result<()> {
         for &instr in self.schedule.instrs(self.stage.stage()) {
             // The reductions and the optimizer step are not activation memory.
             let metered = !matches!(
@@ -258,7 +339,7 @@ impl<'c> PipelineEngine<'c> {
                 Instr::ReduceTiedGrads | Instr::ReduceGrads | Instr::OptimizerStep
             );
             let _scope = metered.then(|| run.meter.enter());
-            run.exec(self, instr, opt.as_deref_mut())
+            run.exec(self, instr, opt.as_deref_mut(), scaler.as_deref_mut())
                 .map_err(|e| self.wrap(&instr, e))?;
         }
         Ok(())
@@ -300,6 +381,7 @@ struct Run<'t> {
     data_parallel: Option<DdpStepStats>,
     loss: f64,
     has_loss: bool,
+    stepped: bool,
     peak: usize,
     meter: MemoryMeter,
     busy: Duration,
@@ -349,6 +431,7 @@ impl<'t> Run<'t> {
             data_parallel: None,
             loss: 0.0,
             has_loss: false,
+            stepped: true,
             peak: 0,
             meter: MemoryMeter::new(),
             busy: Duration::ZERO,
@@ -366,6 +449,7 @@ impl<'t> Run<'t> {
             started: self.started,
             finished: self.finished,
             data_parallel: self.data_parallel.clone(),
+            stepped: self.stepped,
         }
     }
 
@@ -374,6 +458,7 @@ impl<'t> Run<'t> {
         e: &PipelineEngine<'_>,
         instr: Instr,
         opt: Option<&mut (dyn Optimizer + 'o)>,
+        scaler: Option<&mut GradScaler>,
     ) -> Result<()> {
         let s = e.stage.stage();
         let last_k = e.schedule.virtual_stages() - 1;
@@ -416,10 +501,11 @@ impl<'t> Run<'t> {
                         Var::constant(t)
                     }
                 };
-                let y = e.stage.chunks()[chunk].forward(&x)?;
+                let y = e.cast(|| e.stage.chunks()[chunk].forward(&x))?;
                 if k == last_k && e.schedule.kind().trains() {
                     let target = self.loaded.get_mut(&mb).and_then(|l| l.1.take());
-                    let loss = (e.loss)(&y, &target.expect("checked schedule: loaded before its forward"))?;
+                    let target = target.expect("checked schedule: loaded before its forward");
+                    let loss = e.cast(|| (e.loss)(&y, &target))?;
                     let loss = loss.mul_scalar(1.0 / e.schedule.micro_batches() as f64)?;
                     self.loss += loss
                         .tensor()
@@ -447,9 +533,11 @@ impl<'t> Run<'t> {
                 } else {
                     Some(self.received.remove(&(mb, chunk)).expect("checked schedule"))
                 };
-                let backward = || match &dy {
-                    None => y.backward(),
-                    Some(dy) => y.backward_with(dy),
+                let scaler = scaler.as_deref();
+                let backward = || match (&dy, scaler) {
+                    (None, Some(scaler)) => scaler.backward(&y),
+                    (None, None) => y.backward(),
+                    (Some(dy), _) => y.backward_with(dy),
                 };
                 self.backwards_left -= 1;
                 let mut grads = match (&e.reducer, e.dp) {
@@ -490,9 +578,16 @@ impl<'t> Run<'t> {
                 }
             }
             Instr::OptimizerStep => {
-                let grads = self.grads.take().unwrap_or_default();
-                if let Some(opt) = opt {
-                    opt.step(&grads)?;
+                let mut grads = self.grads.take().unwrap_or_default();
+                match (opt, scaler) {
+                    (Some(opt), Some(scaler)) => {
+                        scaler.unscale_across(&mut grads, &mut |local| {
+                            crate::comm::any_rank(e.comm, local, "PipelineEngine::train_batch_scaled")
+                        })?;
+                        self.stepped = scaler.step(opt, &mut grads)?;
+                    }
+                    (Some(opt), None) => opt.step(&grads)?,
+                    (None, _) => {}
                 }
             }
         }

@@ -411,15 +411,7 @@ impl<'c> ZeroOptimizer<'c> {
         let mut grads = self.partition_grads()?;
         let comm = self.comm;
         let found = scaler.unscale_across(&mut grads, &mut |local| {
-            let mut flag = [f64::from(u8::from(local))];
-            comm.all_reduce_slice(&mut flag, crate::ReduceOp::Max)
-                .map_err(|e| {
-                    tessera_tensor::Error::io(
-                        "GradScaler::unscale_",
-                        format!("all-reducing the inf/NaN flag failed: {e}"),
-                    )
-                })?;
-            Ok(flag[0] > 0.0)
+            crate::comm::any_rank(&*comm, local, "GradScaler::unscale_")
         })?;
         self.restore_partition_grads(grads)?;
         Ok(found)

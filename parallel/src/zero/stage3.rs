@@ -298,15 +298,7 @@ impl Zero3 {
         let mut grads = self.shard_grads()?;
         let comm = lock(&self.core).idle_comm()?;
         let found = scaler.unscale_across(&mut grads, &mut |local| {
-            let mut flag = [f64::from(u8::from(local))];
-            comm.all_reduce_slice(&mut flag, crate::ReduceOp::Max)
-                .map_err(|e| {
-                    tessera_tensor::Error::io(
-                        "GradScaler::unscale_",
-                        format!("all-reducing the inf/NaN flag failed: {e}"),
-                    )
-                })?;
-            Ok(flag[0] > 0.0)
+            crate::comm::any_rank(&*comm, local, "GradScaler::unscale_")
         })?;
         self.restore_grads(&grads)?;
         Ok(found)

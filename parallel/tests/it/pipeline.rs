@@ -13,18 +13,18 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use tessera_autograd::Var;
+use tessera_autograd::{autocast, Var};
 use tessera_nn::{
     CrossEntropyLoss, Linear, Module, Sequential, Tanh, TransformerEncoderLayer, TransformerOptions,
 };
-use tessera_optim::{GradAccumulator, Optimizer, Sgd, SgdOptions};
+use tessera_optim::{GradAccumulator, GradScaler, GradScalerOptions, Optimizer, Sgd, SgdOptions};
 use tessera_parallel::pipeline::{
     LossFn, Partition, PipelineEngine, PipelineGrid, PipelineModule, Schedule, ScheduleKind,
 };
 use tessera_parallel::{
     tcp, CommConfig, CommError, Communicator, DdpConfig, DistributedDataParallel, LocalGroup,
 };
-use tessera_tensor::{manual_seed, Tensor};
+use tessera_tensor::{manual_seed, DType, Tensor};
 
 const STEPS: usize = 2;
 const BATCH: usize = 840; // divisible by every micro-batch count 1..=8
@@ -681,4 +681,142 @@ fn activation_memory_per_stage_follows_the_schedule() {
     }
     // With m = 2 = p both schedules hold every micro-batch on stage 0.
     assert!(f[0][0] as f64 >= 0.9 * g[0][0] as f64, "gpipe {g:?}, 1f1b {f:?}");
+}
+
+/// One process under autocast to `dtype`, `m` micro-batches per step with
+/// their gradients summed in order, the loss scaled by `scaler` (disabled
+/// for bf16): what a mixed-precision pipeline must reproduce bitwise.
+fn reference_autocast(x: &Tensor, y: &Tensor, m: usize, dtype: DType, scaler: &mut GradScaler) -> Params {
+    let model = mlp();
+    let mut opt = sgd(model.parameters());
+    let rows = x.shape()[0] / m;
+    for _ in 0..STEPS {
+        let mut acc = GradAccumulator::new(m, false).unwrap();
+        for mb in 0..m {
+            let xb = Var::constant(x.narrow(0, mb * rows, rows).unwrap());
+            let yb = y.narrow(0, mb * rows, rows).unwrap();
+            let loss = autocast(dtype, || loss_fn()(&model.forward(&xb)?, &yb)).unwrap();
+            let loss = loss.mul_scalar(1.0 / m as f64).unwrap();
+            if let Some(mut g) = acc.add(scaler.backward(&loss).unwrap()).unwrap() {
+                assert!(
+                    scaler.step(&mut opt, &mut g).unwrap(),
+                    "the reference skipped a step"
+                );
+            }
+        }
+        scaler.update().unwrap();
+    }
+    values(model.named_parameters())
+}
+
+fn scaler_for(dtype: DType) -> GradScaler {
+    GradScaler::new(GradScalerOptions {
+        enabled: dtype == DType::F16,
+        ..GradScalerOptions::default()
+    })
+    .unwrap()
+}
+
+/// bf16 and f16 (with loss scaling) pipelines, every schedule on 2 stages:
+/// activations and their gradients cross the stages in the low dtype, and
+/// the parameters equal one process's autocast training with the same
+/// micro-batches bitwise — and differ from f32 training.
+#[test]
+fn mixed_precision_pipeline_equals_single_process_autocast() {
+    let (x, y) = data(BATCH, false);
+    let m = 4;
+    let (f32_run, _) = reference(mlp, &x, &y, m);
+    for dtype in [DType::BF16, DType::F16] {
+        let want = reference_autocast(&x, &y, m, dtype, &mut scaler_for(dtype));
+        assert_ne!(want, f32_run, "{dtype}: autocast changed nothing");
+        for s in schedules(2, m) {
+            let what = format!("{dtype} {}", s.kind().name());
+            let outs = LocalGroup::run(2, |comm| -> Result<Params, CommError> {
+                let module = PipelineModule::new(mlp().layers, 2, s.chunks(), &Partition::Layers)?;
+                let stage = module.into_stage(comm.rank())?;
+                let mut opt = sgd(stage.parameters());
+                let mut engine =
+                    PipelineEngine::new(comm, s.clone(), stage, loss_fn())?.with_autocast(dtype)?;
+                let mut scaler = scaler_for(dtype);
+                for _ in 0..STEPS {
+                    let r = engine.train_batch_scaled(&x, &y, &mut opt, &mut scaler)?;
+                    assert!(r.stepped);
+                    scaler.update()?;
+                }
+                Ok(values(engine.stage().named_parameters()))
+            })
+            .unwrap();
+            let mut merged = Params::new();
+            for o in outs {
+                merged.extend(o.unwrap_or_else(|e| panic!("{what}: {e}")));
+            }
+            assert_bitwise(&merged, &want, &what);
+        }
+    }
+    let err = LocalGroup::run(1, |comm| {
+        let stage = PipelineModule::new(mlp().layers, 1, 1, &Partition::Layers)?.into_stage(0)?;
+        PipelineEngine::new(comm, Schedule::gpipe(1, 1)?, stage, loss_fn())?
+            .with_autocast(DType::F64)
+            .map(|_| ())
+    })
+    .unwrap()
+    .remove(0)
+    .expect_err("f64 is no autocast dtype");
+    assert!(err.to_string().contains("bf16 or f16"), "{err}");
+}
+
+/// Passes its input on with no path back: the stages before it get zero
+/// gradients.
+#[derive(Module)]
+struct Detach;
+
+impl Module for Detach {
+    fn forward(&self, x: &Var) -> tessera_tensor::Result<Var> {
+        Ok(Var::constant(x.tensor().clone()))
+    }
+}
+
+/// An f16 scale so large that only the last stage's gradients overflow
+/// (the first stage gets zeros through `Detach`): every stage must skip
+/// the step, report it, leave its parameters as they were and back the
+/// scale off alike — the inf/NaN verdict is the pipeline's, not a stage's.
+#[test]
+fn an_overflow_on_one_stage_skips_the_step_on_every_stage() {
+    fn model() -> Sequential {
+        manual_seed(3);
+        Sequential::new()
+            .with(Linear::new(6, 16, true).unwrap())
+            .with(Tanh)
+            .with(Detach)
+            .with(Linear::new(16, 3, true).unwrap())
+    }
+    let (x, y) = data(48, false);
+    let before = values(model().named_parameters());
+    let outs = LocalGroup::run(2, |comm| -> Result<(bool, f64, Params), CommError> {
+        let module = PipelineModule::new(model().layers, 2, 1, &Partition::Layers)?;
+        let stage = module.into_stage(comm.rank())?;
+        let mut opt = sgd(stage.parameters());
+        let mut engine = PipelineEngine::new(comm, Schedule::one_f_one_b(2, 2)?, stage, loss_fn())?
+            .with_autocast(DType::F16)?;
+        let mut scaler = GradScaler::new(GradScalerOptions {
+            init_scale: 1e30,
+            ..GradScalerOptions::default()
+        })?;
+        let r = engine.train_batch_scaled(&x, &y, &mut opt, &mut scaler)?;
+        scaler.update()?;
+        Ok((
+            r.stepped,
+            scaler.scale(),
+            values(engine.stage().named_parameters()),
+        ))
+    })
+    .unwrap();
+    for (st, o) in outs.into_iter().enumerate() {
+        let (stepped, scale, params) = o.unwrap();
+        assert!(!stepped, "stage {st} stepped past an overflow");
+        assert_eq!(scale, 1e30f32 as f64 * 0.5, "stage {st} backed the scale off");
+        for (name, v) in params {
+            assert_eq!(v, before[&name], "stage {st}: {name} changed in a skipped step");
+        }
+    }
 }
