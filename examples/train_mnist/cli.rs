@@ -82,8 +82,8 @@ pub const USAGE: &str = "usage: train_mnist [--epochs N] [--batch-size N] [--lr 
                 --ddp and --zero (every rank skips the same steps: the
                 overflow check follows the reduced gradients) and
                 --pipeline-stages (every stage autocasts, activations
-                cross stages in P, all stages share the overflow verdict);
-                not f16 with a compressed --optim
+                cross stages in P, all stages share the overflow verdict)
+                and --device cuda; not f16 with a compressed --optim
   --overflow-at STEP
                 multiply the loss of 0-based step STEP by 2^24 (a test of
                 the f16 loss-scaling path: that step overflows, is skipped

@@ -2,7 +2,7 @@
 //! `torch.amp.GradScaler` defaults and update rule.
 
 use tessera_autograd::{Gradients, Var};
-use tessera_tensor::{with_float_dtype, Error, FloatElement, FloatMath, Result, Tensor};
+use tessera_tensor::{with_float_dtype, DType, Device, Error, FloatElement, FloatMath, Result, Tensor};
 
 use crate::{Optimizer, StateDict};
 
@@ -161,8 +161,22 @@ impl GradScaler {
         }
         let inv = (1.0 / self.scale as f64) as f32;
         let mut found_inf = false;
+        // Device gradients add their flags up on the device: one read back
+        // for all of them, not a synchronisation per tensor.
+        let mut device_flags: Option<Tensor> = None;
         for (_, g) in grads.iter_mut() {
-            found_inf |= unscale_tensor(g, inv)?;
+            if g.device().is_cpu() {
+                found_inf |= unscale_tensor(g, inv)?;
+            } else {
+                let flag = unscale_on_device(g, inv)?;
+                device_flags = Some(match device_flags {
+                    Some(sum) => sum.add(&flag)?,
+                    None => flag,
+                });
+            }
+        }
+        if let Some(sum) = device_flags {
+            found_inf |= sum.to_device(Device::Cpu)?.to_scalar::<f32>()? > 0.0;
         }
         let found_inf = combine(found_inf)?;
         self.stage = Stage::Unscaled { found_inf };
@@ -278,6 +292,28 @@ fn unscale_tensor(g: &mut Tensor, inv: f32) -> Result<bool> {
         }
         Ok(found)
     }, else Err(Error::dtype("GradScaler::unscale_", format!("gradients must be floating point, got {dtype}"))))
+}
+
+/// [`unscale_tensor`] for a gradient on a GPU, in the device's own ops:
+/// `g ← g·inv`, and a 0-d f32 tensor on the device that is 1 when an
+/// element of `g` was not finite (`x − x` is 0 exactly for finite `x`,
+/// NaN for ±inf and NaN), else 0.
+fn unscale_on_device(g: &mut Tensor, inv: f32) -> Result<Tensor> {
+    let dtype = g.dtype();
+    if !dtype.is_float() {
+        return Err(Error::dtype(
+            "GradScaler::unscale_",
+            format!("gradients must be floating point, got {dtype}"),
+        ));
+    }
+    let dims: Vec<isize> = (0..g.ndim() as isize).collect();
+    let flag = g
+        .sub(g)?
+        .ne_scalar(0.0)?
+        .any(&dims, false)?
+        .to_dtype(DType::F32)?;
+    *g = g.mul_scalar(f64::from(inv))?;
+    Ok(flag)
 }
 
 #[cfg(test)]

@@ -263,3 +263,53 @@ fn state_round_trips_with_pytorch_keys() {
     assert_eq!((r.scale(), r.growth_tracker()), (s.scale(), s.growth_tracker()));
     assert_eq!(r.scale(), 65536.0);
 }
+
+/// f32 gradients on a GPU (the emulated device under `cuda-emu`) unscale
+/// to the CPU's bits and give the CPU's verdict: all finite, or one inf,
+/// -inf or NaN in the second of three tensors (one of them 0-d).
+#[cfg(feature = "cuda")]
+#[test]
+fn device_gradients_unscale_and_flag_as_on_the_cpu() {
+    use tessera_tensor::{DType, Device};
+    let dev = Device::Cuda(0);
+    if let Err(e) = dev.available() {
+        println!("skipped: no CUDA device ({e})");
+        return;
+    }
+    for bad in [None, Some(f64::INFINITY), Some(f64::NEG_INFINITY), Some(f64::NAN)] {
+        let mut second = vec![3.0e4, -7.5, 0.25, 1.0e-3];
+        if let Some(b) = bad {
+            second[2] = b;
+        }
+        let list: [(&[f64], &[usize]); 3] =
+            [(&[65536.0, -2.0, 0.5], &[3]), (&second, &[2, 2]), (&[4.0], &[])];
+        let (_, cpu_grads) = crate::test_util::grads_of(&list);
+        let as_f32 = |g: &Gradients, device: Device| {
+            let mut out = Gradients::default();
+            for (id, t) in g.iter() {
+                out.insert(*id, t.to_dtype(DType::F32).unwrap().to_device(device).unwrap());
+            }
+            out
+        };
+        let (mut cpu, mut gpu) = (as_f32(&cpu_grads, Device::Cpu), as_f32(&cpu_grads, dev));
+        let (mut s_cpu, mut s_gpu) = (scaler(2000), scaler(2000));
+        let found_cpu = s_cpu.unscale_(&mut cpu).unwrap();
+        let found_gpu = s_gpu.unscale_(&mut gpu).unwrap();
+        assert_eq!(found_cpu, bad.is_some(), "{bad:?}");
+        assert_eq!(found_gpu, found_cpu, "{bad:?}");
+        for (id, c) in cpu.iter() {
+            let g = gpu.get_id(*id).unwrap();
+            assert!(!g.device().is_cpu(), "unscaled where it lies");
+            let bits = |t: &Tensor| -> Vec<u32> {
+                t.to_device(Device::Cpu)
+                    .unwrap()
+                    .to_vec::<f32>()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect()
+            };
+            assert_eq!(bits(g), bits(c), "{bad:?}");
+        }
+    }
+}

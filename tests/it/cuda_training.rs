@@ -332,6 +332,66 @@ fn train_mnist_runs_on_the_device() {
     }
 }
 
+/// `train_mnist --device cuda --precision bf16|f16` against the same flags
+/// on the CPU: autocast's casts, the bf16/f16 GEMMs and convolutions, the
+/// f32 master weights and, for f16, the loss scaler run on the device — a
+/// forced overflow (`--overflow-at 1`) is skipped on both (4 steps of 2
+/// digits each). Both round every
+/// product's output to bf16/f16 but sum in their own orders, so the losses
+/// agree within 1e-3 relative.
+#[test]
+fn train_mnist_mixed_precision_on_the_device_matches_the_cpu() {
+    use crate::train_mnist_example::{cli, run};
+    if !gpu() {
+        return;
+    }
+    let data = concat!(env!("CARGO_MANIFEST_DIR"), "/datasets/mnist");
+    let train = |name: &str, extra: &[&str]| {
+        let out = std::env::temp_dir().join(format!("tessera-cuda-amp-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&out);
+        let base = [
+            "--epochs",
+            "1",
+            "--batch-size",
+            "2",
+            "--lr",
+            "0.05",
+            "--seed",
+            "3",
+            "--train-limit",
+            "8",
+            "--test-limit",
+            "4",
+            "--data",
+            data,
+        ];
+        let outs = ["--out".to_string(), out.display().to_string()];
+        let args = cli::Args::parse(base.iter().chain(extra).map(|s| s.to_string()).chain(outs)).unwrap();
+        let records = run::train(&args).unwrap();
+        let _ = std::fs::remove_dir_all(&out);
+        records
+    };
+    for (precision, extra) in [("bf16", &[][..]), ("f16", &["--overflow-at", "1"][..])] {
+        let mut flags = vec!["--precision", precision];
+        flags.extend_from_slice(extra);
+        let cpu = train(&format!("cpu-{precision}"), &flags);
+        flags.extend_from_slice(&["--device", "cuda"]);
+        let dev = train(&format!("dev-{precision}"), &flags);
+        for (c, d) in cpu.iter().zip(&dev) {
+            assert!(
+                (c.train_loss - d.train_loss).abs() <= 1e-3 * c.train_loss,
+                "{precision}: {cpu:?} vs {dev:?}"
+            );
+            assert_eq!(
+                c.skipped_steps, d.skipped_steps,
+                "{precision}: {cpu:?} vs {dev:?}"
+            );
+        }
+        let skipped: usize = dev.iter().map(|r| r.skipped_steps).sum();
+        assert_eq!(skipped, usize::from(precision == "f16"), "{precision}: {dev:?}");
+    }
+}
+
 /// Some two hundred optimizer steps of `train_mnist --device cuda` (192
 /// real digits, batch 2, 2 epochs = 192 SGD steps; the emulator's cost follows
 /// the elements each kernel touches, so the small batch halves the test's
