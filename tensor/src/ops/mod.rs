@@ -27,6 +27,7 @@ pub mod interpolate;
 pub(crate) mod lanes;
 pub mod layer_norm;
 mod layer_norm_f32;
+pub(crate) mod math_view;
 pub mod matmul;
 pub(crate) mod norm_common;
 #[cfg(test)]

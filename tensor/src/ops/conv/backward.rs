@@ -5,10 +5,10 @@ use rayon::prelude::*;
 
 use super::im2col::{col2im_strided, im2col_strided};
 use super::{gather_samples, samples_per_gemm, weight_ref, Conv2dParams, Geom};
+use crate::ops::matmul::check_operands;
 use crate::ops::matmul::gemm::{gemm, Epilogue, GemmShape, MatMut};
 use crate::ops::matmul::kernel::{GemmScalar, Isa};
 use crate::ops::matmul::pack::MatRef;
-use crate::ops::matmul::{check_operands, math_cow};
 use crate::{Error, FloatElement, FloatMath, Result, Tensor};
 
 /// Partial weight gradients computed at once before they are added in task
@@ -93,9 +93,10 @@ fn bias_grad<S: FloatElement>(grad_out: &Tensor, n: usize, o: usize, l: usize) -
 where
     S::Math: crate::Element,
 {
-    // Borrowed when already contiguous f32/f64: no copy of the whole gradient.
+    // Read in place, widened element by element (a shift for bf16): no
+    // copy of the whole gradient.
     let grad_out = grad_out.contiguous()?;
-    let go = math_cow::<S>(&grad_out);
+    let go = grad_out.as_slice::<S>().expect("contiguous and dtype-checked");
     let zero = <S::Math as FloatMath>::ZERO;
     let sums: Vec<S> = (0..o)
         .into_par_iter()
@@ -109,11 +110,11 @@ where
                 let mut chunks = row.chunks_exact(8);
                 for ch in &mut chunks {
                     for (a, &v) in acc.iter_mut().zip(ch) {
-                        *a += v;
+                        *a += v.to_math();
                     }
                 }
                 for (a, &v) in acc.iter_mut().zip(chunks.remainder()) {
-                    *a += v;
+                    *a += v.to_math();
                 }
             }
             S::from_math(acc.iter().fold(zero, |s, &v| s + v))
@@ -240,7 +241,8 @@ where
     let xs = x.as_slice::<S>().expect("contiguous and dtype-checked");
     let (kk, l) = (g.kk(), g.l());
     if dot {
-        let dw = super::dot::weight_grad::<S>(&math_cow::<S>(&grad_out), xs, g);
+        let go = grad_out.as_slice::<S>().expect("contiguous and dtype-checked");
+        let dw = super::dot::weight_grad::<S>(go, xs, g);
         return Tensor::from_vec(dw, &[g.o, g.cg, g.kh, g.kw])?.to_dtype(S::DTYPE);
     }
     // GEMM operands in the storage type, as in `input_grad`.

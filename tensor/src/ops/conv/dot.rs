@@ -14,6 +14,7 @@ use rayon::prelude::*;
 
 use super::im2col::im2col_strided;
 use super::Geom;
+use crate::ops::math_view::math_slice;
 use crate::ops::matmul::kernel::{GemmScalar, Isa};
 use crate::FloatElement;
 
@@ -33,8 +34,8 @@ const SAMPLES_PER_TASK: usize = 4;
 
 /// The weight gradient `[O, cg·kh·kw]` (row-major) of a convolution with
 /// geometry `g` from `go` (`grad_out`, `[N, O, OH·OW]` in the math type)
-/// and the input `xs` (`[N, C, H, W]`).
-pub(super) fn weight_grad<S: FloatElement>(go: &[S::Math], xs: &[S], g: &Geom) -> Vec<S::Math>
+/// and the input `xs` (`[N, C, H, W]`), both in the storage type.
+pub(super) fn weight_grad<S: FloatElement>(go: &[S], xs: &[S], g: &Geom) -> Vec<S::Math>
 where
     S::Math: GemmScalar,
 {
@@ -46,12 +47,13 @@ where
         let mut part = vec![[zero; LANES]; g.o * kk];
         // Unfolded taps with rows padded to whole vectors: the padding stays 0.
         let mut cols = vec![zero; kk * lp];
+        let mut widened = Vec::new();
         for n in t * SAMPLES_PER_TASK..((t + 1) * SAMPLES_PER_TASK).min(g.n) {
             for grp in 0..g.groups {
                 let xg = &xs[(n * g.c + grp * g.cg) * g.h * g.w..][..g.cg * g.h * g.w];
                 im2col_strided(xg, g, &mut cols, lp, S::to_math);
                 for oc in grp * g.og..(grp + 1) * g.og {
-                    let row = &go[(n * g.o + oc) * l..][..l];
+                    let row = math_slice(&go[(n * g.o + oc) * l..][..l], &mut widened);
                     for t0 in (0..kk).step_by(TAP_BLOCK) {
                         let taps = TAP_BLOCK.min(kk - t0);
                         let acc = &mut part[oc * kk + t0..oc * kk + t0 + taps];

@@ -21,10 +21,11 @@ pub(crate) use backward::{cpu_backward_input, cpu_backward_weight};
 
 use rayon::prelude::*;
 
+use super::math_view::math_view;
+use super::matmul::check_operands;
 use super::matmul::gemm::{gemm, Bias, Epilogue, GemmShape, MatMut};
 use super::matmul::kernel::{GemmScalar, Isa};
 use super::matmul::pack::MatRef;
-use super::matmul::{check_operands, math_vec};
 use crate::{Error, FloatElement, FloatMath, Result, Tensor};
 
 /// Hyper-parameters of [`Tensor::conv2d`], as `(height, width)` pairs where
@@ -248,7 +249,7 @@ where
     // Weights and unfolded inputs stay in the storage type: the GEMM packs
     // them (bf16 natively on the bf16 kernels, f16 widened while packing).
     let wm = w.contiguous()?.to_vec::<S>()?;
-    let bm = bias.map(math_vec::<S>);
+    let bm = bias.map(math_view::<S>).transpose()?;
     let (kk, l) = (g.kk(), g.l());
     let plane = g.c * g.h * g.w;
     let nb = samples_per_gemm(g);

@@ -14,7 +14,7 @@ mod tests;
 
 use rayon::prelude::*;
 
-use crate::ops::matmul::math_vec;
+use crate::ops::math_view::math_view;
 use crate::ops::norm_common::check_float;
 use crate::{Error, FloatElement, FloatMath, Result, Tensor};
 
@@ -154,7 +154,7 @@ pub(crate) fn cpu_upsample_bilinear2d_backward(
     let (h, w) = spatial(OP, input_shape)?;
     let (oh, ow) = (grad_out.shape()[2], grad_out.shape()[3]);
     Ok(crate::with_float_dtype!(grad_out.dtype(), S => {
-        let go = math_vec::<S>(grad_out);
+        let go = math_view::<S>(grad_out)?;
         let ys = taps::<<S as FloatElement>::Math>(OP, h, oh, align_corners, scales[0])?;
         let xt = taps::<<S as FloatElement>::Math>(OP, w, ow, align_corners, scales[1])?;
         let mut gi = crate::tensor::try_vec(OP, input_shape)?;

@@ -224,7 +224,7 @@ pub(crate) fn cpu_linear(
     shape.push(out_f);
     let wt = weight.t()?;
     Ok(crate::with_float_dtype!(x.dtype(), S => {
-        let bias_m = bias.map(math_vec::<S>);
+        let bias_m = bias.map(crate::ops::math_view::math_view::<S>).transpose()?;
         let epi = Epilogue {
             bias: bias_m.as_deref().map_or(Bias::None, Bias::Col),
             relu: act == Activation::Relu,
@@ -268,41 +268,6 @@ fn ONE<S: FloatElement>() -> S::Math {
 #[allow(non_snake_case)]
 fn ZERO<S: FloatElement>() -> S::Math {
     <S::Math as crate::FloatMath>::ZERO
-}
-
-/// The elements of a float tensor of element type `S`, converted to its
-/// math type (f16/bf16 by the SIMD slice casts).
-pub(crate) fn math_vec<S: FloatElement>(t: &Tensor) -> Vec<S::Math> {
-    let owned;
-    let src = match t.as_slice::<S>() {
-        Ok(s) => s,
-        Err(_) => {
-            owned = t.to_vec::<S>().expect("dtype checked by the caller");
-            &owned[..]
-        }
-    };
-    if crate::simd::cast::fast_pair::<S, S::Math>() {
-        let mut out = vec![ZERO::<S>(); src.len()];
-        crate::simd::cast::convert_run(src, &mut out);
-        out
-    } else {
-        src.iter().map(|&v| S::to_math(v)).collect()
-    }
-}
-
-/// The elements of a float tensor of element type `S` in its math type,
-/// borrowed when it is contiguous and already of that type (f32, f64), else
-/// converted into a new vector.
-pub(crate) fn math_cow<S: FloatElement>(t: &Tensor) -> std::borrow::Cow<'_, [S::Math]>
-where
-    S::Math: Element,
-{
-    if t.dtype() == <S::Math as Element>::DTYPE {
-        if let Ok(s) = t.as_slice::<S::Math>() {
-            return std::borrow::Cow::Borrowed(s);
-        }
-    }
-    std::borrow::Cow::Owned(math_vec::<S>(t))
 }
 
 /// The last two dimensions of `layout` over `t`'s storage as a matrix.

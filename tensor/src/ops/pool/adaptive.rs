@@ -93,7 +93,7 @@ pub(crate) fn cpu_adaptive_avg_pool2d_backward(grad_out: &Tensor, input_shape: &
     let nd = input_shape.len();
     let (oh, ow) = (grad_out.shape()[nd - 2], grad_out.shape()[nd - 1]);
     Ok(crate::with_float_dtype!(grad_out.dtype(), S => {
-        let go = crate::ops::matmul::math_vec::<S>(grad_out);
+        let go = crate::ops::math_view::math_view::<S>(grad_out)?;
         scatter_planes::<S>(input_shape, h * w, oh * ow, |pl, gi| {
             for oy in 0..oh {
                 let ys = bounds(oy, oh, h);

@@ -9,6 +9,7 @@
 mod adaptive;
 #[cfg(feature = "cuda")]
 pub(crate) mod cuda;
+mod max_2x2;
 #[cfg(test)]
 mod tests;
 
@@ -187,13 +188,14 @@ pub(crate) fn cpu_max_pool2d_backward(
     // first bad one reported after.
     let bad = std::sync::atomic::AtomicBool::new(false);
     let out = crate::with_float_dtype!(grad_out.dtype(), S => {
+        // Read in place, widened element by element: no copy of the gradient.
         let grad_out = grad_out.contiguous()?;
-        let go = crate::ops::matmul::math_cow::<S>(&grad_out);
+        let go = grad_out.as_slice::<S>().expect("contiguous and dtype-checked");
         scatter_planes::<S>(input_shape, h * w, l, |pl, gi| {
             for (&i, &v) in idx[pl * l..(pl + 1) * l].iter().zip(&go[pl * l..]) {
                 // A negative index wraps far past the plane: `None` too.
                 match gi.get_mut(i as usize) {
-                    Some(g) => *g += v,
+                    Some(g) => *g += v.to_math(),
                     None => bad.store(true, std::sync::atomic::Ordering::Relaxed),
                 }
             }
@@ -231,7 +233,7 @@ pub fn avg_pool2d_backward(grad_out: &Tensor, input_shape: &[usize], p: &Pool2dP
 pub(crate) fn cpu_avg_pool2d_backward(grad_out: &Tensor, g: &Window) -> Result<Tensor> {
     let input_shape = g.shape.as_slice();
     Ok(crate::with_float_dtype!(grad_out.dtype(), S => {
-        let go = crate::ops::matmul::math_vec::<S>(grad_out);
+        let go = crate::ops::math_view::math_view::<S>(grad_out)?;
         let l = g.oh * g.ow;
         scatter_planes::<S>(input_shape, g.h * g.w, l, |pl, gi| {
             for oy in 0..g.oh {
@@ -418,8 +420,9 @@ fn too_large(op: &'static str, shape: &[usize]) -> Error {
 }
 
 /// A fresh tensor of `shape` (in `S`) whose planes of `plane` elements are
-/// accumulated in the math type from zero by `f(plane_index, plane)`, in
-/// parallel when `work` (elements read per plane) makes it worth it.
+/// accumulated in the math type from zero by `f(plane_index, plane)` and
+/// rounded once, in parallel when `work` (elements read per plane) makes
+/// it worth it.
 fn scatter_planes<S: FloatElement>(
     shape: &[usize],
     plane: usize,
@@ -429,23 +432,24 @@ fn scatter_planes<S: FloatElement>(
 where
     S::Math: crate::Element,
 {
-    let zero = <<S as FloatElement>::Math as FloatMath>::ZERO;
-    // Each plane is zeroed right before its scatter, while it is in cache.
-    let each = |(pl, g): (usize, &mut [S::Math])| {
-        g.fill(zero);
-        f(pl, g)
+    // Each plane is zeroed right before its scatter, while it is in cache;
+    // f16/bf16 planes accumulate in a per-job f32 plane.
+    let each = |scratch: &mut Vec<S::Math>, (pl, out): (usize, &mut [S])| {
+        crate::ops::math_view::zeroed_math_mut(out, scratch, |g| f(pl, g))
     };
-    let out = Tensor::build_overwrite::<S::Math>("pool_backward", shape, |gi| {
+    Tensor::build_overwrite::<S>("pool_backward", shape, |gi| {
         if plane == 0 {
             return;
         }
         if gi.len() * work.max(1) > crate::strided::PAR_THRESHOLD {
-            gi.par_chunks_mut(plane).enumerate().for_each(each);
+            gi.par_chunks_mut(plane).enumerate().for_each_init(Vec::new, each);
         } else {
-            gi.chunks_mut(plane).enumerate().for_each(each);
+            let mut scratch = Vec::new();
+            gi.chunks_mut(plane)
+                .enumerate()
+                .for_each(|job| each(&mut scratch, job));
         }
-    })?;
-    out.to_dtype(S::DTYPE)
+    })
 }
 
 /// Fills a fresh `S` tensor of `shape`, plane by plane, from `f(plane_index,
@@ -492,7 +496,7 @@ fn max_planes<S: FloatElement>(xs: &[S], g: &Window, out: &mut [S], indices: &mu
             let src = &xs[pl * hw..(pl + 1) * hw];
             if g.p.padding == [0, 0] && g.p.dilation == [1, 1] {
                 if g.p.kernel == [2, 2] && g.p.stride == [2, 2] && 2 * g.oh <= g.h && 2 * g.ow <= g.w {
-                    max_plane_2x2::<S>(src, g, o, idx);
+                    max_2x2::max_plane_2x2::<S>(crate::simd::Level::best(), src, g.w, g.ow, o, idx);
                 } else {
                     max_plane_dense::<S>(src, g, o, idx);
                 }
@@ -559,45 +563,6 @@ fn max_plane_dense<S: FloatElement>(src: &[S], g: &Window, o: &mut [S], idx: &mu
             }
             o[oy * g.ow + ox] = S::from_math(best);
             idx[oy * g.ow + ox] = best_i as i64;
-        }
-    }
-}
-
-/// [`max_plane_dense`] for 2×2 windows at stride 2 that lie inside the
-/// plane (the pooling of most CNNs): a streaming pass that takes the maximum
-/// of each pair of columns in both rows, then of the two rows. The same
-/// result as the scan in window order (ties keep the earlier element, the
-/// last NaN wins): a pairwise scan of `a, b` and of `c, d` then of the two
-/// winners gives the scan of `a, b, c, d`.
-fn max_plane_2x2<S: FloatElement>(src: &[S], g: &Window, o: &mut [S], idx: &mut [i64]) {
-    let (w, ow) = (g.w, g.ow);
-    for oy in 0..g.oh {
-        let r0 = &src[2 * oy * w..2 * oy * w + 2 * ow];
-        let r1 = &src[(2 * oy + 1) * w..(2 * oy + 1) * w + 2 * ow];
-        let out = &mut o[oy * ow..(oy + 1) * ow];
-        let ids = &mut idx[oy * ow..(oy + 1) * ow];
-        let base = (2 * oy * w) as i64;
-        for ((((o, id), p0), p1), x) in out
-            .iter_mut()
-            .zip(ids.iter_mut())
-            .zip(r0.chunks_exact(2))
-            .zip(r1.chunks_exact(2))
-            .zip((0i64..).step_by(2))
-        {
-            // Compared in the math type, the winning element copied as it
-            // is: no rounding back from the math type.
-            let (a, b, c, d) = (p0[0].to_math(), p0[1].to_math(), p1[0].to_math(), p1[1].to_math());
-            let t0 = b > a || b.is_nan();
-            let (m0, e0, i0) = if t0 { (b, p0[1], 1) } else { (a, p0[0], 0) };
-            let t1 = d > c || d.is_nan();
-            let (m1, e1, i1) = if t1 {
-                (d, p1[1], w as i64 + 1)
-            } else {
-                (c, p1[0], w as i64)
-            };
-            let t = m1 > m0 || m1.is_nan();
-            *o = if t { e1 } else { e0 };
-            *id = base + x + if t { i1 } else { i0 };
         }
     }
 }

@@ -339,7 +339,7 @@ fn max_pool_2x2_matches_window_scan() {
             .iter()
             .map(|&v| pick[((v + 1.0) * 3.0) as usize % pick.len()])
             .collect();
-        for dtype in [DType::F32, DType::F64] {
+        for dtype in [DType::F32, DType::F64, DType::BF16, DType::F16] {
             let x =
                 crate::with_float_dtype!(dtype, T => tensor_of::<T>(&xv, &[3, h, w]), else unreachable!());
             let (y, idx) = x.max_pool2d_with_indices(&Pool2dParams::new(2)).unwrap();
@@ -373,6 +373,66 @@ fn max_pool_2x2_matches_window_scan() {
                 want[k / (oh * ow) * h * w + i as usize] += g;
             }
             assert_eq!(gi, want);
+        }
+    }
+}
+
+/// The 2×2 kernel at every SIMD level this CPU has, for f32 and bf16 rows
+/// of 1 to 40 outputs (whole and partial vectors): the indices equal the
+/// portable scan's, and every output is bit for bit the input element at
+/// its index (NaN payloads, signalling ones too, and signed zeros kept).
+#[test]
+fn max_pool_2x2_kernels_agree_at_every_level() {
+    use super::max_2x2::max_plane_2x2;
+    use crate::simd::Level;
+    let specials = [
+        0.0f32,
+        -0.0,
+        1.0,
+        -1.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -f32::NAN,
+    ];
+    for ow in 1..=40usize {
+        let (w, rows) = (2 * ow + ow % 3, 2 + ow % 3);
+        let n = 2 * rows * w;
+        let r = rand_f64(ow as u64, n);
+        let vals: Vec<f32> = r
+            .iter()
+            .map(|&v| match ((v + 1.0) * 8.0) as usize {
+                k @ 0..=5 => specials[k],
+                // A signalling NaN with a payload.
+                6 => f32::from_bits(0x7fa0_0001),
+                _ => (v * 4.0).round() as f32,
+            })
+            .collect();
+        let halves: Vec<crate::bf16> = vals.iter().map(|&v| crate::bf16::from_f32(v)).collect();
+        let run = |level: Level| {
+            let (mut o32, mut i32_) = (vec![0f32; rows * ow], vec![0i64; rows * ow]);
+            max_plane_2x2(level, &vals, w, ow, &mut o32, &mut i32_);
+            let (mut o16, mut i16_) = (vec![crate::bf16::ZERO; rows * ow], vec![0i64; rows * ow]);
+            max_plane_2x2(level, &halves, w, ow, &mut o16, &mut i16_);
+            (o32, i32_, o16, i16_)
+        };
+        let portable = run(*Level::available().last().unwrap());
+        for level in Level::available() {
+            let (o32, i32_, o16, i16_) = run(level);
+            assert_eq!(i32_, portable.1, "f32 {level:?} ow {ow}");
+            assert_eq!(i16_, portable.3, "bf16 {level:?} ow {ow}");
+            for (k, (&i, &j)) in i32_.iter().zip(&i16_).enumerate() {
+                assert_eq!(
+                    o32[k].to_bits(),
+                    vals[i as usize].to_bits(),
+                    "f32 {level:?} ow {ow} at {k}"
+                );
+                assert_eq!(
+                    o16[k].to_bits(),
+                    halves[j as usize].to_bits(),
+                    "bf16 {level:?} ow {ow} at {k}"
+                );
+            }
         }
     }
 }
