@@ -102,6 +102,9 @@ impl Module for Vit {
 }
 
 fn main() {
+    // The steps run on this thread as worker 0 of the pool, as PyTorch's
+    // run on its OpenMP thread 0.
+    tessera::tensor::init_thread_pool(None).expect("no pool before main");
     let steps: usize = std::env::args()
         .skip_while(|a| a != "--steps")
         .nth(1)

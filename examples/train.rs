@@ -45,6 +45,8 @@ mod data;
 mod progress;
 #[path = "train/run.rs"]
 mod run;
+#[path = "common/threads.rs"]
+mod threads;
 #[path = "train/zoo.rs"]
 mod zoo;
 
@@ -60,7 +62,9 @@ fn main() {
             std::process::exit(2);
         }
     };
-    if let Err(e) = run::train(&args) {
+    // `--ddp` on the local backend runs its ranks on threads that wait.
+    let caller_trains = !args.ddp || args.backend == "tcp";
+    if let Err(e) = threads::init(args.threads, caller_trains).and_then(|()| run::train(&args)) {
         eprintln!("error: {e}");
         std::process::exit(1);
     }

@@ -39,6 +39,8 @@ mod pipeline;
 mod progress;
 #[path = "train_mnist/run.rs"]
 mod run;
+#[path = "common/threads.rs"]
+mod threads;
 
 fn main() {
     let args = match cli::Args::parse(std::env::args().skip(1)) {
@@ -52,6 +54,17 @@ fn main() {
             std::process::exit(2);
         }
     };
+    // Rank threads of the local backend wait for their ranks; a rank
+    // process (tcp, started by a launcher) trains on its main thread.
+    let caller_trains = match (args.data_parallel(), args.pipeline_stages > 1) {
+        (false, false) => true,
+        (true, _) => args.backend == "tcp",
+        (false, true) => pipeline::launched(),
+    };
+    if let Err(e) = threads::init(args.threads, caller_trains) {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
     let trained = if args.data_parallel() {
         data_parallel::train(&args)
     } else if args.pipeline_stages > 1 {

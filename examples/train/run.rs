@@ -40,9 +40,6 @@ struct Setup {
 /// `--ddp` on every rank of the group, rank 0 printing, logging and saving.
 pub fn train(args: &Args) -> BoxResult<()> {
     let clock = Instant::now();
-    if let Some(n) = args.threads {
-        rayon::ThreadPoolBuilder::new().num_threads(n).build_global()?;
-    }
     let train = Images::load(&args.data, true, args.train_limit)?;
     let test_raw = Images::load(&args.data, false, args.test_limit)?;
     let (classes, in_chans) = (train.classes().max(test_raw.classes()), train.channels());

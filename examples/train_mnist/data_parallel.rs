@@ -38,9 +38,6 @@ use super::run::{load_data, optimizer, EpochRecord, WEIGHT_DECAY};
 /// records.
 pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
     let clock = Instant::now();
-    if let Some(n) = args.threads {
-        rayon::ThreadPoolBuilder::new().num_threads(n).build_global()?;
-    }
     let data = load_data(args)?;
     std::fs::create_dir_all(&args.out)?;
     let batches: Vec<Vec<Vec<usize>>> = (0..args.epochs)

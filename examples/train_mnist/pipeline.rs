@@ -41,7 +41,7 @@ const TAG_EPOCH: u64 = TAG_NAMES + 2;
 
 /// Whether a launcher (tessera-run, torchrun, srun) started this process
 /// as one rank of a job.
-fn launched() -> bool {
+pub(crate) fn launched() -> bool {
     std::env::var_os("WORLD_SIZE").is_some() || std::env::var_os("SLURM_NTASKS").is_some()
 }
 
@@ -50,9 +50,6 @@ fn launched() -> bool {
 /// that holds stage 0, none on the other processes.
 pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
     let clock = Instant::now();
-    if let Some(n) = args.threads {
-        rayon::ThreadPoolBuilder::new().num_threads(n).build_global()?;
-    }
     let data = load_data(args)?;
     let kind = ScheduleKind::parse(&args.schedule)?;
     if !kind.trains() {

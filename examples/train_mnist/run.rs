@@ -38,9 +38,6 @@ pub struct EpochRecord {
 /// returns the records of the epochs this call ran.
 pub fn train(args: &Args) -> BoxResult<Vec<EpochRecord>> {
     let clock = Instant::now();
-    if let Some(n) = args.threads {
-        rayon::ThreadPoolBuilder::new().num_threads(n).build_global()?;
-    }
     let fashion = args.data.to_string_lossy().contains("fashion");
     let target = args.target.unwrap_or(if fashion { 90.0 } else { 98.0 });
 

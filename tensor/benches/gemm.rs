@@ -66,6 +66,9 @@ const SHAPES: &[Shape] = &[
 ];
 
 fn main() {
+    // Products called from this thread, as worker 0 of the pool (PyTorch's
+    // from its OpenMP thread 0).
+    tessera_tensor::init_thread_pool(None).expect("no pool before main");
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     let peak = peak::fma_peak();
     let bf16_peak = peak::bf16_peak();

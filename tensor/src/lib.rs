@@ -79,6 +79,7 @@ pub mod strided;
 mod tensor;
 #[cfg(test)]
 pub(crate) mod test_util;
+mod thread_pool;
 mod transfer;
 
 pub use alloc::ALIGN;
@@ -112,3 +113,4 @@ pub use tensor::Tensor;
 pub use tessera_cuda_kernels::emu::{with_thread_order, ThreadOrder};
 #[cfg(feature = "cuda")]
 pub use tessera_cuda_kernels::MemoryStats;
+pub use thread_pool::init_thread_pool;
