@@ -87,7 +87,7 @@ pub const USAGE: &str = "usage: train_mnist [--epochs N] [--batch-size N] [--lr 
   --overflow-at STEP
                 multiply the loss of 0-based step STEP by 2^24 (a test of
                 the f16 loss-scaling path: that step overflows, is skipped
-                and logged)";
+                and logged; --precision f16 only)";
 
 /// The parsed flags.
 #[derive(Debug, Clone)]
@@ -285,6 +285,11 @@ impl Args {
                 "--overflow-at tests the single-process mode only (no --pipeline-stages, --ddp, --zero)"
                     .into(),
             );
+        }
+        if a.overflow_at.is_some() && a.precision != Precision::F16 {
+            // Without a loss scaler nothing skips the step: the weights
+            // would just turn to inf/NaN.
+            return Err("--overflow-at tests f16 loss scaling: it needs --precision f16".into());
         }
         if a.precision == Precision::F16 && COMPRESSED.contains(&a.optim.as_str()) {
             return Err(format!(

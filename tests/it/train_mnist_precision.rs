@@ -95,6 +95,10 @@ fn bad_precision_values_and_unsupported_modes_are_errors() {
     let err = parse(&["--precision", "f16", "--optim", "onebit-adam"]).unwrap_err();
     assert!(err.contains("--precision f16"), "{err}");
     assert!(parse(&["--precision", "bf16", "--pipeline-stages", "2"]).is_ok());
+    for precision in ["f32", "bf16"] {
+        let err = parse(&["--precision", precision, "--overflow-at", "3"]).unwrap_err();
+        assert!(err.contains("--overflow-at") && err.contains("f16"), "{err}");
+    }
     assert!(parse(&["--precision", "bf16", "--ddp"]).is_ok());
     assert_eq!(
         parse(&["--precision", "f16"]).unwrap().precision.autocast_dtype(),
