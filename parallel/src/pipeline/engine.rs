@@ -229,11 +229,7 @@ impl<'c> PipelineEngine<'c> {
         targets: &Tensor,
         opt: &mut dyn Optimizer,
     ) -> Result<StepReport> {
-        self.check_trains()?;
-        self.prepare_reducer()?;
-        let mut run = Run::new(self, inputs, targets)?;
-        self.execute(&mut run, Some(opt), None)?;
-        Ok(run.report())
+        self.train(inputs, targets, opt, None)
     }
 
     /// [`PipelineEngine::train_batch`] with dynamic loss scaling (f16 mixed
@@ -254,10 +250,21 @@ impl<'c> PipelineEngine<'c> {
         opt: &mut dyn Optimizer,
         scaler: &mut GradScaler,
     ) -> Result<StepReport> {
+        self.train(inputs, targets, opt, Some(scaler))
+    }
+
+    /// One training batch, with or without a loss scaler.
+    fn train(
+        &mut self,
+        inputs: &Tensor,
+        targets: &Tensor,
+        opt: &mut dyn Optimizer,
+        scaler: Option<&mut GradScaler>,
+    ) -> Result<StepReport> {
         self.check_trains()?;
         self.prepare_reducer()?;
         let mut run = Run::new(self, inputs, targets)?;
-        self.execute(&mut run, Some(opt), Some(scaler))?;
+        self.execute(&mut run, Some(opt), scaler)?;
         Ok(run.report())
     }
 

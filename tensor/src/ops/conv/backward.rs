@@ -236,17 +236,16 @@ pub(super) fn weight_grad<S: FloatElement>(
 where
     S::Math: GemmScalar + FloatElement<Math = S::Math>,
 {
+    // Both paths read the operands in the storage type, as in `input_grad`.
     let grad_out = grad_out.contiguous()?;
+    let go = grad_out.as_slice::<S>().expect("contiguous and dtype-checked");
     let x = x.contiguous()?;
     let xs = x.as_slice::<S>().expect("contiguous and dtype-checked");
     let (kk, l) = (g.kk(), g.l());
     if dot {
-        let go = grad_out.as_slice::<S>().expect("contiguous and dtype-checked");
         let dw = super::dot::weight_grad::<S>(go, xs, g);
         return Tensor::from_vec(dw, &[g.o, g.cg, g.kh, g.kw])?.to_dtype(S::DTYPE);
     }
-    // GEMM operands in the storage type, as in `input_grad`.
-    let go = grad_out.as_slice::<S>().expect("contiguous and dtype-checked");
     let size = g.o * kk;
     let nb = samples_per_gemm(g);
     let tasks = g.n.div_ceil(nb);
