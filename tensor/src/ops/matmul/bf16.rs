@@ -348,22 +348,21 @@ impl Packing<bf16> for PairPacking {
 /// Fills the pair-major panel `out` (unit `(p, i)` at `p*mr + i`) from
 /// `lines`, the panel's live rows (each `kc` contiguous elements, `kc` the
 /// same for all), zeroing the rows past them and the pairs past `kc`. A full
-/// panel of 8 rows goes through the AVX-512 transpose of
-/// [`kern::transpose_pairs_8`] in blocks of 16 pairs where the CPU has it.
+/// panel of 8 rows goes through the register transpose of
+/// [`super::transpose`] in blocks of 16 pairs where the CPU has it.
 pub(super) fn interleave_rows(out: &mut [u32], lines: &[&[bf16]], mr: usize) {
     let kc = lines.first().map_or(0, |l| l.len());
     let full = kc / 2;
     assert!(lines.len() <= mr && out.len() >= kc.div_ceil(2) * mr);
     assert!(lines.iter().all(|l| l.len() == kc));
     let mut done = 0;
-    #[cfg(target_arch = "x86_64")]
-    if mr == 8 && lines.len() == 8 && kern::avx512bf16_unavailable().is_none() {
-        done = full / 16 * 16;
-        let rows: [*const bf16; 8] = std::array::from_fn(|i| lines[i].as_ptr());
-        // SAFETY: each row holds kc ≥ 2·done elements and `out` at least
-        // done·8 units (asserted above); the CPU has AVX-512F (it has
-        // AVX512-BF16).
-        unsafe { kern::transpose_pairs_8(rows, done, out.as_mut_ptr()) };
+    if mr == 8 && lines.len() == 8 {
+        // Pairs of consecutive bf16 are the 32-bit units of the transpose.
+        let rows: [*const u32; 8] = std::array::from_fn(|i| lines[i].as_ptr().cast());
+        // SAFETY: each row holds kc ≥ 2·full elements, `full` units, and
+        // `out` at least full·8 units (asserted above); the rows are
+        // borrowed from elsewhere, so they do not overlap `out`.
+        done = unsafe { super::transpose::transpose_rows_8(rows, full, out.as_mut_ptr()) };
     }
     let (body, rest) = out.split_at_mut(full * mr);
     for (p, step) in body.chunks_exact_mut(mr).enumerate().skip(done) {

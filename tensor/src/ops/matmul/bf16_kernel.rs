@@ -147,9 +147,6 @@ unsafe fn portable(kc: usize, a: *const u32, b: *const u32, c: *mut f32, ldc: us
 }
 
 #[cfg(target_arch = "x86_64")]
-pub use x86::transpose_pairs_8;
-
-#[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::asm;
     use std::arch::x86_64::*;
@@ -199,59 +196,6 @@ mod x86 {
                         x
                     };
                     _mm512_storeu_ps(dst, x);
-                }
-            }
-        }
-    }
-
-    /// Packs `pairs` (a multiple of 16) depth pairs of 8 contiguous bf16
-    /// rows into a pair-major panel: unit `(p, i)` — `rows[i][2p]` low,
-    /// `rows[i][2p + 1]` high — at `out[p*8 + i]`. Per block of 16 pairs,
-    /// one load per row and an 8×16 transpose of 32-bit units in registers
-    /// (32-bit then 64-bit interleaves, then a two-source permute of 128-bit
-    /// lanes), where scalar code would spend a load and a store per unit.
-    ///
-    /// # Safety
-    /// Each row holds `2·pairs` elements, `out` holds `8·pairs` units, and
-    /// the CPU has AVX-512F.
-    #[target_feature(enable = "avx512f")]
-    pub unsafe fn transpose_pairs_8(rows: [*const half::bf16; 8], pairs: usize, out: *mut u32) {
-        // Qwords [a.l0, b.l0, a.l1, b.l1] and [a.l2, b.l2, a.l3, b.l3] of
-        // two vectors a, b (128-bit lanes l).
-        let lo = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
-        let hi = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
-        for q0 in (0..pairs).step_by(16) {
-            // SAFETY (loads and stores): in bounds by the caller's contract.
-            let r: [__m512i; 8] =
-                std::array::from_fn(|i| unsafe { _mm512_loadu_si512(rows[i].add(2 * q0).cast()) });
-            // t[2k], t[2k+1]: rows 2k, 2k+1 interleaved, pairs 4l.. and 4l+2..
-            let t: [__m512i; 8] = std::array::from_fn(|j| {
-                let (a, b) = (r[j / 2 * 2], r[j / 2 * 2 + 1]);
-                if j % 2 == 0 {
-                    _mm512_unpacklo_epi32(a, b)
-                } else {
-                    _mm512_unpackhi_epi32(a, b)
-                }
-            });
-            // u[o] (u[4 + o]): rows 0–3 (4–7) of pair 4l + o in lane l.
-            let u: [__m512i; 8] = std::array::from_fn(|j| {
-                let (half, o) = (j / 4, j % 4);
-                let (a, b) = (t[4 * half + o / 2], t[4 * half + 2 + o / 2]);
-                if o % 2 == 0 {
-                    _mm512_unpacklo_epi64(a, b)
-                } else {
-                    _mm512_unpackhi_epi64(a, b)
-                }
-            });
-            for o in 0..4 {
-                let x = _mm512_permutex2var_epi64(u[o], lo, u[4 + o]);
-                let y = _mm512_permutex2var_epi64(u[o], hi, u[4 + o]);
-                let dst = |q: usize| unsafe { out.add((q0 + q) * 8).cast::<__m256i>() };
-                unsafe {
-                    _mm256_storeu_si256(dst(o), _mm512_castsi512_si256(x));
-                    _mm256_storeu_si256(dst(4 + o), _mm512_extracti64x4_epi64::<1>(x));
-                    _mm256_storeu_si256(dst(8 + o), _mm512_castsi512_si256(y));
-                    _mm256_storeu_si256(dst(12 + o), _mm512_extracti64x4_epi64::<1>(y));
                 }
             }
         }

@@ -18,6 +18,7 @@ pub(crate) mod direct;
 pub(crate) mod gemm;
 pub(crate) mod kernel;
 pub(crate) mod pack;
+pub(crate) mod transpose;
 
 #[cfg(test)]
 mod bf16_tests;
@@ -394,9 +395,38 @@ where
         };
         gemm::gemm::<S>(shp, ra, rb, cm, Epilogue::none(), Isa::best(), par);
     };
+    // A batch of evenly spaced row blocks against one shared matrix (a
+    // layer's weight): the products are the rows of one GEMM, which packs
+    // the shared matrix once where a loop would pack it per product. Each
+    // element sums in the same order either way (the order depends on k
+    // alone).
+    let fold = count > 1 && lb.strides()[..nd - 2].iter().all(|&s| s == 0) && rows_fold(la, m);
     // beta = 0: each GEMM writes every element of its chunk.
     let out = Tensor::build_overwrite::<S::Math>("matmul", &shape, |c| {
         if m * n == 0 {
+            return;
+        }
+        if fold {
+            let ra = MatRef {
+                data: sa,
+                off: oa[0],
+                rs: la.strides()[nd - 2],
+                cs: la.strides()[nd - 1],
+            };
+            let rb = MatRef {
+                data: sb,
+                off: ob[0],
+                rs: lb.strides()[nd - 2],
+                cs: lb.strides()[nd - 1],
+            };
+            let cm = MatMut {
+                data: c,
+                off: 0,
+                rs: n as isize,
+                cs: 1,
+            };
+            let shp = GemmShape { m: count * m, ..shp };
+            gemm::gemm::<S>(shp, ra, rb, cm, Epilogue::none(), Isa::best(), true);
             return;
         }
         // One product per task when a product alone would not keep the
@@ -417,4 +447,21 @@ where
         }
     })?;
     out.to_dtype(S::DTYPE)
+}
+
+/// Whether the `[batch.., m, k]` view `l` is one `[count·m, k]` matrix:
+/// row `i` of product `b` lies one row stride after row `i − 1`, and the
+/// first row of product `b + 1` one row stride after the last of `b`
+/// (batch-major, as a contiguous tensor or a row slice of one).
+fn rows_fold(l: &Layout, m: usize) -> bool {
+    let nd = l.ndim();
+    let (shape, strides) = (l.shape(), l.strides());
+    let mut step = strides[nd - 2] * m as isize;
+    for d in (0..nd - 2).rev() {
+        if shape[d] != 1 && strides[d] != step {
+            return false;
+        }
+        step *= shape[d] as isize;
+    }
+    true
 }

@@ -134,23 +134,42 @@ pub fn pack_a<S: FloatElement>(
 {
     let m = rows.end;
     let dst = &mut dst[..rows.len().div_ceil(mr) * mr * kc];
+    if a.rs == 1 {
+        // Columns are contiguous (a transposed operand): per depth step, one
+        // contiguous run over all the rows, cut into the panels — reading
+        // the storage in order, where panel by panel would jump a whole
+        // storage row per `mr` elements and stall on memory.
+        for p in 0..kc {
+            let base = a.at(rows.start, p0 + p);
+            let run = &a.data[base..base + rows.len()];
+            for (r, part) in run.chunks(mr).enumerate() {
+                let out = &mut dst[r * mr * kc + p * mr..][..mr];
+                widen_run(part, &mut out[..part.len()]);
+                out[part.len()..].fill(<S::Math as crate::FloatMath>::ZERO);
+            }
+        }
+        return;
+    }
     for (r, out) in dst.chunks_mut(mr * kc).enumerate() {
         let i0 = rows.start + r * mr;
         let rows = mr.min(m - i0);
-        if a.rs == 1 {
-            // Columns are contiguous (a transposed operand): a run of
-            // `rows` elements per depth step.
-            for p in 0..kc {
-                let base = a.at(i0, p0 + p);
-                let dst = &mut out[p * mr..(p + 1) * mr];
-                widen_run(&a.data[base..base + rows], &mut dst[..rows]);
-                dst[rows..].fill(<S::Math as crate::FloatMath>::ZERO);
-            }
-        } else if a.cs == 1 {
-            // Rows are contiguous: read each row once, scatter by mr.
-            for i in 0..rows {
+        if a.cs == 1 {
+            // Rows are contiguous: read each row once, scatter by mr — a
+            // full 8-row f32 panel through the register transpose.
+            let line = |i: usize| {
                 let base = a.at(i0 + i, p0);
-                for (p, &x) in a.data[base..base + kc].iter().enumerate() {
+                &a.data[base..base + kc]
+            };
+            let mut done = 0;
+            if rows == 8 && mr == 8 && std::any::TypeId::of::<S>() == std::any::TypeId::of::<f32>() {
+                let ptrs: [*const u32; 8] = std::array::from_fn(|i| line(i).as_ptr().cast());
+                // SAFETY: S is f32 (checked), so each line is `kc` 32-bit
+                // units and `out` (mr·kc = 8·kc math elements, f32 too)
+                // 8·kc units; `out` is ours, the lines borrowed from `a`.
+                done = unsafe { super::transpose::transpose_rows_8(ptrs, kc, out.as_mut_ptr().cast()) };
+            }
+            for i in 0..rows {
+                for (p, &x) in line(i).iter().enumerate().skip(done) {
                     out[p * mr + i] = x.to_math();
                 }
             }
@@ -184,10 +203,25 @@ pub fn pack_b<S: FloatElement>(
 {
     let n = cols.end;
     let dst = &mut dst[..cols.len().div_ceil(nr) * nr * kc];
+    if b.cs == 1 {
+        // Rows are contiguous: per depth step, one run over all the columns,
+        // cut into the panels (storage order, as `pack_a` reads a
+        // transposed A).
+        for p in 0..kc {
+            let base = b.at(p0 + p, cols.start);
+            let run = &b.data[base..base + cols.len()];
+            for (q, part) in run.chunks(nr).enumerate() {
+                let out = &mut dst[q * nr * kc + p * nr..][..nr];
+                widen_run(part, &mut out[..part.len()]);
+                out[part.len()..].fill(<S::Math as crate::FloatMath>::ZERO);
+            }
+        }
+        return;
+    }
     for (q, out) in dst.chunks_mut(nr * kc).enumerate() {
         let jq = cols.start + q * nr;
         let cols = nr.min(n - jq);
-        if b.rs == 1 && b.cs != 1 {
+        if b.rs == 1 {
             // Columns are contiguous (a transposed operand): read each once.
             for j in 0..cols {
                 let base = b.at(p0, jq + j);
@@ -201,13 +235,8 @@ pub fn pack_b<S: FloatElement>(
         } else {
             for p in 0..kc {
                 let dst = &mut out[p * nr..(p + 1) * nr];
-                if b.cs == 1 {
-                    let base = b.at(p0 + p, jq);
-                    widen_run(&b.data[base..base + cols], &mut dst[..cols]);
-                } else {
-                    for (j, d) in dst[..cols].iter_mut().enumerate() {
-                        *d = b.data[b.at(p0 + p, jq + j)].to_math();
-                    }
+                for (j, d) in dst[..cols].iter_mut().enumerate() {
+                    *d = b.data[b.at(p0 + p, jq + j)].to_math();
                 }
                 dst[cols..].fill(<S::Math as crate::FloatMath>::ZERO);
             }
@@ -218,8 +247,8 @@ pub fn pack_b<S: FloatElement>(
 /// Converts a contiguous run to the math type: f16 through the SIMD
 /// conversion of the `half` crate (F16C / AVX-512 `vcvtph2ps`, detected at
 /// run time), so widening f16 operands does not cost a call per element;
-/// other types element by element (bf16 widening is a shift the compiler
-/// vectorises, f32 and f64 a copy).
+/// other types in blocks of 8 elements (bf16 widening is a shift the
+/// compiler vectorises, f32 and f64 a copy).
 #[inline]
 fn widen_run<S: FloatElement>(src: &[S], dst: &mut [S::Math]) {
     use std::any::TypeId;
@@ -236,7 +265,16 @@ fn widen_run<S: FloatElement>(src: &[S], dst: &mut [S::Math]) {
         src.convert_to_f32_slice(dst);
         return;
     }
-    for (d, &x) in dst.iter_mut().zip(src) {
+    // Fixed blocks of 8: the runs are panel rows (8–32 elements), and as
+    // one loop the compiler turned them into `memcpy` calls that cost more
+    // than the copies.
+    let (mut d8, mut s8) = (dst.chunks_exact_mut(8), src.chunks_exact(8));
+    for (d, s) in (&mut d8).zip(&mut s8) {
+        for k in 0..8 {
+            d[k] = s[k].to_math();
+        }
+    }
+    for (d, &x) in d8.into_remainder().iter_mut().zip(s8.remainder()) {
         *d = x.to_math();
     }
 }

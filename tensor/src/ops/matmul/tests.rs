@@ -430,3 +430,49 @@ fn half_operands_round_once() {
     assert_eq!(values_f64(&a.matmul(&a).unwrap()), vec![0.75, 1.125, 9.0, 16.5]);
     assert_eq!(values_f64(&b.matmul(&b).unwrap()), vec![7.0, 10.0, 15.0, 22.0]);
 }
+
+/// A batch against a shared matrix runs as one GEMM over the stacked rows
+/// (a layer's weight packed once): bitwise the products one at a time,
+/// for contiguous batches, a batch-major row slice, and layouts that do not
+/// fold (heads-inner rows, transposed matrices).
+#[test]
+fn batch_against_a_shared_matrix_is_bitwise_the_single_products() {
+    let (m, k, n) = (13, 300, 70);
+    for dtype in [DType::F32, DType::BF16, DType::F64] {
+        let base = Tensor::from_vec(rand_f64(7, 4 * 3 * 16 * k), &[4, 3, 16, k])
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap();
+        let b = Tensor::from_vec(rand_f64(8, k * n), &[k, n])
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap();
+        let cases = [
+            base.narrow(2, 0, m).unwrap(),
+            base.narrow(2, 0, m).unwrap().contiguous().unwrap(),
+            base.narrow(2, 0, m).unwrap().transpose(1, 2).unwrap(),
+            base.narrow(2, 0, m)
+                .unwrap()
+                .contiguous()
+                .unwrap()
+                .narrow(0, 1, 2)
+                .unwrap(),
+        ];
+        for (c, a) in cases.iter().enumerate() {
+            let got = a.matmul(&b).unwrap();
+            let lead = &a.shape()[..2];
+            for i in 0..lead[0] as isize {
+                for j in 0..lead[1] as isize {
+                    let ai = a.select(0, i).unwrap().select(0, j).unwrap();
+                    let want = ai.matmul(&b).unwrap();
+                    let g = got.select(0, i).unwrap().select(0, j).unwrap();
+                    assert_eq!(
+                        g.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap(),
+                        want.to_dtype(DType::F64).unwrap().to_vec::<f64>().unwrap(),
+                        "{dtype} case {c}, product ({i}, {j})"
+                    );
+                }
+            }
+        }
+    }
+}
