@@ -39,12 +39,21 @@ const SHAPES: &[Shape] = &[
     ("gemm_f32_1024_tn", DType::F32, 1024, 1024, 1024, true, false),
     ("gemm_f32_1024_nt", DType::F32, 1024, 1024, 1024, false, true),
     // The ViT step's MLP input gradient (8320 tokens, 768 → 192) and
-    // weight gradient (gᵀ·x, summed over the tokens).
+    // weight gradients (gᵀ·x, summed over the tokens).
     ("gemm_f32_8320x768x192", DType::F32, 8320, 768, 192, false, false),
     (
         "gemm_f32_768x8320x192_tn",
         DType::F32,
         768,
+        8320,
+        192,
+        true,
+        false,
+    ),
+    (
+        "gemm_f32_192x8320x192_tn",
+        DType::F32,
+        192,
         8320,
         192,
         true,

@@ -26,6 +26,7 @@ GEMM = [
     ("gemm_f32_1024_nt", 1024, 1024, 1024, False, True),
     ("gemm_f32_8320x768x192", 8320, 768, 192, False, False),
     ("gemm_f32_768x8320x192_tn", 768, 8320, 192, True, False),
+    ("gemm_f32_192x8320x192_tn", 192, 8320, 192, True, False),
     ("gemm_bf16_256", 256, 256, 256, False, False),
     ("gemm_bf16_512", 512, 512, 512, False, False),
     ("gemm_bf16_1024", 1024, 1024, 1024, False, False),

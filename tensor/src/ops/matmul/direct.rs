@@ -48,7 +48,8 @@ where
     if !row_major || alpha != one || (beta != zero && beta != one) || k == 0 || m < kern.mr || n < kern.nr {
         return false;
     }
-    if m.saturating_mul(n).saturating_mul(k) > DIRECT_FLOPS {
+    // A depth-split product sums in slices, which the direct kernels do not.
+    if m.saturating_mul(n).saturating_mul(k) > DIRECT_FLOPS || super::split::slices(m, n, k).is_some() {
         return false;
     }
     let (mf, nf) = (m / kern.mr * kern.mr, n / kern.nr * kern.nr);

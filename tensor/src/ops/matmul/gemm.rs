@@ -213,6 +213,9 @@ pub(crate) fn drive<S: Sync, P: Packing<S>>(
         reach(c.off, c.rs, c.cs, m, n).is_some_and(|hi| hi < c.data.len()),
         "gemm: output view outside its buffer"
     );
+    if let Some(slices) = super::split::slices(m, n, k) {
+        return super::split::drive_split(pk, s, a, b, c, epi, par, slices);
+    }
     let kern = pk.kernel();
     let par = par && m.saturating_mul(n).saturating_mul(k) >= PAR_FLOPS && rayon::current_num_threads() > 1;
     let out = OutPtr {

@@ -18,6 +18,7 @@ pub(crate) mod direct;
 pub(crate) mod gemm;
 pub(crate) mod kernel;
 pub(crate) mod pack;
+pub(crate) mod split;
 pub(crate) mod transpose;
 
 #[cfg(test)]

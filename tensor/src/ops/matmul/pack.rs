@@ -142,6 +142,9 @@ pub fn pack_a<S: FloatElement>(
         for p in 0..kc {
             let base = a.at(rows.start, p0 + p);
             let run = &a.data[base..base + rows.len()];
+            if p + PREFETCH_AHEAD < kc {
+                prefetch_run(&a.data[a.at(rows.start, p0 + p + PREFETCH_AHEAD)..], rows.len());
+            }
             for (r, part) in run.chunks(mr).enumerate() {
                 let out = &mut dst[r * mr * kc + p * mr..][..mr];
                 widen_run(part, &mut out[..part.len()]);
@@ -242,6 +245,27 @@ pub fn pack_b<S: FloatElement>(
             }
         }
     }
+}
+
+/// How many depth steps ahead [`pack_a`] prefetches a transposed A's runs.
+const PREFETCH_AHEAD: usize = 8;
+
+/// Asks for the cache lines of the first `len` elements of `run` ahead of
+/// their use: the runs of a transposed operand lie a whole storage row
+/// apart, a stride the hardware prefetchers catch late.
+#[inline(always)]
+fn prefetch_run<T>(run: &[T], len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let bytes = len.min(run.len()) * std::mem::size_of::<T>();
+        let base = run.as_ptr().cast::<i8>();
+        for off in (0..bytes).step_by(64) {
+            // SAFETY: a prefetch never faults; the address is inside `run`.
+            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(base.add(off)) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (run, len);
 }
 
 /// Converts a contiguous run to the math type: f16 through the SIMD

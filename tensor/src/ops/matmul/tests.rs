@@ -476,3 +476,81 @@ fn batch_against_a_shared_matrix_is_bitwise_the_single_products() {
         }
     }
 }
+
+/// Products with a small output and a long depth sum in depth slices
+/// (`split.rs`): the full epilogue (alpha, beta, bias, ReLU) on a strided
+/// output matches the f64 reference, and the bits are the same on 1, 2 and
+/// 3 threads and with parallelism refused, for f32 and bf16 operands and
+/// strided, transposed and row-major layouts.
+#[test]
+fn depth_split_products_match_naive_on_any_thread_count() {
+    let pools: Vec<rayon::ThreadPool> = [1, 2, 3]
+        .iter()
+        .map(|&t| rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap())
+        .collect();
+    for (m, k, n, sel) in [
+        (7, 4100, 40, 0),
+        (33, 9000, 19, 1),
+        (70, 20000, 3, 3),
+        (8, 8200, 32, 0),
+    ] {
+        assert!(super::split::slices(m, n, k).is_some(), "{m}x{k}x{n} is split");
+        let av = rand_f64(41, m * k);
+        let bv = rand_f64(42, k * n);
+        let cv = rand_f64(43, m * n);
+        let biasv = rand_f64(44, m);
+        let bias32: Vec<f32> = biasv.iter().map(|&x| x as f32).collect();
+        for dtype in [DType::F32, DType::BF16] {
+            let (a, b) = crate::with_dtype!(dtype, T => (pick::<T>(&av, &[m, k], sel), pick::<T>(&bv, &[k, n], sel + 1)));
+            let prod = naive(&values_f64(&a), &values_f64(&b), 1, m, k, n);
+            let want: Vec<f64> = (0..m * n)
+                .map(|e| (0.75 * prod[e] - 0.5 * cv[e] + biasv[e / n]).max(0.0))
+                .collect();
+            let runs: Vec<Vec<u32>> = pools
+                .iter()
+                .flat_map(|p| [(p, true), (p, false)])
+                .map(|(p, par)| {
+                    // Column-major C inside a larger buffer.
+                    let mut c = vec![f32::NAN; m * n + 3];
+                    for (e, &x) in cv.iter().enumerate() {
+                        c[3 + (e % n) * m + e / n] = x as f32;
+                    }
+                    let shape = GemmShape {
+                        m,
+                        n,
+                        k,
+                        alpha: 0.75,
+                        beta: -0.5,
+                    };
+                    let epi = Epilogue {
+                        bias: Bias::Row(&bias32),
+                        relu: true,
+                    };
+                    let out = MatMut {
+                        data: &mut c,
+                        off: 3,
+                        rs: 1,
+                        cs: m as isize,
+                    };
+                    p.install(|| match dtype {
+                        DType::BF16 => {
+                            let (ra, rb) = (
+                                super::mat_ref::<bf16>(&a, a.layout()),
+                                super::mat_ref::<bf16>(&b, b.layout()),
+                            );
+                            gemm::<bf16>(shape, ra, rb, out, epi, Isa::best(), par)
+                        }
+                        _ => gemm::<f32>(shape, mat(&a), mat(&b), out, epi, Isa::best(), par),
+                    });
+                    (0..m * n).map(|e| c[3 + (e % n) * m + e / n].to_bits()).collect()
+                })
+                .collect();
+            assert!(
+                runs.iter().all(|r| r == &runs[0]),
+                "{dtype} {m}x{k}x{n}: thread counts or parallelism change the bits"
+            );
+            let got: Vec<f64> = runs[0].iter().map(|&x| f32::from_bits(x) as f64).collect();
+            close(&got, &want, k, DType::F32).unwrap_or_else(|e| panic!("{dtype} {m}x{k}x{n}: {e}"));
+        }
+    }
+}
