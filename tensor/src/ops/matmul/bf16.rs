@@ -362,7 +362,7 @@ pub(super) fn interleave_rows(out: &mut [u32], lines: &[&[bf16]], mr: usize) {
         // SAFETY: each row holds kc ≥ 2·full elements, `full` units, and
         // `out` at least full·8 units (asserted above); the rows are
         // borrowed from elsewhere, so they do not overlap `out`.
-        done = unsafe { super::transpose::transpose_rows_8(rows, full, out.as_mut_ptr()) };
+        done = unsafe { super::transpose::transpose_rows_8(rows, full, out.as_mut_ptr(), 8) };
     }
     let (body, rest) = out.split_at_mut(full * mr);
     for (p, step) in body.chunks_exact_mut(mr).enumerate().skip(done) {

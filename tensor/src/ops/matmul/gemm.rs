@@ -557,6 +557,38 @@ unsafe fn store<T: GemmScalar>(
     epi: Option<&Epilogue<T>>,
 ) {
     let scale = alpha != <T as FloatMath>::ONE;
+    if !scale && out.cs == 1 && out.rs >= 0 {
+        // Row slices, the combine hoisted out of the element loop (the
+        // partial tiles of small products, e.g. attention's 65-key blocks):
+        // the same operations in the same order as the loop below.
+        for i in 0..rows {
+            let row = out.at(i0 + i, j0);
+            debug_assert!(row >= 0 && row as usize + cols <= out.len);
+            // SAFETY: row i of the tile, in bounds and ours by the contract.
+            let dst = unsafe { std::slice::from_raw_parts_mut(out.ptr.offset(row), cols) };
+            let src = &acc[i * nr..i * nr + cols];
+            match accum {
+                Accum::Overwrite => dst.copy_from_slice(src),
+                Accum::Add => dst.iter_mut().zip(src).for_each(|(d, &v)| *d = *d + v),
+                Accum::Scale(beta) => dst.iter_mut().zip(src).for_each(|(d, &v)| *d = beta * *d + v),
+            }
+        }
+        if let Some(e) = epi {
+            // SAFETY: the same block, as above.
+            unsafe {
+                epilogue_rows(
+                    out.ptr.offset(out.at(i0, j0)),
+                    out.rs as usize,
+                    i0,
+                    j0,
+                    rows,
+                    cols,
+                    e,
+                )
+            };
+        }
+        return;
+    }
     for i in 0..rows {
         let row = out.off as isize + (i0 + i) as isize * out.rs + j0 as isize * out.cs;
         for j in 0..cols {

@@ -169,7 +169,7 @@ pub fn pack_a<S: FloatElement>(
                 // SAFETY: S is f32 (checked), so each line is `kc` 32-bit
                 // units and `out` (mr·kc = 8·kc math elements, f32 too)
                 // 8·kc units; `out` is ours, the lines borrowed from `a`.
-                done = unsafe { super::transpose::transpose_rows_8(ptrs, kc, out.as_mut_ptr().cast()) };
+                done = unsafe { super::transpose::transpose_rows_8(ptrs, kc, out.as_mut_ptr().cast(), 8) };
             }
             for i in 0..rows {
                 for (p, &x) in line(i).iter().enumerate().skip(done) {
@@ -225,10 +225,33 @@ pub fn pack_b<S: FloatElement>(
         let jq = cols.start + q * nr;
         let cols = nr.min(n - jq);
         if b.rs == 1 {
-            // Columns are contiguous (a transposed operand): read each once.
-            for j in 0..cols {
+            // Columns are contiguous (a transposed operand): read each once,
+            // f32 groups of 8 columns through the register transpose.
+            let line = |j: usize| {
                 let base = b.at(p0, jq + j);
-                for (p, &x) in b.data[base..base + kc].iter().enumerate() {
+                &b.data[base..base + kc]
+            };
+            let f32_groups = if std::any::TypeId::of::<S>() == std::any::TypeId::of::<f32>() {
+                cols / 8
+            } else {
+                0
+            };
+            for g in 0..f32_groups {
+                let ptrs: [*const u32; 8] = std::array::from_fn(|i| line(8 * g + i).as_ptr().cast());
+                // SAFETY: S is f32, so each line is `kc` 32-bit units; the
+                // panel `out` (f32 too) holds kc·nr units, and units (p, i)
+                // land at p·nr + 8g + i < kc·nr (8g + 8 ≤ cols ≤ nr).
+                let done = unsafe {
+                    super::transpose::transpose_rows_8(ptrs, kc, out[8 * g..].as_mut_ptr().cast(), nr)
+                };
+                for i in 0..8 {
+                    for (p, &x) in line(8 * g + i).iter().enumerate().skip(done) {
+                        out[p * nr + 8 * g + i] = x.to_math();
+                    }
+                }
+            }
+            for j in 8 * f32_groups..cols {
+                for (p, &x) in line(j).iter().enumerate() {
                     out[p * nr + j] = x.to_math();
                 }
             }
