@@ -569,7 +569,7 @@ unsafe fn store<T: GemmScalar>(
             let src = &acc[i * nr..i * nr + cols];
             match accum {
                 Accum::Overwrite => dst.copy_from_slice(src),
-                Accum::Add => dst.iter_mut().zip(src).for_each(|(d, &v)| *d = *d + v),
+                Accum::Add => dst.iter_mut().zip(src).for_each(|(d, &v)| *d += v),
                 Accum::Scale(beta) => dst.iter_mut().zip(src).for_each(|(d, &v)| *d = beta * *d + v),
             }
         }
