@@ -557,7 +557,7 @@ unsafe fn store<T: GemmScalar>(
     epi: Option<&Epilogue<T>>,
 ) {
     let scale = alpha != <T as FloatMath>::ONE;
-    if !scale && out.cs == 1 && out.rs >= 0 {
+    if out.cs == 1 && out.rs >= 0 {
         // Row slices, the combine hoisted out of the element loop (the
         // partial tiles of small products, e.g. attention's 65-key blocks):
         // the same operations in the same order as the loop below.
@@ -567,10 +567,14 @@ unsafe fn store<T: GemmScalar>(
             // SAFETY: row i of the tile, in bounds and ours by the contract.
             let dst = unsafe { std::slice::from_raw_parts_mut(out.ptr.offset(row), cols) };
             let src = &acc[i * nr..i * nr + cols];
-            match accum {
-                Accum::Overwrite => dst.copy_from_slice(src),
-                Accum::Add => dst.iter_mut().zip(src).for_each(|(d, &v)| *d += v),
-                Accum::Scale(beta) => dst.iter_mut().zip(src).for_each(|(d, &v)| *d = beta * *d + v),
+            let pairs = dst.iter_mut().zip(src);
+            match (accum, scale) {
+                (Accum::Overwrite, false) => dst.copy_from_slice(src),
+                (Accum::Overwrite, true) => pairs.for_each(|(d, &v)| *d = alpha * v),
+                (Accum::Add, false) => pairs.for_each(|(d, &v)| *d += v),
+                (Accum::Add, true) => pairs.for_each(|(d, &v)| *d += alpha * v),
+                (Accum::Scale(beta), false) => pairs.for_each(|(d, &v)| *d = beta * *d + v),
+                (Accum::Scale(beta), true) => pairs.for_each(|(d, &v)| *d = beta * *d + alpha * v),
             }
         }
         if let Some(e) = epi {
