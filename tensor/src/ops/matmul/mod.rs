@@ -375,7 +375,7 @@ where
     };
     let (sa, sb) = (a.storage().as_slice::<S>(), b.storage().as_slice::<S>());
     let nd = la.ndim();
-    let one = |i: usize, c: &mut [S::Math], par: bool| {
+    let one = |i: usize, c: &mut [S::Math], shp: GemmShape<S::Math>, par: bool| {
         let ra = MatRef {
             data: sa,
             off: oa[i],
@@ -400,7 +400,9 @@ where
     // layer's weight): the products are the rows of one GEMM, which packs
     // the shared matrix once where a loop would pack it per product. Each
     // element sums in the same order either way (the order depends on k
-    // alone).
+    // alone), except at depths of 4096 and more, where products small
+    // enough to be summed in depth slices (`split.rs`) may stack into one
+    // that is not.
     let fold = count > 1 && lb.strides()[..nd - 2].iter().all(|&s| s == 0) && rows_fold(la, m);
     // beta = 0: each GEMM writes every element of its chunk.
     let out = Tensor::build_overwrite::<S::Math>("matmul", &shape, |c| {
@@ -408,26 +410,7 @@ where
             return;
         }
         if fold {
-            let ra = MatRef {
-                data: sa,
-                off: oa[0],
-                rs: la.strides()[nd - 2],
-                cs: la.strides()[nd - 1],
-            };
-            let rb = MatRef {
-                data: sb,
-                off: ob[0],
-                rs: lb.strides()[nd - 2],
-                cs: lb.strides()[nd - 1],
-            };
-            let cm = MatMut {
-                data: c,
-                off: 0,
-                rs: n as isize,
-                cs: 1,
-            };
-            let shp = GemmShape { m: count * m, ..shp };
-            gemm::gemm::<S>(shp, ra, rb, cm, Epilogue::none(), Isa::best(), true);
+            one(0, c, GemmShape { m: count * m, ..shp }, true);
             return;
         }
         // One product per task when a product alone would not keep the
@@ -440,11 +423,11 @@ where
         if count > 1 && per_task {
             c.par_chunks_mut(m * n)
                 .enumerate()
-                .for_each(|(i, ci)| one(i, ci, false));
+                .for_each(|(i, ci)| one(i, ci, shp, false));
         } else {
             c.chunks_mut(m * n)
                 .enumerate()
-                .for_each(|(i, ci)| one(i, ci, true));
+                .for_each(|(i, ci)| one(i, ci, shp, true));
         }
     })?;
     out.to_dtype(S::DTYPE)
