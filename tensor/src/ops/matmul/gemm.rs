@@ -218,20 +218,8 @@ pub(crate) fn drive<S: Sync, P: Packing<S>>(
     }
     let kern = pk.kernel();
     let par = par && m.saturating_mul(n).saturating_mul(k) >= PAR_FLOPS && rayon::current_num_threads() > 1;
-    let out = OutPtr {
-        ptr: c.data.as_mut_ptr(),
-        len: c.data.len(),
-        off: c.off,
-        rs: c.rs,
-        cs: c.cs,
-    };
-    let first = if beta == <T<P, S> as FloatMath>::ZERO {
-        Accum::Overwrite
-    } else if beta == <T<P, S> as FloatMath>::ONE {
-        Accum::Add
-    } else {
-        Accum::Scale(beta)
-    };
+    let out = OutPtr::new(c);
+    let first = Accum::of(beta);
     if k == 0 {
         let zeros = [<T<P, S> as FloatMath>::ZERO; MAX_TILE];
         let grid = Grid::new(&kern, m, n);
@@ -435,6 +423,46 @@ enum Accum<T> {
     Scale(T),
 }
 
+impl<T: GemmScalar> Accum<T> {
+    /// The combine of `beta·C`: C not read when 0, added when 1.
+    fn of(beta: T) -> Self {
+        if beta == <T as FloatMath>::ZERO {
+            Accum::Overwrite
+        } else if beta == <T as FloatMath>::ONE {
+            Accum::Add
+        } else {
+            Accum::Scale(beta)
+        }
+    }
+}
+
+/// Combines the finished `m × n` sums `acc` (row stride `n`) with the output
+/// `c` as the driver combines its tiles — `alpha·acc + beta·C`, then the
+/// epilogue — for a driver that summed the product elsewhere (the depth
+/// slices of `split.rs`). `c` is a view `drive` has checked.
+pub(super) fn combine<T: GemmScalar>(acc: &[T], s: GemmShape<T>, c: MatMut<T>, epi: &Epilogue<T>) {
+    assert!(
+        acc.len() == s.m * s.n && reach(c.off, c.rs, c.cs, s.m, s.n).is_some_and(|hi| hi < c.data.len()),
+        "gemm: combined block outside its buffers"
+    );
+    // SAFETY: the block is the whole output, inside its buffer (asserted),
+    // borrowed mutably here.
+    unsafe {
+        store(
+            acc,
+            s.n,
+            0,
+            0,
+            s.m,
+            s.n,
+            &OutPtr::new(c),
+            s.alpha,
+            Accum::of(s.beta),
+            Some(epi),
+        )
+    }
+}
+
 /// The output as a raw pointer, so tasks on different threads can write
 /// their disjoint tiles.
 struct OutPtr<T> {
@@ -446,6 +474,17 @@ struct OutPtr<T> {
 }
 
 impl<T> OutPtr<T> {
+    /// The output `c` as a raw pointer (the caller checked its view).
+    fn new(c: MatMut<'_, T>) -> Self {
+        OutPtr {
+            ptr: c.data.as_mut_ptr(),
+            len: c.data.len(),
+            off: c.off,
+            rs: c.rs,
+            cs: c.cs,
+        }
+    }
+
     /// The offset of element `(i, j)` from `ptr`.
     #[inline(always)]
     fn at(&self, i: usize, j: usize) -> isize {

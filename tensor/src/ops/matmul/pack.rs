@@ -157,23 +157,18 @@ pub fn pack_a<S: FloatElement>(
         let i0 = rows.start + r * mr;
         let rows = mr.min(m - i0);
         if a.cs == 1 {
-            // Rows are contiguous: read each row once, scatter by mr — a
-            // full 8-row f32 panel through the register transpose.
+            // Rows are contiguous: read each row once, scatter by mr.
             let line = |i: usize| {
                 let base = a.at(i0 + i, p0);
                 &a.data[base..base + kc]
             };
-            let mut done = 0;
-            if rows == 8 && mr == 8 && std::any::TypeId::of::<S>() == std::any::TypeId::of::<f32>() {
-                let ptrs: [*const u32; 8] = std::array::from_fn(|i| line(i).as_ptr().cast());
-                // SAFETY: S is f32 (checked), so each line is `kc` 32-bit
-                // units and `out` (mr·kc = 8·kc math elements, f32 too)
-                // 8·kc units; `out` is ours, the lines borrowed from `a`.
-                done = unsafe { super::transpose::transpose_rows_8(ptrs, kc, out.as_mut_ptr().cast(), 8) };
-            }
-            for i in 0..rows {
-                for (p, &x) in line(i).iter().enumerate().skip(done) {
-                    out[p * mr + i] = x.to_math();
+            if rows == 8 {
+                scatter_lines_8(std::array::from_fn(line), out, mr);
+            } else {
+                for i in 0..rows {
+                    for (p, &x) in line(i).iter().enumerate() {
+                        out[p * mr + i] = x.to_math();
+                    }
                 }
             }
             for p in 0..kc {
@@ -226,31 +221,15 @@ pub fn pack_b<S: FloatElement>(
         let cols = nr.min(n - jq);
         if b.rs == 1 {
             // Columns are contiguous (a transposed operand): read each once,
-            // f32 groups of 8 columns through the register transpose.
+            // in groups of 8.
             let line = |j: usize| {
                 let base = b.at(p0, jq + j);
                 &b.data[base..base + kc]
             };
-            let f32_groups = if std::any::TypeId::of::<S>() == std::any::TypeId::of::<f32>() {
-                cols / 8
-            } else {
-                0
-            };
-            for g in 0..f32_groups {
-                let ptrs: [*const u32; 8] = std::array::from_fn(|i| line(8 * g + i).as_ptr().cast());
-                // SAFETY: S is f32, so each line is `kc` 32-bit units; the
-                // panel `out` (f32 too) holds kc·nr units, and units (p, i)
-                // land at p·nr + 8g + i < kc·nr (8g + 8 ≤ cols ≤ nr).
-                let done = unsafe {
-                    super::transpose::transpose_rows_8(ptrs, kc, out[8 * g..].as_mut_ptr().cast(), nr)
-                };
-                for i in 0..8 {
-                    for (p, &x) in line(8 * g + i).iter().enumerate().skip(done) {
-                        out[p * nr + 8 * g + i] = x.to_math();
-                    }
-                }
+            for g in 0..cols / 8 {
+                scatter_lines_8(std::array::from_fn(|i| line(8 * g + i)), &mut out[8 * g..], nr);
             }
-            for j in 8 * f32_groups..cols {
+            for j in cols / 8 * 8..cols {
                 for (p, &x) in line(j).iter().enumerate() {
                     out[p * nr + j] = x.to_math();
                 }
@@ -266,6 +245,27 @@ pub fn pack_b<S: FloatElement>(
                 }
                 dst[cols..].fill(<S::Math as crate::FloatMath>::ZERO);
             }
+        }
+    }
+}
+
+/// Writes element `p` of line `i` of the 8 equally long `lines`, in the
+/// math type, to `out[p*ld + i]` (`ld ≥ 8`): f32 lines through the register
+/// transpose of [`super::transpose`], the rest element by element.
+fn scatter_lines_8<S: FloatElement>(lines: [&[S]; 8], out: &mut [S::Math], ld: usize) {
+    let kc = lines[0].len();
+    assert!(lines.iter().all(|l| l.len() == kc) && ld >= 8 && (kc == 0 || out.len() >= (kc - 1) * ld + 8));
+    let mut done = 0;
+    if std::any::TypeId::of::<S>() == std::any::TypeId::of::<f32>() {
+        let ptrs: [*const u32; 8] = std::array::from_fn(|i| lines[i].as_ptr().cast());
+        // SAFETY: S is f32 (checked) and so is its math type: each line is
+        // `kc` 32-bit units and `out` reaches the units (p, i) (asserted);
+        // `out` is borrowed mutably, the lines shared, so they do not overlap.
+        done = unsafe { super::transpose::transpose_rows_8(ptrs, kc, out.as_mut_ptr().cast(), ld) };
+    }
+    for (i, line) in lines.iter().enumerate() {
+        for (p, &x) in line.iter().enumerate().skip(done) {
+            out[p * ld + i] = x.to_math();
         }
     }
 }

@@ -11,8 +11,7 @@
 
 use rayon::prelude::*;
 
-use super::gemm::{drive, Bias, Epilogue, GemmShape, MatMut, Packing};
-use super::kernel::GemmScalar;
+use super::gemm::{combine, drive, Epilogue, GemmShape, MatMut, Packing};
 use super::pack::MatRef;
 use crate::FloatMath;
 
@@ -45,7 +44,7 @@ pub(super) fn drive_split<S: Sync, P: Packing<S>>(
     par: bool,
     slices: usize,
 ) {
-    let GemmShape { m, n, k, alpha, beta } = s;
+    let GemmShape { m, n, k, .. } = s;
     let (zero, one) = (<P::Acc as FloatMath>::ZERO, <P::Acc as FloatMath>::ONE);
     let depth = k.div_ceil(slices);
     let mut parts = vec![zero; slices * m * n];
@@ -85,32 +84,5 @@ pub(super) fn drive_split<S: Sync, P: Packing<S>>(
     for part in rest.chunks(m * n) {
         first.iter_mut().zip(part).for_each(|(x, &y)| *x += y);
     }
-    let MatMut { data, off, rs, cs } = c;
-    for (i, row) in first.chunks(n).enumerate() {
-        for (j, &sum) in row.iter().enumerate() {
-            let at = (off as isize + i as isize * rs + j as isize * cs) as usize;
-            let mut v = if alpha == one { sum } else { alpha * sum };
-            if beta == one {
-                v = data[at] + v;
-            } else if beta != zero {
-                v = beta * data[at] + v;
-            }
-            v = finish(v, i, j, &epi);
-            data[at] = v;
-        }
-    }
-}
-
-/// The epilogue on element `(i, j)`.
-#[inline]
-fn finish<T: GemmScalar>(mut v: T, i: usize, j: usize, e: &Epilogue<T>) -> T {
-    match e.bias {
-        Bias::None => {}
-        Bias::Row(bias) => v += bias[i],
-        Bias::Col(bias) => v += bias[j],
-    }
-    if e.relu && v < <T as FloatMath>::ZERO {
-        v = <T as FloatMath>::ZERO;
-    }
-    v
+    combine(first, s, c, &epi);
 }
