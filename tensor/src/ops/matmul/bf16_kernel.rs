@@ -29,6 +29,7 @@ pub fn amx_kernel() -> Kernel<f32, u32> {
         // Never called: `amx_unavailable` refuses every other target.
         #[cfg(not(target_arch = "x86_64"))]
         run: portable,
+        edge: None,
     }
 }
 
@@ -48,6 +49,7 @@ pub fn avx512bf16_kernel() -> Kernel<f32, u32> {
         // Never called: `avx512bf16_unavailable` refuses every other target.
         #[cfg(not(target_arch = "x86_64"))]
         run: portable,
+        edge: None,
     }
 }
 
@@ -60,6 +62,7 @@ pub fn portable_kernel() -> Kernel<f32, u32> {
         kc: 512,
         nc: 2048,
         run: portable,
+        edge: None,
     }
 }
 

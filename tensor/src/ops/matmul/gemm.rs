@@ -311,13 +311,18 @@ pub(crate) fn drive<S: Sync, P: Packing<S>>(
                     }
                     let tile = acc.as_mut_ptr().cast::<T<P, S>>();
                     // SAFETY: the panels hold u*mr and u*nr units, the tile
-                    // buffer mr*nr ≤ MAX_TILE elements (all written by the
-                    // kernel, so initialised when read), and the caller
+                    // buffer mr*nr ≤ MAX_TILE elements (the rows × cols
+                    // corner `store` reads written by the kernel or its
+                    // edge routine, so initialised when read), and the caller
                     // checked the kernel runs here; tasks cover disjoint
                     // tiles of the output.
+                    let run = match kern.edge {
+                        Some(edge) if rows < kern.mr || cols < kern.nr => edge(rows, cols),
+                        _ => kern.run,
+                    };
                     unsafe {
-                        (kern.run)(u, ap.as_ptr(), bp.as_ptr(), tile, kern.nr, false);
-                        let acc = std::slice::from_raw_parts(tile, kern.mr * kern.nr);
+                        run(u, ap.as_ptr(), bp.as_ptr(), tile, kern.nr, false);
+                        let acc = std::slice::from_raw_parts(tile, (rows - 1) * kern.nr + cols);
                         store(acc, kern.nr, i0, jc + j0, rows, cols, &out, alpha, accum, epi)
                     };
                 });

@@ -81,6 +81,14 @@ impl Isa {
 pub type KernelFn<T, P = T> =
     unsafe fn(kc: usize, a: *const P, b: *const P, c: *mut T, ldc: usize, add: bool);
 
+/// Picks the routine for a partial tile of `rows × cols` (`1 ≤ rows ≤ mr`,
+/// `1 ≤ cols ≤ nr`): a smaller register tile that reads the same packed
+/// panels and writes at least the `rows × cols` corner of the tile (row
+/// stride `ldc`), each element summed exactly as the full tile sums it. A
+/// 65-column product then spends an eighth, not a third, of its time on
+/// its last column.
+pub type EdgeFn<T, P = T> = fn(rows: usize, cols: usize) -> KernelFn<T, P>;
+
 /// A micro-kernel with its register tile (`mr × nr`) and the cache blocks the
 /// driver uses with it: `kc` (depth of a packed panel, so a `kc×nr` panel of B
 /// stays in L1), `mc` (rows of A per task, so an `mc×kc` block stays in L2)
@@ -100,6 +108,9 @@ pub struct Kernel<T, P = T> {
     pub nc: usize,
     /// The tile routine.
     pub run: KernelFn<T, P>,
+    /// The routines of partial tiles, where the kernel has them (`run`
+    /// serves every tile otherwise).
+    pub edge: Option<EdgeFn<T, P>>,
 }
 
 /// The largest `mr * nr` of any kernel (the AMX tile pair of `bf16_kernel`):
@@ -141,6 +152,7 @@ impl GemmScalar for f32 {
                 kc: 256,
                 nc: 2048,
                 run: x86::f32_avx512::packed,
+                edge: Some(x86::f32_avx512::edge),
             },
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => Kernel {
@@ -150,6 +162,7 @@ impl GemmScalar for f32 {
                 kc: 256,
                 nc: 2048,
                 run: x86::f32_avx2::packed,
+                edge: Some(x86::f32_avx2::edge),
             },
             _ => Kernel {
                 mr: 4,
@@ -158,6 +171,7 @@ impl GemmScalar for f32 {
                 kc: 256,
                 nc: 2048,
                 run: f32_portable,
+                edge: None,
             },
         }
     }
@@ -184,6 +198,7 @@ impl GemmScalar for f64 {
                 kc: 256,
                 nc: 1024,
                 run: x86::f64_avx512::packed,
+                edge: Some(x86::f64_avx512::edge),
             },
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => Kernel {
@@ -193,6 +208,7 @@ impl GemmScalar for f64 {
                 kc: 256,
                 nc: 1024,
                 run: x86::f64_avx2::packed,
+                edge: Some(x86::f64_avx2::edge),
             },
             _ => Kernel {
                 mr: 4,
@@ -201,6 +217,7 @@ impl GemmScalar for f64 {
                 kc: 256,
                 nc: 1024,
                 run: f64_portable,
+                edge: None,
             },
         }
     }
@@ -292,9 +309,43 @@ mod x86 {
                     ldc: usize,
                     add: bool,
                 ) {
+                    // SAFETY: the contract of `KernelFn`.
+                    unsafe { part::<$mr, $nv>(kc, a, b, c, ldc, add) }
+                }
+
+                /// The partial-tile routines ([`super::super::EdgeFn`]):
+                /// one row, half the rows or all of them, by one vector or
+                /// all of them — the fewest that cover `rows × cols`.
+                pub fn edge(rows: usize, cols: usize) -> super::super::KernelFn<$t> {
+                    const HALF: usize = $mr / 2;
+                    match (rows, cols <= $w) {
+                        (1, true) => part::<1, 1>,
+                        (1, false) => part::<1, $nv>,
+                        (r, true) if r <= HALF => part::<HALF, 1>,
+                        (r, false) if r <= HALF => part::<HALF, $nv>,
+                        (_, true) => part::<$mr, 1>,
+                        _ => part::<$mr, $nv>,
+                    }
+                }
+
+                /// The first `MR` rows and `NV` vectors of the packed
+                /// kernel's tile, from the same panels.
+                ///
+                /// # Safety
+                /// As [`packed`]'s.
+                #[target_feature(enable = $feat)]
+                unsafe fn part<const MR: usize, const NV: usize>(
+                    kc: usize,
+                    a: *const $t,
+                    b: *const $t,
+                    c: *mut $t,
+                    ldc: usize,
+                    add: bool,
+                ) {
                     // SAFETY: packed panels are the strided operands with
-                    // A's rows one unit apart and depth steps mr (A), nr (B).
-                    unsafe { tile(kc, a, 1, $mr, b, $nv * $w, c, ldc, add) }
+                    // A's rows one unit apart and depth steps mr (A), nr (B);
+                    // this tile reads and writes a corner of the full one.
+                    unsafe { tile::<MR, NV>(kc, a, 1, $mr, b, $nv * $w, c, ldc, add) }
                 }
 
                 /// The direct kernel ([`super::super::DirectFn`]).
@@ -311,12 +362,12 @@ mod x86 {
                     add: bool,
                 ) {
                     // SAFETY: the contract of `DirectFn`.
-                    unsafe { tile(kc, a, lda, 1, b, ldb, c, ldc, add) }
+                    unsafe { tile::<$mr, $nv>(kc, a, lda, 1, b, ldb, c, ldc, add) }
                 }
 
-                /// The register tile over strided operands: A's element
-                /// `(i, p)` at `a[i*ars + p*aps]`, B's `(p, j)` at
-                /// `b[p*bps + j]`, inlined into both kernels with their
+                /// The `MR × NV` register tile over strided operands: A's
+                /// element `(i, p)` at `a[i*ars + p*aps]`, B's `(p, j)` at
+                /// `b[p*bps + j]`, inlined into every kernel with its
                 /// constant strides, so each compiles its own addressing.
                 ///
                 /// # Safety
@@ -325,7 +376,7 @@ mod x86 {
                 /// need.
                 #[inline(always)]
                 #[allow(clippy::too_many_arguments)]
-                unsafe fn tile(
+                unsafe fn tile<const MR: usize, const NV: usize>(
                     kc: usize,
                     a: *const $t,
                     ars: usize,
@@ -336,36 +387,36 @@ mod x86 {
                     ldc: usize,
                     add: bool,
                 ) {
-                    const NR: usize = $nv * $w;
+                    let nr = NV * $w;
                     // Fetch the C tile while the products run (its rows are
                     // far apart, beyond the hardware prefetcher's reach).
-                    for i in 0..$mr {
+                    for i in 0..MR {
                         // SAFETY: prefetches never fault; the addresses are in the tile.
                         unsafe {
                             let row = c.add(i * ldc).cast::<i8>();
                             _mm_prefetch::<_MM_HINT_T0>(row);
-                            _mm_prefetch::<_MM_HINT_T0>(row.add(NR * size_of::<$t>() - 1));
+                            _mm_prefetch::<_MM_HINT_T0>(row.add(nr * size_of::<$t>() - 1));
                         }
                     }
                     // SAFETY: the kernels inlining this have the features.
-                    let mut acc = [[unsafe { $zero() }; $nv]; $mr];
+                    let mut acc = [[unsafe { $zero() }; NV]; MR];
                     for p in 0..kc {
                         // SAFETY: the callers guarantee the elements of A and B
                         // these strides reach for i < mr, p < kc, j < nr.
                         unsafe {
                             let bp = b.add(p * bps);
-                            let bv: [_; $nv] = std::array::from_fn(|v| $load(bp.add(v * $w)));
+                            let bv: [_; NV] = std::array::from_fn(|v| $load(bp.add(v * $w)));
                             let ap = a.add(p * aps);
-                            for i in 0..$mr {
+                            for i in 0..MR {
                                 let av = $set1(*ap.add(i * ars));
-                                for v in 0..$nv {
+                                for v in 0..NV {
                                     acc[i][v] = $fma(av, bv[v], acc[i][v]);
                                 }
                             }
                         }
                     }
-                    for i in 0..$mr {
-                        for v in 0..$nv {
+                    for i in 0..MR {
+                        for v in 0..NV {
                             // SAFETY: the caller guarantees the tile behind `c`.
                             unsafe {
                                 let dst = c.add(i * ldc + v * $w);
