@@ -257,6 +257,13 @@ fn erfc_scaled<V: Vf32>(a: V) -> V {
         den = den.fma(a, V::splat(c));
     }
     let mid = num.div(den);
+    let in_mid = a.lt(V::splat(4.0));
+    // Activations rarely reach a ≥ 4 (|x| ≥ 5.7 for GELU): a vector without
+    // such a lane skips the tail's three divisions, whose result the select
+    // below would discard.
+    if V::all(in_mid) {
+        return mid;
+    }
     let zz = V::splat(1.0).div(a.mul(a));
     let mut tn = V::splat(1.631_538_713_730_709_6e-2);
     for c in [
@@ -280,7 +287,7 @@ fn erfc_scaled<V: Vf32>(a: V) -> V {
     let frac_1_sqrt_pi = V::splat(0.564_189_583_547_756_3);
     let tail = zz.mul(tn).div(td);
     let tail = frac_1_sqrt_pi.sub(tail).div(a);
-    V::select(a.lt(V::splat(4.0)), mid, tail)
+    V::select(in_mid, mid, tail)
 }
 
 /// max(x, 0); NaN stays NaN and −0 stays −0, like the scalar relu.

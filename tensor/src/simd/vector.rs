@@ -51,6 +51,8 @@ pub(crate) trait Vf32: Copy {
     fn lt(self, o: Self) -> Self::Mask;
     /// True in NaN lanes.
     fn is_nan(self) -> Self::Mask;
+    /// True when `m` holds in every lane.
+    fn all(m: Self::Mask) -> bool;
     /// `t` where `m` holds, else `f`.
     fn select(m: Self::Mask, t: Self, f: Self) -> Self;
     /// (hi, lo) with hi = fl(self · o) and hi + lo = self · o exactly.
@@ -139,6 +141,10 @@ pub(crate) mod portable {
         #[inline(always)]
         fn is_nan(self) -> [bool; 8] {
             std::array::from_fn(|i| self.0[i].is_nan())
+        }
+        #[inline(always)]
+        fn all(m: [bool; 8]) -> bool {
+            m.iter().all(|&b| b)
         }
         #[inline(always)]
         fn select(m: [bool; 8], t: Self, f: Self) -> Self {
@@ -254,6 +260,10 @@ pub(crate) mod x86 {
             unsafe { _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(self.0, self.0) }
         }
         #[inline(always)]
+        fn all(m: __mmask16) -> bool {
+            m == u16::MAX
+        }
+        #[inline(always)]
         fn select(m: __mmask16, t: Self, f: Self) -> Self {
             F32x16(unsafe { _mm512_mask_blend_ps(m, f.0, t.0) })
         }
@@ -339,6 +349,10 @@ pub(crate) mod x86 {
         #[inline(always)]
         fn is_nan(self) -> __m256 {
             unsafe { _mm256_cmp_ps::<_CMP_UNORD_Q>(self.0, self.0) }
+        }
+        #[inline(always)]
+        fn all(m: __m256) -> bool {
+            unsafe { _mm256_movemask_ps(m) == 0xff }
         }
         #[inline(always)]
         fn select(m: __m256, t: Self, f: Self) -> Self {
