@@ -143,7 +143,7 @@ pub fn pack_a<S: FloatElement>(
             let base = a.at(rows.start, p0 + p);
             let run = &a.data[base..base + rows.len()];
             if p + PREFETCH_AHEAD < kc {
-                prefetch_run(&a.data[a.at(rows.start, p0 + p + PREFETCH_AHEAD)..], rows.len());
+                prefetch_run::<L1, _>(&a.data[a.at(rows.start, p0 + p + PREFETCH_AHEAD)..], rows.len());
             }
             for (r, part) in run.chunks(mr).enumerate() {
                 let out = &mut dst[r * mr * kc + p * mr..][..mr];
@@ -157,11 +157,18 @@ pub fn pack_a<S: FloatElement>(
         let i0 = rows.start + r * mr;
         let rows = mr.min(m - i0);
         if a.cs == 1 {
-            // Rows are contiguous: read each row once, scatter by mr.
+            // Rows are contiguous: read each row once, scatter by mr, while
+            // the next panel's rows are fetched (eight short runs a row
+            // apart: the hardware prefetchers have stopped training by the
+            // time one ends, and the activations a linear layer packs come
+            // from memory).
             let line = |i: usize| {
                 let base = a.at(i0 + i, p0);
                 &a.data[base..base + kc]
             };
+            for i in i0 + mr..m.min(i0 + 2 * mr) {
+                prefetch_run::<L2, _>(&a.data[a.at(i, p0)..], kc);
+            }
             if rows == 8 {
                 scatter_lines_8(std::array::from_fn(line), out, mr);
             } else {
@@ -273,18 +280,31 @@ fn scatter_lines_8<S: FloatElement>(lines: [&[S]; 8], out: &mut [S::Math], ld: u
 /// How many depth steps ahead [`pack_a`] prefetches a transposed A's runs.
 const PREFETCH_AHEAD: usize = 8;
 
+/// The prefetch hints of [`prefetch_run`]: into L1 for the next few depth
+/// steps, into L2 for the next panel (into L1 it would evict the B panel
+/// the kernel is reading: 256 deep × 32 f32 fill a 32 KiB L1).
+#[cfg(target_arch = "x86_64")]
+const L1: i32 = std::arch::x86_64::_MM_HINT_T0;
+#[cfg(target_arch = "x86_64")]
+const L2: i32 = std::arch::x86_64::_MM_HINT_T1;
+#[cfg(not(target_arch = "x86_64"))]
+const L1: i32 = 0;
+#[cfg(not(target_arch = "x86_64"))]
+const L2: i32 = 0;
+
 /// Asks for the cache lines of the first `len` elements of `run` ahead of
-/// their use: the runs of a transposed operand lie a whole storage row
-/// apart, a stride the hardware prefetchers catch late.
+/// their use, into the caches `HINT` names (an `_MM_HINT_*`): the runs of a
+/// transposed operand lie a whole storage row apart, a stride the hardware
+/// prefetchers catch late.
 #[inline(always)]
-fn prefetch_run<T>(run: &[T], len: usize) {
+fn prefetch_run<const HINT: i32, T>(run: &[T], len: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         let bytes = len.min(run.len()) * std::mem::size_of::<T>();
         let base = run.as_ptr().cast::<i8>();
         for off in (0..bytes).step_by(64) {
             // SAFETY: a prefetch never faults; the address is inside `run`.
-            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(base.add(off)) };
+            unsafe { std::arch::x86_64::_mm_prefetch::<HINT>(base.add(off)) };
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
