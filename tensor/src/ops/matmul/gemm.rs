@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use rayon::prelude::*;
 
 use super::kernel::{GemmScalar, Isa, Kernel, MAX_TILE};
+use super::lookahead::Lookahead;
 use super::pack::{pack_a, pack_b, AlignedBuf, MatRef};
 use crate::{FloatElement, FloatMath};
 
@@ -282,7 +283,11 @@ pub(crate) fn drive<S: Sync, P: Packing<S>>(
                 // The tile buffer of partial tiles: the kernel writes all of
                 // its `mr × nr` elements before `store` reads any.
                 let mut acc = std::mem::MaybeUninit::<[T<P, S>; MAX_TILE]>::uninit();
+                let next = pc + kcb..(pc + kcb + kc).min(k);
+                let tiles = r.len().div_ceil(kern.mr) * cc.len().div_ceil(kern.nr);
+                let mut ahead = Lookahead::new(&a, &b, r.clone(), next, jc + cc.start..jc + cc.end, tiles);
                 for_each_tile(&kern, r.clone(), cc.clone(), |i0, j0, rows, cols| {
+                    ahead.step();
                     let (ia, jb) = ((i0 - r.start) * u, (j0 - cc.start) * u);
                     let ap = &pa[ia..ia + kern.mr * u];
                     let bp = &pb[jb..jb + kern.nr * u];

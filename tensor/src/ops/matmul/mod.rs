@@ -17,6 +17,7 @@ pub(crate) mod cuda;
 pub(crate) mod direct;
 pub(crate) mod gemm;
 pub(crate) mod kernel;
+mod lookahead;
 pub(crate) mod pack;
 pub(crate) mod split;
 pub(crate) mod transpose;
