@@ -151,7 +151,7 @@ impl GemmScalar for f32 {
                 mc: 128,
                 kc: 256,
                 nc: 2048,
-                run: x86::f32_avx512::packed,
+                run: x86::f32_avx512::PACKED,
                 edge: Some(x86::f32_avx512::edge),
             },
             #[cfg(target_arch = "x86_64")]
@@ -161,7 +161,7 @@ impl GemmScalar for f32 {
                 mc: 120,
                 kc: 256,
                 nc: 2048,
-                run: x86::f32_avx2::packed,
+                run: x86::f32_avx2::PACKED,
                 edge: Some(x86::f32_avx2::edge),
             },
             _ => Kernel {
@@ -197,7 +197,7 @@ impl GemmScalar for f64 {
                 mc: 96,
                 kc: 256,
                 nc: 1024,
-                run: x86::f64_avx512::packed,
+                run: x86::f64_avx512::PACKED,
                 edge: Some(x86::f64_avx512::edge),
             },
             #[cfg(target_arch = "x86_64")]
@@ -207,7 +207,7 @@ impl GemmScalar for f64 {
                 mc: 96,
                 kc: 256,
                 nc: 1024,
-                run: x86::f64_avx2::packed,
+                run: x86::f64_avx2::PACKED,
                 edge: Some(x86::f64_avx2::edge),
             },
             _ => Kernel {
@@ -299,19 +299,9 @@ mod x86 {
             pub mod $name {
                 use super::*;
 
-                /// The packed kernel ([`super::super::KernelFn`]).
-                #[target_feature(enable = $feat)]
-                pub unsafe fn packed(
-                    kc: usize,
-                    a: *const $t,
-                    b: *const $t,
-                    c: *mut $t,
-                    ldc: usize,
-                    add: bool,
-                ) {
-                    // SAFETY: the contract of `KernelFn`.
-                    unsafe { part::<$mr, $nv>(kc, a, b, c, ldc, add) }
-                }
+                /// The packed kernel ([`super::super::KernelFn`]): the
+                /// whole register tile.
+                pub const PACKED: super::super::KernelFn<$t> = part::<$mr, $nv>;
 
                 /// The partial-tile routines ([`super::super::EdgeFn`]):
                 /// one row, half the rows or all of them, by one vector or
@@ -332,7 +322,7 @@ mod x86 {
                 /// kernel's tile, from the same panels.
                 ///
                 /// # Safety
-                /// As [`packed`]'s.
+                /// As [`super::super::KernelFn`]'s.
                 #[target_feature(enable = $feat)]
                 unsafe fn part<const MR: usize, const NV: usize>(
                     kc: usize,
