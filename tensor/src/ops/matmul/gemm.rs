@@ -280,12 +280,12 @@ pub(crate) fn drive<S: Sync, P: Packing<S>>(
                 let pb = shared_b.get(tj, cc.start * u..cc.start * u + b_len, |dst| {
                     pk.pack_b(dst, &b, pc, kcb, jc + cc.start..jc + cc.end, kern.nr)
                 });
-                // The tile buffer of partial tiles: the kernel writes all of
-                // its `mr × nr` elements before `store` reads any.
-                let mut acc = std::mem::MaybeUninit::<[T<P, S>; MAX_TILE]>::uninit();
                 let next = pc + kcb..(pc + kcb + kc).min(k);
                 let tiles = r.len().div_ceil(kern.mr) * cc.len().div_ceil(kern.nr);
                 let mut ahead = Lookahead::new(&a, &b, r.clone(), next, jc + cc.start..jc + cc.end, tiles);
+                // The tile buffer of partial tiles: the kernel (or its edge
+                // routine) writes the corner `store` reads before it reads.
+                let mut acc = std::mem::MaybeUninit::<[T<P, S>; MAX_TILE]>::uninit();
                 for_each_tile(&kern, r.clone(), cc.clone(), |i0, j0, rows, cols| {
                     ahead.step();
                     let (ia, jb) = ((i0 - r.start) * u, (j0 - cc.start) * u);

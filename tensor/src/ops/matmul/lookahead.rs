@@ -9,7 +9,7 @@
 
 use std::ops::Range;
 
-use super::pack::MatRef;
+use super::pack::{prefetch_line, MatRef, L2};
 
 /// Bytes of next-block operands a task prefetches at most: into L2, next
 /// to the packed panels it is reading.
@@ -39,11 +39,10 @@ impl<'a, S> Lookahead<'a, S> {
         cols: Range<usize>,
         tiles: usize,
     ) -> Self {
-        let mut parts = [Runs::of(a, rows, depth.clone()), Runs::of(b, depth, cols)];
+        let parts = [Runs::of(a, rows, depth.clone()), Runs::of(b, depth, cols)];
         let lines: usize = parts.iter().flatten().map(Runs::lines).sum();
-        if lines * 64 > BUDGET || lines == 0 {
-            parts = [None, None];
-        }
+        // Over the budget, no tile requests anything (`per_tile` 0).
+        let lines = if lines * 64 > BUDGET { 0 } else { lines };
         Lookahead {
             parts,
             per_tile: lines.div_ceil(tiles.max(1)),
@@ -122,18 +121,7 @@ impl<'a, S> Runs<'a, S> {
     #[inline(always)]
     fn fetch(&self, run: usize, line: usize) {
         let at = (self.first + run as isize * self.step) as usize;
-        let p = self
-            .data
-            .as_ptr()
-            .wrapping_add(at)
-            .cast::<i8>()
-            .wrapping_add(line * 64);
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch never faults, whatever the address.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(p)
-        };
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = p;
+        let p = self.data.as_ptr().wrapping_add(at).cast::<i8>();
+        prefetch_line::<L2>(p.wrapping_add(line * 64));
     }
 }

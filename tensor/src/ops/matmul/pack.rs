@@ -286,11 +286,11 @@ const PREFETCH_AHEAD: usize = 8;
 #[cfg(target_arch = "x86_64")]
 const L1: i32 = std::arch::x86_64::_MM_HINT_T0;
 #[cfg(target_arch = "x86_64")]
-const L2: i32 = std::arch::x86_64::_MM_HINT_T1;
+pub(super) const L2: i32 = std::arch::x86_64::_MM_HINT_T1;
 #[cfg(not(target_arch = "x86_64"))]
 const L1: i32 = 0;
 #[cfg(not(target_arch = "x86_64"))]
-const L2: i32 = 0;
+pub(super) const L2: i32 = 0;
 
 /// Asks for the cache lines of the first `len` elements of `run` ahead of
 /// their use, into the caches `HINT` names (an `_MM_HINT_*`): the runs of a
@@ -298,17 +298,24 @@ const L2: i32 = 0;
 /// prefetchers catch late.
 #[inline(always)]
 fn prefetch_run<const HINT: i32, T>(run: &[T], len: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let bytes = len.min(run.len()) * std::mem::size_of::<T>();
-        let base = run.as_ptr().cast::<i8>();
-        for off in (0..bytes).step_by(64) {
-            // SAFETY: a prefetch never faults; the address is inside `run`.
-            unsafe { std::arch::x86_64::_mm_prefetch::<HINT>(base.add(off)) };
-        }
+    let bytes = len.min(run.len()) * std::mem::size_of::<T>();
+    let base = run.as_ptr().cast::<i8>();
+    for off in (0..bytes).step_by(64) {
+        prefetch_line::<HINT>(base.wrapping_add(off));
     }
+}
+
+/// Asks for the cache line holding `p` into the caches `HINT` names (a
+/// no-op off x86-64).
+#[inline(always)]
+pub(super) fn prefetch_line<const HINT: i32>(p: *const i8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<HINT>(p)
+    };
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (run, len);
+    let _ = p;
 }
 
 /// Converts a contiguous run to the math type: f16 through the SIMD
