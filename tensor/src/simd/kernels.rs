@@ -80,6 +80,7 @@ lane_fns!(Lane2(a, b) {
     ReluBackward => math::relu_backward(a, b);
     SigmoidBackward => math::sigmoid_backward(a, b);
     TanhBackward => math::tanh_backward(a, b);
+    ExpSub => math::exp(a.sub(b));
 });
 
 /// `f(x, s)` for a fixed scalar `s`.
@@ -510,6 +511,70 @@ fn exp_shift_g<V: Vf32>(x: &[f32], m: f32, y: &mut [f32]) {
 simd_fn!(
     /// `y = exp(x − m)` elementwise: the numerators of an online softmax.
     pub(crate) fn exp_shift(x: &[f32], m: f32, y: &mut [f32]) => exp_shift_g
+);
+
+simd_fn!(
+    /// `y = exp(x − m)` elementwise with a shift per element: the weights
+    /// of a transposed score tile, whose columns each have their own
+    /// log-sum-exp. Bitwise [`exp_shift`]'s result wherever `m` is that
+    /// call's scalar.
+    pub(crate) fn exp_sub(x: &[f32], m: &[f32], y: &mut [f32]) => exp_sub_g
+);
+
+#[inline(always)]
+fn exp_sub_g<V: Vf32>(x: &[f32], m: &[f32], y: &mut [f32]) {
+    map2::<V>(x, m, y, ExpSub)
+}
+
+simd_fn!(
+    /// `ds = p·(ds − δ)·scale` elementwise, in place: attention's score
+    /// gradient from the weights `p`, the weight gradient in `ds` and each
+    /// element's `δ` (Σ dO·O of its query).
+    pub(crate) fn attention_grad(p: &[f32], delta: &[f32], scale: f32, ds: &mut [f32]) => attention_grad_g
+);
+
+#[inline(always)]
+fn attention_grad_g<V: Vf32>(p: &[f32], delta: &[f32], scale: f32, ds: &mut [f32]) {
+    assert!(
+        p.len() == ds.len() && delta.len() == ds.len(),
+        "kernel slices differ in length"
+    );
+    let sv = V::splat(scale);
+    let n = ds.len();
+    let full = n - n % V::N;
+    let mut i = 0;
+    while i < full {
+        // SAFETY: i + N ≤ n for all three slices.
+        unsafe {
+            let (pv, dv) = (V::load(p.as_ptr().add(i)), V::load(delta.as_ptr().add(i)));
+            let o = ds.as_mut_ptr().add(i);
+            attention_grad_step(pv, dv, V::load(o), sv).store(o)
+        };
+        i += V::N;
+    }
+    if i < n {
+        let (mut bp, mut bd, mut bg) = ([0.0f32; 16], [0.0f32; 16], [0.0f32; 16]);
+        bp[..n - i].copy_from_slice(&p[i..]);
+        bd[..n - i].copy_from_slice(&delta[i..]);
+        bg[..n - i].copy_from_slice(&ds[i..]);
+        // SAFETY: the buffers hold 16 ≥ N lanes.
+        unsafe {
+            let (pv, dv) = (V::load(bp.as_ptr()), V::load(bd.as_ptr()));
+            attention_grad_step(pv, dv, V::load(bg.as_ptr()), sv).store(bg.as_mut_ptr())
+        };
+        ds[i..].copy_from_slice(&bg[..n - i]);
+    }
+}
+
+/// `p·(g − d)·s`, one vector of [`attention_grad`].
+#[inline(always)]
+fn attention_grad_step<V: Vf32>(p: V, d: V, g: V, s: V) -> V {
+    p.mul(g.sub(d)).mul(s)
+}
+
+simd_fn!(
+    /// Σ a·b over equal-length slices, in a fixed order.
+    pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 => dot_g
 );
 
 /// Σ a·b in a fixed order.

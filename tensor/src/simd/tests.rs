@@ -299,6 +299,55 @@ fn sums_and_maxima_are_bitwise_equal_across_levels_and_accurate() {
 }
 
 #[test]
+fn attention_row_kernels_match_f64_at_every_level() {
+    let close = |got: f32, want: f64, tol: f64| (got as f64 - want).abs() <= tol * (1.0 + want.abs());
+    for level in Level::available() {
+        for n in [1usize, 5, 16, 37, 128] {
+            let v = |seed: u64, s: f64| -> Vec<f32> {
+                rand_f64(seed, n).iter().map(|&x| (x * s) as f32).collect()
+            };
+            let (x, m, p, delta, g) = (v(n as u64, 20.0), v(3, 20.0), v(4, 1.0), v(5, 2.0), v(6, 2.0));
+            let mut y = vec![0.0f32; n];
+            kernels::exp_sub(level, &x, &m, &mut y);
+            for i in 0..n {
+                let mut one = [0.0f32];
+                kernels::exp_shift(level, &x[i..=i], m[i], &mut one);
+                assert_eq!(
+                    y[i].to_bits(),
+                    one[0].to_bits(),
+                    "{} exp_sub {n} at {i}",
+                    level.name()
+                );
+                let want = (x[i] as f64 - m[i] as f64).exp();
+                assert!(
+                    close(y[i], want, 2e-6),
+                    "{} exp_sub {n}: {} vs {want}",
+                    level.name(),
+                    y[i]
+                );
+            }
+            let mut ds = g.clone();
+            kernels::attention_grad(level, &p, &delta, 0.125, &mut ds);
+            for i in 0..n {
+                let want = p[i] as f64 * (g[i] as f64 - delta[i] as f64) * 0.125;
+                assert!(
+                    close(ds[i], want, 1e-6),
+                    "{} attention_grad {n}: {} vs {want}",
+                    level.name(),
+                    ds[i]
+                );
+            }
+            let want: f64 = p.iter().zip(&g).map(|(&a, &b)| a as f64 * b as f64).sum();
+            assert!(
+                close(kernels::dot(level, &p, &g), want, 1e-5),
+                "{} dot {n}",
+                level.name()
+            );
+        }
+    }
+}
+
+#[test]
 fn softmax_rows_match_f64_at_every_level() {
     for level in Level::available() {
         for n in [1usize, 3, 16, 100, 1024] {

@@ -48,6 +48,12 @@ pub(crate) trait AttnMath: GemmScalar + FloatElement<Math = Self> {
     fn exp_shift(x: &[Self], m: Self, y: &mut [Self]);
     /// Σ x in a fixed order.
     fn row_sum(x: &[Self]) -> Self;
+    /// `y = exp(x − m)` with a shift per element.
+    fn exp_sub(x: &[Self], m: &[Self], y: &mut [Self]);
+    /// `ds = p·(ds − δ)·scale` in place.
+    fn attention_grad(p: &[Self], delta: &[Self], scale: Self, ds: &mut [Self]);
+    /// Σ a·b in a fixed order.
+    fn dot(a: &[Self], b: &[Self]) -> Self;
 }
 
 impl AttnMath for f32 {
@@ -60,6 +66,15 @@ impl AttnMath for f32 {
     fn row_sum(x: &[f32]) -> f32 {
         kernels::sum(Level::best(), x)
     }
+    fn exp_sub(x: &[f32], m: &[f32], y: &mut [f32]) {
+        kernels::exp_sub(Level::best(), x, m, y)
+    }
+    fn attention_grad(p: &[f32], delta: &[f32], scale: f32, ds: &mut [f32]) {
+        kernels::attention_grad(Level::best(), p, delta, scale, ds)
+    }
+    fn dot(a: &[f32], b: &[f32]) -> f32 {
+        kernels::dot(Level::best(), a, b)
+    }
 }
 
 impl AttnMath for f64 {
@@ -71,6 +86,19 @@ impl AttnMath for f64 {
     }
     fn row_sum(x: &[f64]) -> f64 {
         x.iter().sum()
+    }
+    fn exp_sub(x: &[f64], m: &[f64], y: &mut [f64]) {
+        y.iter_mut()
+            .zip(x.iter().zip(m))
+            .for_each(|(y, (&x, &m))| *y = (x - m).exp());
+    }
+    fn attention_grad(p: &[f64], delta: &[f64], scale: f64, ds: &mut [f64]) {
+        ds.iter_mut()
+            .zip(p.iter().zip(delta))
+            .for_each(|(g, (&p, &d))| *g = p * (*g - d) * scale);
+    }
+    fn dot(a: &[f64], b: &[f64]) -> f64 {
+        a.iter().zip(b).map(|(&a, &b)| a * b).sum()
     }
 }
 
@@ -232,27 +260,59 @@ struct Ctx<'a, T> {
     scale: T,
 }
 
+/// A tile of scores or weights: query rows `i0..` and key columns `j0..`
+/// of matrix `b`, `cols` elements to a stored row; stored transposed (a
+/// row per key, a column per query) when `keys_down`.
+#[derive(Clone, Copy)]
+struct Tile {
+    b: usize,
+    i0: usize,
+    j0: usize,
+    cols: usize,
+    keys_down: bool,
+}
+
+impl Tile {
+    /// The (query, key) of stored element `(r, c)`.
+    #[inline]
+    fn at(&self, r: usize, c: usize) -> (usize, usize) {
+        if self.keys_down {
+            (self.i0 + c, self.j0 + r)
+        } else {
+            (self.i0 + r, self.j0 + c)
+        }
+    }
+
+    /// The stored columns of row `r` that the causal mask hides (a key
+    /// after its query): a suffix of a query's row, a prefix of a key's.
+    fn causal_hidden(&self, r: usize) -> std::ops::Range<usize> {
+        if self.keys_down {
+            0..(self.j0 + r).saturating_sub(self.i0).min(self.cols)
+        } else {
+            (self.i0 + r + 1).saturating_sub(self.j0).min(self.cols)..self.cols
+        }
+    }
+}
+
 impl<T: AttnMath> Ctx<'_, T> {
-    /// Masks the scores `sc` (`rows × cols`, row stride `cols`) of query
-    /// rows `i0..` and key columns `j0..` of matrix `b`.
-    fn apply_mask(&self, b: usize, i0: usize, j0: usize, cols: usize, sc: &mut [T]) {
-        for (r, row) in sc.chunks_mut(cols).enumerate() {
-            let i = i0 + r;
+    /// Masks the scores `sc` of tile `t`.
+    fn apply_mask(&self, t: Tile, sc: &mut [T]) {
+        let neg_inf = <T as FloatMath>::NEG_INFINITY;
+        for (r, row) in sc.chunks_mut(t.cols).enumerate() {
             match &self.mask {
                 Mask::None => {}
-                Mask::Causal => {
-                    let first_hidden = (i + 1).saturating_sub(j0).min(cols);
-                    row[first_hidden..].fill(<T as FloatMath>::NEG_INFINITY);
-                }
+                Mask::Causal => row[t.causal_hidden(r)].fill(neg_inf),
                 Mask::Additive(m) => {
                     for (c, x) in row.iter_mut().enumerate() {
-                        *x += *m.at(b, i, j0 + c);
+                        let (i, j) = t.at(r, c);
+                        *x += *m.at(t.b, i, j);
                     }
                 }
                 Mask::Keep(m) => {
                     for (c, x) in row.iter_mut().enumerate() {
-                        if !*m.at(b, i, j0 + c) {
-                            *x = <T as FloatMath>::NEG_INFINITY;
+                        let (i, j) = t.at(r, c);
+                        if !*m.at(t.b, i, j) {
+                            *x = neg_inf;
                         }
                     }
                 }
@@ -260,14 +320,15 @@ impl<T: AttnMath> Ctx<'_, T> {
         }
     }
 
-    /// Scales each weight of `p` (query rows `i0..`, key columns `j0..` of
-    /// matrix `b`) by the dropout factor where it is kept, zeroing the rest.
-    fn apply_dropout(&self, d: &SdpaDropout, b: usize, i0: usize, j0: usize, cols: usize, p: &mut [T]) {
+    /// Scales each weight of tile `t` in `p` by the dropout factor where it
+    /// is kept, zeroing the rest.
+    fn apply_dropout(&self, d: &SdpaDropout, t: Tile, p: &mut [T]) {
         let keep_scale = T::of(d.scale());
-        for (r, row) in p.chunks_mut(cols).enumerate() {
-            let base = ((b * self.g.l + i0 + r) * self.g.s + j0) as u64;
+        let g = self.g;
+        for (r, row) in p.chunks_mut(t.cols).enumerate() {
             for (c, x) in row.iter_mut().enumerate() {
-                *x = if d.keeps(base + c as u64) {
+                let (i, j) = t.at(r, c);
+                *x = if d.keeps(((t.b * g.l + i) * g.s + j) as u64) {
                     *x * keep_scale
                 } else {
                     <T as FloatMath>::ZERO
@@ -332,7 +393,14 @@ impl<T: AttnMath> Ctx<'_, T> {
                 sc,
                 bc,
             );
-            self.apply_mask(b, i0, j0, bc, sc);
+            let tile = Tile {
+                b,
+                i0,
+                j0,
+                cols: bc,
+                keys_down: false,
+            };
+            self.apply_mask(tile, sc);
             for r in 0..br {
                 let (srow, prow) = (&sc[r * bc..(r + 1) * bc], &mut p[r * bc..(r + 1) * bc]);
                 let m_new = m[r].max_nan(T::row_max(srow));
@@ -352,7 +420,7 @@ impl<T: AttnMath> Ctx<'_, T> {
                 m[r] = m_new;
             }
             if let Some(d) = &self.dropout {
-                self.apply_dropout(d, b, i0, j0, bc, p);
+                self.apply_dropout(d, tile, p);
             }
             let pv = MatRef {
                 data: &*p,
@@ -522,6 +590,12 @@ impl<T: AttnMath> Ctx<'_, T> {
     /// The gradients of matrix `b` from the output gradient `d_o`, the
     /// output `o` and the forward's `lse` of its rows, into the rows of dQ
     /// (L), dK (S) and dV (S), and the mask gradient `[L, S]` when asked.
+    ///
+    /// Tiles are worked transposed, a row per key: then Pᵀ and dSᵀ are
+    /// row-major left operands, and dV += Pᵀ·dO and dK += dSᵀ·Q run on the
+    /// direct kernels, reading their operands in place instead of packing
+    /// them (only Sᵀ, dPᵀ and dQ pack). The softmax scale is folded into dS
+    /// so those products have alpha 1, as the direct kernels require.
     #[allow(clippy::too_many_arguments)]
     fn backward_head(
         &self,
@@ -536,9 +610,28 @@ impl<T: AttnMath> Ctx<'_, T> {
         let g = self.g;
         let zero = <T as FloatMath>::ZERO;
         let one = <T as FloatMath>::ONE;
+        let (q, k, v, o) = (
+            self.q.rows(b, 0),
+            self.k.rows(b, 0),
+            self.v.rows(b, 0),
+            o.rows(b, 0),
+        );
+        // The direct kernels read rows with unit columns; a broadcast output
+        // gradient (a sum's) is gathered into such rows once per head.
+        let gathered: Vec<T>;
+        let d_o = match d_o.rows(b, 0) {
+            m if m.cs == 1 => m,
+            m => {
+                gathered = gather_rows(m, g.l, g.ev);
+                dense(&gathered, g.ev)
+            }
+        };
         // δ_i = Σ_c dO_ic·O_ic: the row sums of P∘dP (FlashAttention-2).
         let delta: Vec<T> = (0..g.l)
-            .map(|i| (0..g.ev).fold(zero, |acc, c| acc + *d_o.at(b, i, c) * *o.at(b, i, c)))
+            .map(|i| match (row(d_o, i, g.ev), row(o, i, g.ev)) {
+                (Some(a), Some(c)) => T::dot(a, c),
+                _ => (0..g.ev).fold(zero, |acc, c| acc + d_o.data[d_o.at(i, c)] * o.data[o.at(i, c)]),
+            })
             .collect();
         let (mut dq_h, mut dk_h, mut dv_h) = (
             vec![zero; g.l * g.e],
@@ -546,9 +639,11 @@ impl<T: AttnMath> Ctx<'_, T> {
             vec![zero; g.s * g.ev],
         );
         let (qb, kb) = (block(g.l), block(g.s));
-        let mut p = vec![zero; qb * kb];
-        let mut pd = vec![zero; qb * kb];
-        let mut ds = vec![zero; qb * kb];
+        let mut pt = vec![zero; kb * qb];
+        let mut st = vec![zero; kb * qb];
+        let mut dropped = vec![zero; if self.dropout.is_some() { kb * qb } else { 0 }];
+        // The mask gradient is dS itself, so the scale is applied after it.
+        let ds_scale = if dmask.is_some() { one } else { self.scale };
         let causal = matches!(self.mask, Mask::Causal);
         for j0 in (0..g.s).step_by(kb) {
             let bc = kb.min(g.s - j0);
@@ -558,86 +653,114 @@ impl<T: AttnMath> Ctx<'_, T> {
             let first = if causal { j0 } else { 0 };
             for i0 in (first..g.l).step_by(qb) {
                 let br = qb.min(g.l - i0);
-                let (p, pd, ds) = (&mut p[..br * bc], &mut pd[..br * bc], &mut ds[..br * bc]);
-                let qk = (br, bc, g.e);
-                self.mm(
-                    qk,
-                    self.scale,
-                    self.q.rows(b, i0),
-                    self.k.rows_t(b, j0),
-                    zero,
-                    ds,
-                    bc,
+                let tile = Tile {
+                    b,
+                    i0,
+                    j0,
+                    cols: br,
+                    keys_down: true,
+                };
+                let (pt, st) = (&mut pt[..bc * br], &mut st[..bc * br]);
+                let (q_i, k_j, v_j, do_i) = (
+                    from_row(q, i0),
+                    from_row(k, j0),
+                    from_row(v, j0),
+                    from_row(d_o, i0),
                 );
-                self.apply_mask(b, i0, j0, bc, ds);
-                for r in 0..br {
-                    let row = r * bc..(r + 1) * bc;
-                    T::exp_shift(&ds[row.clone()], lse[i0 + r], &mut p[row]);
+                // Sᵀ = scale·K_j·Q_iᵀ, Pᵀ = exp(Sᵀ − lse) column by column.
+                self.mm((bc, br, g.e), self.scale, k_j, transposed(q_i), zero, st, br);
+                self.apply_mask(tile, st);
+                let lse_i = &lse[i0..i0 + br];
+                for (s_row, p_row) in st.chunks(br).zip(pt.chunks_mut(br)) {
+                    T::exp_sub(s_row, lse_i, p_row);
                 }
-                let pdm = match &self.dropout {
+                let pdt: &[T] = match &self.dropout {
                     Some(d) => {
-                        pd.copy_from_slice(p);
-                        self.apply_dropout(d, b, i0, j0, bc, pd);
-                        &*pd
+                        let dropped = &mut dropped[..bc * br];
+                        dropped.copy_from_slice(pt);
+                        self.apply_dropout(d, tile, dropped);
+                        dropped
                     }
-                    None => &*p,
+                    None => pt,
                 };
                 // dV_j += Pdᵀ·dO_i
-                let pdt = MatRef {
-                    data: pdm,
-                    off: 0,
-                    rs: 1,
-                    cs: bc as isize,
-                };
-                self.mm((bc, g.ev, br), one, pdt, d_o.rows(b, i0), one, dv_j, g.ev);
-                // dP = dO_i·V_jᵀ (through the dropout mask), dS = P∘(dP − δ).
-                self.mm(
-                    (br, bc, g.ev),
-                    one,
-                    d_o.rows(b, i0),
-                    self.v.rows_t(b, j0),
-                    zero,
-                    ds,
-                    bc,
-                );
+                self.mm((bc, g.ev, br), one, dense(pdt, br), do_i, one, dv_j, g.ev);
+                // dPᵀ = V_j·dO_iᵀ (through the dropout mask), dSᵀ = Pᵀ∘(dPᵀ − δ).
+                self.mm((bc, br, g.ev), one, v_j, transposed(do_i), zero, st, br);
                 if let Some(d) = &self.dropout {
-                    self.apply_dropout(d, b, i0, j0, bc, ds);
+                    self.apply_dropout(d, tile, st);
                 }
-                for r in 0..br {
-                    let dl = delta[i0 + r];
-                    let row = r * bc..(r + 1) * bc;
-                    ds[row.clone()]
-                        .iter_mut()
-                        .zip(&p[row])
-                        .for_each(|(x, &pv)| *x = pv * (*x - dl));
+                let delta_i = &delta[i0..i0 + br];
+                for (p_row, ds_row) in pt.chunks(br).zip(st.chunks_mut(br)) {
+                    T::attention_grad(p_row, delta_i, ds_scale, ds_row);
                 }
                 if let Some(dm) = dmask.as_deref_mut() {
-                    for r in 0..br {
-                        let at = (i0 + r) * g.s + j0;
-                        dm[at..at + bc].copy_from_slice(&ds[r * bc..(r + 1) * bc]);
+                    for (r, ds_row) in st.chunks_mut(br).enumerate() {
+                        for (c, x) in ds_row.iter_mut().enumerate() {
+                            let (i, j) = tile.at(r, c);
+                            dm[i * g.s + j] = *x;
+                            *x = *x * self.scale;
+                        }
                     }
                 }
-                let dsm = MatRef {
-                    data: &*ds,
-                    off: 0,
-                    rs: bc as isize,
-                    cs: 1,
-                };
-                let dst = MatRef {
-                    rs: 1,
-                    cs: bc as isize,
-                    ..dsm
-                };
-                // dK_j += scale·dSᵀ·Q_i, dQ_i += scale·dS·K_j
-                self.mm((bc, g.e, br), self.scale, dst, self.q.rows(b, i0), one, dk_j, g.e);
+                // dK_j += scale·dSᵀ·Q_i, dQ_i += scale·dS·K_j (scale in dS)
+                let dst = dense(st, br);
+                self.mm((bc, g.e, br), one, dst, q_i, one, dk_j, g.e);
                 let dq_i = &mut dq_h[i0 * g.e..(i0 + br) * g.e];
-                self.mm((br, g.e, bc), self.scale, dsm, self.k.rows(b, j0), one, dq_i, g.e);
+                self.mm((br, g.e, bc), one, transposed(dst), k_j, one, dq_i, g.e);
             }
         }
         write_rows(dq, &dq_h);
         write_rows(dk, &dk_h);
         write_rows(dv, &dv_h);
     }
+}
+
+/// The row-major matrix of `width`-element rows over `data`.
+fn dense<T>(data: &[T], width: usize) -> MatRef<'_, T> {
+    MatRef {
+        data,
+        off: 0,
+        rs: width as isize,
+        cs: 1,
+    }
+}
+
+/// Rows `i0..` of `m`.
+fn from_row<T>(m: MatRef<'_, T>, i0: usize) -> MatRef<'_, T> {
+    MatRef {
+        off: m.at(i0, 0),
+        ..m
+    }
+}
+
+/// The transpose of `m`.
+fn transposed<T>(m: MatRef<'_, T>) -> MatRef<'_, T> {
+    MatRef {
+        rs: m.cs,
+        cs: m.rs,
+        ..m
+    }
+}
+
+/// The `rows × width` matrix `m` copied into rows with unit columns (a
+/// broadcast row, column stride 0, is one value filled).
+fn gather_rows<T: Copy>(m: MatRef<'_, T>, rows: usize, width: usize) -> Vec<T> {
+    let mut out = Vec::with_capacity(rows * width);
+    for i in 0..rows {
+        if m.cs == 0 {
+            out.extend(std::iter::repeat_n(m.data[m.at(i, 0)], width));
+        } else {
+            out.extend((0..width).map(|c| m.data[m.at(i, c)]));
+        }
+    }
+    out
+}
+
+/// Row `i` of `m` as a slice of `width` elements, when its columns are
+/// adjacent.
+fn row<'a, T>(m: MatRef<'a, T>, i: usize, width: usize) -> Option<&'a [T]> {
+    (m.cs == 1).then(|| &m.data[m.at(i, 0)..][..width])
 }
 
 /// The CPU's [`Tensor::sdpa_backward`] on checked operands.

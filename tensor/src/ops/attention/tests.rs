@@ -241,6 +241,36 @@ fn results_do_not_depend_on_thread_count() {
 }
 
 #[test]
+fn strided_and_broadcast_output_gradients_equal_their_dense_copies() {
+    // The backward gathers an output gradient without unit columns into
+    // dense rows (a sum's gradient is one value broadcast); any layout must
+    // give the gradients of its dense copy, bit for bit.
+    let (b, l, s, e) = (2, 70, 40, 16);
+    let q = tensor_of::<f32>(&rand_f64(1, b * l * e), &[b, l, e]);
+    let k = tensor_of::<f32>(&rand_f64(2, b * s * e), &[b, s, e]);
+    let v = tensor_of::<f32>(&rand_f64(3, b * s * e), &[b, s, e]);
+    let args = SdpaArgs::default();
+    let fwd = Tensor::sdpa(&q, &k, &v, &args).unwrap();
+    let grads = |d_o: &Tensor| {
+        let g = Tensor::sdpa_backward(d_o, &q, &k, &v, &fwd, &args, false).unwrap();
+        [g.dq, g.dk, g.dv].map(|t| t.to_vec::<f32>().unwrap())
+    };
+    let scalar = tensor_of::<f32>(&[0.75], &[1, 1, 1])
+        .broadcast_to(&[b, l, e])
+        .unwrap();
+    let row = tensor_of::<f32>(&rand_f64(4, e), &[1, 1, e])
+        .broadcast_to(&[b, l, e])
+        .unwrap();
+    let columns = tensor_of::<f32>(&rand_f64(5, b * l * e), &[b, e, l])
+        .transpose(1, 2)
+        .unwrap();
+    for (what, d_o) in [("scalar", scalar), ("row", row), ("columns", columns)] {
+        let dense = d_o.contiguous().unwrap();
+        assert_eq!(grads(&d_o), grads(&dense), "{what}");
+    }
+}
+
+#[test]
 fn bad_operands_are_errors() {
     let q = Tensor::zeros(&[2, 3, 4], DType::F32).unwrap();
     let k5 = Tensor::zeros(&[2, 3, 5], DType::F32).unwrap();
