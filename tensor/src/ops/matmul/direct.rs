@@ -1,8 +1,9 @@
 //! Small GEMMs without packing: when A and B are row-major and the product
 //! is small, the micro-kernel reads them where they lie
 //! ([`super::kernel::DirectFn`]) instead of copying them into panels first,
-//! which at 128³ costs as much as a tenth of the product. The edge strips
-//! that do not fill a register tile go through the packed driver.
+//! which at 128³ costs as much as a tenth of the product. Rows below the
+//! last whole tile run on the one-row kernel; the columns right of the last
+//! whole tile go through the packed driver.
 //!
 //! Every output element is summed exactly as the packed driver sums it: the
 //! same depth blocks, the same kernel operation order inside a block, the
@@ -12,7 +13,7 @@
 use rayon::prelude::*;
 
 use super::gemm::{depth_block, drive, epilogue_rows, Bias, Epilogue, GemmShape, MatMut, Native, PAR_FLOPS};
-use super::kernel::{GemmScalar, Isa};
+use super::kernel::{DirectFn, GemmScalar, Isa};
 use super::pack::MatRef;
 use crate::{FloatElement, FloatMath};
 
@@ -23,8 +24,8 @@ pub const DIRECT_FLOPS: usize = 1 << 22;
 /// Runs `C = A·B + beta·C` (alpha 1, beta 0 or 1) on the direct kernel of
 /// `isa` when the shape and strides allow it, returning false (having done
 /// nothing) when they do not: a strided operand or output, another alpha or
-/// beta, more than [`DIRECT_FLOPS`], fewer rows or columns than one tile, or
-/// no direct kernel for `isa`.
+/// beta, more than [`DIRECT_FLOPS`], fewer columns than one tile, or no
+/// direct kernel for `isa`.
 pub(crate) fn try_direct<S: FloatElement>(
     s: GemmShape<S::Math>,
     a_elems: MatRef<S>,
@@ -39,13 +40,14 @@ where
 {
     type T<S> = <S as FloatElement>::Math;
     let GemmShape { m, n, k, alpha, beta } = s;
-    let (Some(a), Some(b), Some(run)) = (a_elems.as_math(), b_elems.as_math(), T::<S>::direct(isa)) else {
+    let (Some(a), Some(b), Some(kernels)) = (a_elems.as_math(), b_elems.as_math(), T::<S>::direct(isa))
+    else {
         return false;
     };
     let kern = T::<S>::kernel(isa);
     let (one, zero) = (<T<S> as FloatMath>::ONE, <T<S> as FloatMath>::ZERO);
     let row_major = a.cs == 1 && b.cs == 1 && c.cs == 1 && a.rs >= 0 && b.rs >= 0 && c.rs >= n as isize;
-    if !row_major || alpha != one || (beta != zero && beta != one) || k == 0 || m < kern.mr || n < kern.nr {
+    if !row_major || alpha != one || (beta != zero && beta != one) || k == 0 || m == 0 || n < kern.nr {
         return false;
     }
     // A depth-split product sums in slices, which the direct kernels do not.
@@ -69,18 +71,18 @@ where
     let ap = SendPtr(a.data.as_ptr().wrapping_add(a.off).cast_mut());
     let bp = SendPtr(b.data.as_ptr().wrapping_add(b.off).cast_mut());
     // One task per row panel, all column panels: the task's B panels come
-    // from L2 (the product is small), its A rows stay in L1.
-    let panel = |r: usize| {
-        let i0 = r * kern.mr;
+    // from L2 (the product is small), its A rows stay in L1. A panel is a
+    // whole tile's rows, or one row below the last whole tile.
+    let panel = |(i0, rows, run): (usize, usize, DirectFn<T<S>>)| {
         for j0 in (0..nf).step_by(kern.nr) {
             for p0 in (0..k).step_by(kc) {
                 let kb = kc.min(k - p0);
                 let add = p0 > 0 || beta == one;
-                // SAFETY: rows i0..i0+mr < mf ≤ m and depth p0..p0+kb ≤ k of
+                // SAFETY: rows i0..i0+rows ≤ m and depth p0..p0+kb ≤ k of
                 // A, depth p0.. and columns j0..j0+nr ≤ nf of B lie in their
                 // buffers (asserted above with the views' non-negative
-                // strides); the tile of C too, and only this task writes it;
-                // the caller picked a kernel this CPU runs.
+                // strides); those rows of the tile of C too, and only this
+                // task writes them; the caller picked a kernel this CPU runs.
                 unsafe {
                     run(
                         kb,
@@ -94,66 +96,34 @@ where
                     );
                 }
             }
-            // SAFETY: the tile just written, ours alone.
-            unsafe { epilogue_rows(out.get().add(i0 * ldc + j0), ldc, i0, j0, kern.mr, kern.nr, epi) };
+            // SAFETY: the rows just written, ours alone.
+            unsafe { epilogue_rows(out.get().add(i0 * ldc + j0), ldc, i0, j0, rows, kern.nr, epi) };
         }
     };
-    let panels = mf / kern.mr;
-    if par && mf.saturating_mul(nf).saturating_mul(k) >= PAR_FLOPS && rayon::current_num_threads() > 1 {
-        (0..panels).into_par_iter().for_each(panel);
+    let panels = (0..mf)
+        .step_by(kern.mr)
+        .map(|i0| (i0, kern.mr, kernels.tile))
+        .chain((mf..m).map(|i0| (i0, 1, kernels.row)));
+    if par && m.saturating_mul(nf).saturating_mul(k) >= PAR_FLOPS && rayon::current_num_threads() > 1 {
+        panels.collect::<Vec<_>>().into_par_iter().for_each(panel);
     } else {
-        (0..panels).for_each(panel);
+        panels.for_each(panel);
     }
-    // The edges: rows mf.. (all columns) and columns nf.. of rows ..mf.
-    let bias_from = |i0: usize, j0: usize| match epi.bias {
-        Bias::None => Bias::None,
-        Bias::Row(v) => Bias::Row(&v[i0..]),
-        Bias::Col(v) => Bias::Col(&v[j0..]),
-    };
-    let pk = Native(isa);
-    if mf < m {
-        let shape = GemmShape { m: m - mf, ..s };
-        let c = MatMut {
-            data: &mut *c.data,
-            off: c.off + mf * ldc,
-            rs: c.rs,
-            cs: 1,
-        };
-        let e = Epilogue {
-            bias: bias_from(mf, 0),
-            relu: epi.relu,
-        };
-        drive(
-            &pk,
-            shape,
-            MatRef {
-                off: a_elems.at(mf, 0),
-                ..a_elems
-            },
-            b_elems,
-            c,
-            e,
-            par,
-        );
-    }
+    // The columns nf.. of every row.
     if nf < n {
-        let shape = GemmShape {
-            m: mf,
-            n: n - nf,
-            ..s
+        let bias = match epi.bias {
+            Bias::Col(v) => Bias::Col(&v[nf..]),
+            other => other,
         };
+        let shape = GemmShape { n: n - nf, ..s };
         let c = MatMut {
             data: &mut *c.data,
             off: c.off + nf,
             rs: c.rs,
             cs: 1,
         };
-        let e = Epilogue {
-            bias: bias_from(0, nf),
-            relu: epi.relu,
-        };
         drive(
-            &pk,
+            &Native(isa),
             shape,
             a_elems,
             MatRef {
@@ -161,7 +131,7 @@ where
                 ..b_elems
             },
             c,
-            e,
+            Epilogue { bias, relu: epi.relu },
             par,
         );
     }

@@ -129,6 +129,17 @@ pub const MAX_TILE: usize = 32 * 32;
 pub type DirectFn<T> =
     unsafe fn(kc: usize, a: *const T, lda: usize, b: *const T, ldb: usize, c: *mut T, ldc: usize, add: bool);
 
+/// The direct kernels of one [`Isa`]: the whole register tile, and its
+/// first row alone for the rows below the last whole tile (reading only
+/// that row of A and writing only that row of C).
+#[derive(Clone, Copy)]
+pub struct Direct<T> {
+    /// The `mr × nr` tile.
+    pub tile: DirectFn<T>,
+    /// One row of `nr` columns, summed as the tile sums it.
+    pub row: DirectFn<T>,
+}
+
 /// A float type the GEMM computes in natively (f32 and f64).
 pub trait GemmScalar: FloatMath + Element + bytemuck::Pod {
     /// The micro-kernel for `isa`.
@@ -138,7 +149,7 @@ pub trait GemmScalar: FloatMath + Element + bytemuck::Pod {
     /// register tile of [`GemmScalar::kernel`] and the same per-element
     /// operation order, so a tile sums bit for bit as the packed kernel
     /// sums it.
-    fn direct(isa: Isa) -> Option<DirectFn<Self>>;
+    fn direct(isa: Isa) -> Option<Direct<Self>>;
 }
 
 impl GemmScalar for f32 {
@@ -176,12 +187,12 @@ impl GemmScalar for f32 {
         }
     }
 
-    fn direct(isa: Isa) -> Option<DirectFn<f32>> {
+    fn direct(isa: Isa) -> Option<Direct<f32>> {
         match isa {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => Some(x86::f32_avx512::direct),
+            Isa::Avx512 => Some(x86::f32_avx512::DIRECT),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => Some(x86::f32_avx2::direct),
+            Isa::Avx2 => Some(x86::f32_avx2::DIRECT),
             _ => None,
         }
     }
@@ -222,12 +233,12 @@ impl GemmScalar for f64 {
         }
     }
 
-    fn direct(isa: Isa) -> Option<DirectFn<f64>> {
+    fn direct(isa: Isa) -> Option<Direct<f64>> {
         match isa {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => Some(x86::f64_avx512::direct),
+            Isa::Avx512 => Some(x86::f64_avx512::DIRECT),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => Some(x86::f64_avx2::direct),
+            Isa::Avx2 => Some(x86::f64_avx2::DIRECT),
             _ => None,
         }
     }
@@ -338,10 +349,17 @@ mod x86 {
                     unsafe { tile::<MR, NV>(kc, a, 1, $mr, b, $nv * $w, c, ldc, add) }
                 }
 
-                /// The direct kernel ([`super::super::DirectFn`]).
+                /// The direct kernels: the whole tile and its first row.
+                pub const DIRECT: super::super::Direct<$t> = super::super::Direct {
+                    tile: direct::<$mr>,
+                    row: direct::<1>,
+                };
+
+                /// The first `MR` rows of the direct kernel's tile
+                /// ([`super::super::DirectFn`]).
                 #[target_feature(enable = $feat)]
                 #[allow(clippy::too_many_arguments)]
-                pub unsafe fn direct(
+                unsafe fn direct<const MR: usize>(
                     kc: usize,
                     a: *const $t,
                     lda: usize,
@@ -352,7 +370,7 @@ mod x86 {
                     add: bool,
                 ) {
                     // SAFETY: the contract of `DirectFn`.
-                    unsafe { tile::<$mr, $nv>(kc, a, lda, 1, b, ldb, c, ldc, add) }
+                    unsafe { tile::<MR, $nv>(kc, a, lda, 1, b, ldb, c, ldc, add) }
                 }
 
                 /// The `MR × NV` register tile over strided operands: A's
