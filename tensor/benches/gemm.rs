@@ -38,6 +38,16 @@ const SHAPES: &[Shape] = &[
     ),
     ("gemm_f32_1024_tn", DType::F32, 1024, 1024, 1024, true, false),
     ("gemm_f32_1024_nt", DType::F32, 1024, 1024, 1024, false, true),
+    // The ViT step's forward linear (8320 tokens, x·Wᵀ with W [192, 192]).
+    (
+        "gemm_f32_8320x192x192_nt",
+        DType::F32,
+        8320,
+        192,
+        192,
+        false,
+        true,
+    ),
     // The ViT step's MLP input gradient (8320 tokens, 768 → 192) and
     // weight gradients (gᵀ·x, summed over the tokens).
     ("gemm_f32_8320x768x192", DType::F32, 8320, 768, 192, false, false),
