@@ -143,16 +143,6 @@ impl<'a, T> Operand<'a, T> {
         }
     }
 
-    /// The transpose of rows `row0..` of matrix `b`.
-    fn rows_t(&self, b: usize, row0: usize) -> MatRef<'a, T> {
-        let m = self.rows(b, row0);
-        MatRef {
-            rs: self.cs,
-            cs: self.rs,
-            ..m
-        }
-    }
-
     /// Element `(i, j)` of matrix `b`.
     #[inline]
     fn at(&self, b: usize, i: usize, j: usize) -> &'a T {
@@ -388,7 +378,7 @@ impl<T: AttnMath> Ctx<'_, T> {
                 qk,
                 self.scale,
                 self.q.rows(b, i0),
-                self.k.rows_t(b, j0),
+                transposed(self.k.rows(b, j0)),
                 <T as FloatMath>::ZERO,
                 sc,
                 bc,
@@ -422,16 +412,10 @@ impl<T: AttnMath> Ctx<'_, T> {
             if let Some(d) = &self.dropout {
                 self.apply_dropout(d, tile, p);
             }
-            let pv = MatRef {
-                data: &*p,
-                off: 0,
-                rs: bc as isize,
-                cs: 1,
-            };
             self.mm(
                 (br, g.ev, bc),
                 <T as FloatMath>::ONE,
-                pv,
+                dense(p, bc),
                 self.v.rows(b, j0),
                 <T as FloatMath>::ONE,
                 out,
