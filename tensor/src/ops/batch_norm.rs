@@ -8,11 +8,13 @@ pub(crate) mod cuda;
 
 use rayon::prelude::*;
 
+use crate::ops::batch_norm_f32;
 use crate::ops::norm_common::{
     channel_sums, check_eps, check_float, check_grad, param, stats_tensor, tensor_from,
 };
 use crate::ops::reduce::moments;
-use crate::{Element, Error, FloatElement, FloatMath, Result, Tensor};
+use crate::simd::norm::BatchNormGrad;
+use crate::{DType, Element, Error, FloatElement, FloatMath, Result, Tensor};
 
 /// What `batch_norm` returns, on a [`Tensor`] (`BatchNormOutput<Tensor>`)
 /// and on a `Var` (`BatchNormOutput<Var>`): the output and, in training,
@@ -241,29 +243,69 @@ pub(crate) fn cpu_forward(
     let invstd: Vec<f64> = var.iter().map(|v| 1.0 / (v + eps).sqrt()).collect();
     let w = param::<f64>(OP, "weight", weight, input, c)?;
     let b = param::<f64>(OP, "bias", bias, input, c)?;
+    // Per channel: y = x·scale + shift.
+    let coef: Vec<(f64, f64)> = (0..c)
+        .map(|ci| {
+            let scale = invstd[ci] * w.as_ref().map_or(1.0, |w| w[ci]);
+            (scale, b.as_ref().map_or(0.0, |b| b[ci]) - mean[ci] * scale)
+        })
+        .collect();
     let x = input.contiguous()?;
+    if input.dtype() == DType::F32 {
+        let coef: Vec<(f32, f32)> = coef.iter().map(|&(a, b)| (a as f32, b as f32)).collect();
+        let y = batch_norm_f32::normalize(x.as_slice::<f32>()?, c, s, &coef, input.shape())?;
+        return forward_output(
+            y,
+            &mean,
+            &invstd,
+            new_rm,
+            new_rv,
+            running_mean,
+            running_var,
+            input.dtype(),
+        );
+    }
     let y = crate::with_float_dtype!(input.dtype(), T => {
         type M = <T as FloatElement>::Math;
-        // Per channel: y = x·scale + shift.
-        let coef: Vec<(M, M)> = (0..c)
-            .map(|ci| {
-                let scale = invstd[ci] * w.as_ref().map_or(1.0, |w| w[ci]);
-                let shift = b.as_ref().map_or(0.0, |b| b[ci]) - mean[ci] * scale;
-                (M::of(scale), M::of(shift))
-            })
-            .collect();
+        let coef: Vec<(M, M)> = coef.iter().map(|&(a, b)| (M::of(a), M::of(b))).collect();
         let xs = x.as_slice::<T>()?;
         let y: Vec<T> = crate::ops::norm_common::rows_forward(xs, s.max(1), &vec![<M as FloatMath>::ZERO; n * c], &vec![<M as FloatMath>::ONE; n * c], |r, _| coef[r % c]);
         tensor_from(&y, input.shape())?
     }, else return Err(Error::dtype(OP, format!("expects a float tensor, got {}", input.dtype()))));
+    forward_output(
+        y,
+        &mean,
+        &invstd,
+        new_rm,
+        new_rv,
+        running_mean,
+        running_var,
+        input.dtype(),
+    )
+}
+
+/// The [`BatchNormForward`] of output `y`, the statistics used, and the
+/// updated running statistics in the dtypes of the ones given.
+#[allow(clippy::too_many_arguments)]
+fn forward_output(
+    y: Tensor,
+    mean: &[f64],
+    invstd: &[f64],
+    new_rm: Option<Vec<f64>>,
+    new_rv: Option<Vec<f64>>,
+    running_mean: Option<&Tensor>,
+    running_var: Option<&Tensor>,
+    dtype: DType,
+) -> Result<BatchNormForward> {
+    let c = [mean.len()];
     let running = |v: Option<Vec<f64>>, like: Option<&Tensor>| {
         v.zip(like)
-            .map(|(v, t)| Tensor::from_slice(&v, &[c]).and_then(|r| r.to_dtype(t.dtype())))
+            .map(|(v, t)| Tensor::from_slice(&v, &c).and_then(|r| r.to_dtype(t.dtype())))
     };
     Ok(BatchNormForward {
         y,
-        mean: stats_tensor(&mean, &[c], input.dtype())?,
-        invstd: stats_tensor(&invstd, &[c], input.dtype())?,
+        mean: stats_tensor(mean, &c, dtype)?,
+        invstd: stats_tensor(invstd, &c, dtype)?,
         running_mean: running(new_rm, running_mean).transpose()?,
         running_var: running(new_rv, running_var).transpose()?,
     })
@@ -285,6 +327,32 @@ pub(crate) fn cpu_backward(
     let invstd = param::<f64>(OP, "invstd", Some(invstd), x, c)?.unwrap_or_default();
     let w = param::<f64>(OP, "weight", weight, x, c)?;
     let (xc, dyc) = (x.contiguous()?, dy.contiguous()?);
+    if x.dtype() == DType::F32 {
+        let (xs, dys) = (xc.as_slice::<f32>()?, dyc.as_slice::<f32>()?);
+        let (dot, db) = batch_norm_f32::grad_sums(dys, xs, n, c, s, &mean);
+        let dw: Vec<f64> = dot.iter().zip(&invstd).map(|(d, i)| d * i).collect();
+        let coef: Vec<BatchNormGrad> = (0..c)
+            .map(|ci| {
+                let [k, a, b] = grad_coef(w.as_deref(), &invstd, &dw, &db, ci, n * s, training);
+                let (mean, invstd) = (mean[ci] as f32, invstd[ci] as f32);
+                let [k, a, b] = [k, a, b].map(|v| v as f32);
+                BatchNormGrad {
+                    k,
+                    a,
+                    b,
+                    mean,
+                    invstd,
+                }
+            })
+            .collect();
+        let dx = batch_norm_f32::input_grad(dys, xs, c, s, &coef, x.shape())?;
+        let to_f32 = |v: &[f64]| v.iter().map(|&v| v as f32).collect::<Vec<f32>>();
+        return Ok((
+            dx,
+            tensor_from(&to_f32(&dw), &[c])?,
+            tensor_from(&to_f32(&db), &[c])?,
+        ));
+    }
     crate::with_float_dtype!(x.dtype(), T => {
         type M = <T as FloatElement>::Math;
         let (xs, dys) = (xc.as_slice::<T>()?, dyc.as_slice::<T>()?);
@@ -292,12 +360,9 @@ pub(crate) fn cpu_backward(
             let d = dys[at].to_f64();
             (d * (xs[at].to_f64() - mean[ci]) * invstd[ci], d)
         });
-        let count = (n * s) as f64;
-        // dx = k·dy + a·x̂ + b per channel, with x̂ = (x − mean)·invstd.
         let coef: Vec<[M; 4]> = (0..c)
             .map(|ci| {
-                let k = w.as_ref().map_or(1.0, |w| w[ci]) * invstd[ci];
-                let (a, b) = if training { (-k * dw[ci] / count, -k * db[ci] / count) } else { (0.0, 0.0) };
+                let [k, a, b] = grad_coef(w.as_deref(), &invstd, &dw, &db, ci, n * s, training);
                 [M::of(k), M::of(a), M::of(b), M::of(mean[ci])]
             })
             .collect();
@@ -318,6 +383,27 @@ pub(crate) fn cpu_backward(
     }, else Err(Error::dtype(OP, format!("expects a float tensor, got {}", x.dtype()))))
 }
 
+/// Channel `ci`'s [k, a, b] of the input gradient
+/// dx = k·dy + a·x̂ + b, x̂ = (x − mean)·invstd, from the parameter
+/// gradients `dw` = Σ dy·x̂ and `db` = Σ dy over `count` elements.
+fn grad_coef(
+    w: Option<&[f64]>,
+    invstd: &[f64],
+    dw: &[f64],
+    db: &[f64],
+    ci: usize,
+    count: usize,
+    training: bool,
+) -> [f64; 3] {
+    let k = w.map_or(1.0, |w| w[ci]) * invstd[ci];
+    if training {
+        let count = count as f64;
+        [k, -k * dw[ci] / count, -k * db[ci] / count]
+    } else {
+        [k, 0.0, 0.0]
+    }
+}
+
 /// (N, C, product of the remaining dims) of a `[N, C, *]` float input.
 fn dims3(op: &'static str, x: &Tensor) -> Result<(usize, usize, usize)> {
     check_float(op, x)?;
@@ -332,7 +418,11 @@ fn dims3(op: &'static str, x: &Tensor) -> Result<(usize, usize, usize)> {
 
 /// Per-channel (mean, biased var) over every dim but 1, in f64.
 fn stats(x: &Tensor, op: &'static str) -> Result<(Vec<f64>, Vec<f64>)> {
-    dims3(op, x)?;
+    let (n, c, s) = dims3(op, x)?;
+    if x.dtype() == DType::F32 {
+        let x = x.contiguous()?;
+        return Ok(batch_norm_f32::stats(x.as_slice::<f32>()?, n, c, s));
+    }
     let dims: Vec<isize> = (0..x.ndim() as isize).filter(|&d| d != 1).collect();
     let m = moments(x, op, &dims)?;
     let mean = m

@@ -14,6 +14,7 @@ macro_rules! same_device {
 
 pub mod attention;
 pub mod batch_norm;
+mod batch_norm_f32;
 pub mod binary;
 pub mod compare;
 pub mod conv;

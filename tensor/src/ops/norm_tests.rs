@@ -403,3 +403,65 @@ fn group_norm_forward_and_backward() {
         .group_norm(3, Some(&tensor_of::<f64>(&w[..4], &[4])), None, eps)
         .is_err());
 }
+
+/// The f32 batch norm (SIMD planes, f32 plane sums in f64) and its backward
+/// against the f64 path on the same values: ragged planes, one-element
+/// planes, a channel offset far from zero (the sums about the f32-rounded
+/// mean), training and eval; and bit for bit the same on 1 and 3 threads.
+#[test]
+fn batch_norm_f32_planes_match_the_f64_path_on_any_thread_count() {
+    let run = |shape: &[usize], training: bool, dtype: DType| -> Vec<Vec<f64>> {
+        let (c, numel) = (shape[1], shape.iter().product::<usize>());
+        let x: Vec<f64> = rand_f64(7, numel).iter().map(|v| 10.0 + 3.0 * v).collect();
+        let dy = rand_f64(8, numel);
+        let as_dt = |v: &[f64], shape: &[usize]| tensor_of::<f32>(v, shape).to_dtype(dtype).unwrap();
+        let (xt, dyt) = (as_dt(&x, shape), as_dt(&dy, shape));
+        let w: Vec<f64> = rand_f64(9, c).iter().map(|v| v + 1.5).collect();
+        let (w, b, rm) = (
+            as_dt(&w, &[c]),
+            as_dt(&rand_f64(10, c), &[c]),
+            as_dt(&rand_f64(11, c), &[c]),
+        );
+        let rv = as_dt(&vec![2.0; c], &[c]);
+        let o = xt
+            .batch_norm_forward(Some(&rm), Some(&rv), Some(&w), Some(&b), training, 0.1, 1e-5)
+            .unwrap();
+        let (dx, dw, db) =
+            Tensor::batch_norm_backward(&dyt, &xt, &o.mean, &o.invstd, Some(&w), training).unwrap();
+        let (sm, sv) = xt.batch_norm_stats().unwrap();
+        [&o.y, &o.mean, &o.invstd, &dx, &dw, &db, &sm, &sv]
+            .iter()
+            .map(|t| f64s(t))
+            .collect()
+    };
+    let names = [
+        "y",
+        "mean",
+        "invstd",
+        "dx",
+        "dweight",
+        "dbias",
+        "stats mean",
+        "stats var",
+    ];
+    for shape in [
+        vec![3usize, 5, 37],
+        vec![9, 4],
+        vec![4, 3, 8, 8],
+        vec![6, 40, 1037],
+    ] {
+        for training in [true, false] {
+            let got = run(&shape, training, DType::F32);
+            let want = run(&shape, training, DType::F64);
+            for ((g, w), what) in got.iter().zip(&want).zip(names) {
+                assert_close(g, w, 2e-5, &format!("{shape:?} training {training}: {what}"));
+            }
+        }
+    }
+    let pool = |n| rayon::ThreadPoolBuilder::new().num_threads(n).build().unwrap();
+    let shape = [6usize, 40, 1037];
+    assert_eq!(
+        pool(1).install(|| run(&shape, true, DType::F32)),
+        pool(3).install(|| run(&shape, true, DType::F32))
+    );
+}

@@ -225,7 +225,7 @@ pub(crate) fn binary_scalar_op(op: BinaryOp, a: f32, b: f32) -> f32 {
 
 /// `y[i] = f(x[i])` over equal-length slices.
 #[inline(always)]
-fn map1<V: Vf32>(x: &[f32], y: &mut [f32], f: impl Lane1) {
+pub(super) fn map1<V: Vf32>(x: &[f32], y: &mut [f32], f: impl Lane1) {
     assert_eq!(x.len(), y.len(), "kernel slices differ in length");
     let n = x.len();
     let full = n - n % V::N;
@@ -246,7 +246,7 @@ fn map1<V: Vf32>(x: &[f32], y: &mut [f32], f: impl Lane1) {
 
 /// `y[i] = f(a[i], b[i])` over equal-length slices.
 #[inline(always)]
-fn map2<V: Vf32>(a: &[f32], b: &[f32], y: &mut [f32], f: impl Lane2) {
+pub(super) fn map2<V: Vf32>(a: &[f32], b: &[f32], y: &mut [f32], f: impl Lane2) {
     assert!(
         a.len() == y.len() && b.len() == y.len(),
         "kernel slices differ in length"
@@ -577,12 +577,25 @@ simd_fn!(
     pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 => dot_g
 );
 
-/// Σ a·b in a fixed order.
+/// Σ a·b in a fixed order: [`dot_dev_g`] about 0 (b − 0 is b, bit for bit).
 #[inline(always)]
 fn dot_g<V: Vf32>(a: &[f32], b: &[f32]) -> f32 {
+    dot_dev_g::<V>(a, b, 0.0)
+}
+
+simd_fn!(
+    /// Σ a·(b − c) over equal-length slices, in a fixed order: a gradient's
+    /// dot product with centred values (batch norm's Σ dy·(x − mean)).
+    pub(crate) fn dot_dev(a: &[f32], b: &[f32], c: f32) -> f32 => dot_dev_g
+);
+
+/// Σ a·(b − c) in a fixed order.
+#[inline(always)]
+fn dot_dev_g<V: Vf32>(a: &[f32], b: &[f32], c: f32) -> f32 {
     assert_eq!(a.len(), b.len(), "kernel slices differ in length");
     const MAX_VECS: usize = ACC_LANES / 8;
     let k = ACC_LANES / V::N;
+    let cv = V::splat(c);
     let mut acc = [V::splat(0.0); MAX_VECS];
     let n = a.len();
     let full = n - n % ACC_LANES;
@@ -591,7 +604,7 @@ fn dot_g<V: Vf32>(a: &[f32], b: &[f32]) -> f32 {
         for (j, s) in acc.iter_mut().enumerate().take(k) {
             let o = i + j * V::N;
             // SAFETY: o + N ≤ n for both slices.
-            *s = unsafe { V::load(a.as_ptr().add(o)).fma(V::load(b.as_ptr().add(o)), *s) };
+            *s = unsafe { V::load(a.as_ptr().add(o)).fma(V::load(b.as_ptr().add(o)).sub(cv), *s) };
         }
         i += ACC_LANES;
     }
@@ -601,7 +614,7 @@ fn dot_g<V: Vf32>(a: &[f32], b: &[f32]) -> f32 {
         unsafe { s.store(out.as_mut_ptr().add(j * V::N)) };
     }
     for (o, (x, y)) in out.iter_mut().zip(a[full..].iter().zip(&b[full..])) {
-        *o = x.mul_add(*y, *o);
+        *o = x.mul_add(*y - c, *o);
     }
     tree_sum(out)
 }

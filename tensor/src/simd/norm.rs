@@ -1,7 +1,7 @@
-//! f32 row kernels of the fused layer-norm and cross-entropy passes, at
-//! every SIMD level (see [`super::kernels`] for the conventions).
+//! f32 row kernels of the fused layer-norm, batch-norm and cross-entropy
+//! passes, at every SIMD level (see [`super::kernels`] for the conventions).
 
-use super::kernels::tree_sum;
+use super::kernels::{map1, map2, tree_sum, Lane1, Lane2};
 use super::vector::Vf32;
 use super::{math, simd_fn, ACC_LANES};
 
@@ -186,4 +186,63 @@ simd_fn!(
     /// One row of the cross-entropy backward before the target's own term:
     /// dx = scale·(exp(x − lse) − smooth).
     pub(crate) fn cross_entropy_backward_row(x: &[f32], lse: f32, scale: f32, smooth: f32, dx: &mut [f32]) => cross_entropy_backward_row_g
+);
+
+/// The batch-norm step `x·scale + shift`: a multiply, then an add, as the
+/// generic path rounds it.
+#[derive(Clone, Copy)]
+struct ScaleShift(f32, f32);
+
+impl Lane1 for ScaleShift {
+    #[inline(always)]
+    fn call<V: Vf32>(self, x: V) -> V {
+        x.mul(V::splat(self.0)).add(V::splat(self.1))
+    }
+}
+
+#[inline(always)]
+fn batch_norm_plane_g<V: Vf32>(x: &[f32], scale: f32, shift: f32, y: &mut [f32]) {
+    map1::<V>(x, y, ScaleShift(scale, shift))
+}
+
+simd_fn!(
+    /// One plane (a sample's channel) of batch norm: y = x·scale + shift.
+    pub(crate) fn batch_norm_plane(x: &[f32], scale: f32, shift: f32, y: &mut [f32]) => batch_norm_plane_g
+);
+
+/// The per-channel coefficients of the batch-norm input gradient
+/// dx = k·dy + a·(x − mean)·invstd + b (a = b = 0 in eval mode).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BatchNormGrad {
+    /// weight·invstd.
+    pub k: f32,
+    /// The coefficient of x̂ (−k·Σdy·x̂ / count in training).
+    pub a: f32,
+    /// The constant term (−k·Σdy / count in training).
+    pub b: f32,
+    /// The channel's mean.
+    pub mean: f32,
+    /// The channel's 1/sqrt(var + eps).
+    pub invstd: f32,
+}
+
+impl Lane2 for BatchNormGrad {
+    /// The generic path's order of operations, without fused multiply-adds.
+    #[inline(always)]
+    fn call<V: Vf32>(self, x: V, dy: V) -> V {
+        let xhat_term = V::splat(self.a)
+            .mul(x.sub(V::splat(self.mean)))
+            .mul(V::splat(self.invstd));
+        V::splat(self.k).mul(dy).add(xhat_term).add(V::splat(self.b))
+    }
+}
+
+#[inline(always)]
+fn batch_norm_backward_plane_g<V: Vf32>(x: &[f32], dy: &[f32], coef: BatchNormGrad, dx: &mut [f32]) {
+    map2::<V>(x, dy, dx, coef)
+}
+
+simd_fn!(
+    /// One plane of the batch-norm input gradient (see [`BatchNormGrad`]).
+    pub(crate) fn batch_norm_backward_plane(x: &[f32], dy: &[f32], coef: BatchNormGrad, dx: &mut [f32]) => batch_norm_backward_plane_g
 );

@@ -446,3 +446,58 @@ fn layer_norm_rows_match_f64_at_every_level() {
         }
     }
 }
+
+#[test]
+fn batch_norm_planes_equal_the_scalar_formula_at_every_level() {
+    for level in Level::available() {
+        for n in [1usize, 5, 16, 37, 128] {
+            let v = |seed: u64, s: f64| -> Vec<f32> {
+                rand_f64(seed, n).iter().map(|&x| (x * s) as f32).collect()
+            };
+            let (x, dy) = (v(n as u64 + 40, 5.0), v(41, 2.0));
+            let mut y = vec![0.0f32; n];
+            norm::batch_norm_plane(level, &x, 1.7, -0.3, &mut y);
+            for i in 0..n {
+                let want = x[i] * 1.7 + -0.3;
+                assert_eq!(
+                    y[i].to_bits(),
+                    want.to_bits(),
+                    "{} batch_norm_plane {n} at {i}",
+                    level.name()
+                );
+            }
+            let coef = norm::BatchNormGrad {
+                k: 0.9,
+                a: -0.2,
+                b: 0.05,
+                mean: 0.4,
+                invstd: 1.3,
+            };
+            norm::batch_norm_backward_plane(level, &x, &dy, coef, &mut y);
+            for i in 0..n {
+                let want = coef.k * dy[i] + coef.a * (x[i] - coef.mean) * coef.invstd + coef.b;
+                assert_eq!(
+                    y[i].to_bits(),
+                    want.to_bits(),
+                    "{} batch_norm_backward_plane {n} at {i}",
+                    level.name()
+                );
+            }
+            let want: f64 = dy
+                .iter()
+                .zip(&x)
+                .map(|(&a, &b)| a as f64 * (b as f64 - 0.75))
+                .sum();
+            let got = kernels::dot_dev(level, &dy, &x, 0.75) as f64;
+            assert!(
+                (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                "{} dot_dev {n}: {got} vs {want}",
+                level.name()
+            );
+            assert_eq!(
+                kernels::dot_dev(level, &dy, &x, 0.0).to_bits(),
+                kernels::dot(level, &dy, &x).to_bits()
+            );
+        }
+    }
+}
