@@ -4,7 +4,10 @@
 use rayon::prelude::*;
 
 use super::im2col::{col2im_strided, im2col_strided};
-use super::{gather_samples, samples_per_gemm, weight_ref, Conv2dParams, Geom};
+use super::{
+    bands, blocking, gather_samples, samples_per_gemm, transpose_blocks, weight_ref, Blocking, Conv2dParams,
+    Geom,
+};
 use crate::ops::matmul::check_operands;
 use crate::ops::matmul::gemm::{gemm, Epilogue, GemmShape, MatMut};
 use crate::ops::matmul::kernel::{GemmScalar, Isa};
@@ -148,25 +151,49 @@ where
     let wm = w.contiguous()?.to_vec::<S>()?;
     let (kk, l) = (g.kk(), g.l());
     let plane = g.cg * g.h * g.w;
-    let nb = samples_per_gemm(g);
+    let Blocking {
+        samples: nb,
+        rows,
+        banded,
+    } = blocking::<S>(g);
+    let lb = rows * g.ow;
+    // Bands run on the direct kernels, which read A row-major: each group's
+    // Wᵀ `[kk, og]`, transposed once here.
+    let wt = if banded {
+        transpose_blocks(&wm, g.groups, g.og, kk)
+    } else {
+        Vec::new()
+    };
+    let a = |grp: usize| {
+        if banded {
+            MatRef {
+                data: &wt[..],
+                off: grp * kk * g.og,
+                rs: g.og as isize,
+                cs: 1,
+            }
+        } else {
+            weight_ref(&wm, g, grp, true)
+        }
+    };
     let par_inner = g.n.div_ceil(nb) < rayon::current_num_threads();
     // Per rayon job: the column gradients of its samples side by side, and
     // their output gradients gathered into one GEMM operand.
     let new_bufs = || {
         let gathered = if nb > 1 { g.og * nb * l } else { 0 };
         (
-            vec![<S::Math as FloatMath>::ZERO; kk * nb * l],
+            vec![<S::Math as FloatMath>::ZERO; kk * nb * lb],
             vec![S::ZERO; gathered],
         )
     };
     let chunk = |(dcols, gathered): &mut (Vec<S::Math>, Vec<S>), (c, dx): (usize, &mut [S::Math])| {
         let m = dx.len() / (g.c * g.h * g.w);
-        let ld = m * l;
-        for grp in 0..g.groups {
+        let ld = m * lb;
+        for (grp, oy0) in bands(g, rows) {
             let b = if m == 1 {
                 MatRef {
                     data: go,
-                    off: (c * nb * g.o + grp * g.og) * l,
+                    off: (c * nb * g.o + grp * g.og) * l + oy0 * g.ow,
                     rs: l as isize,
                     cs: 1,
                 }
@@ -192,18 +219,10 @@ where
                 rs: ld as isize,
                 cs: 1,
             };
-            gemm::<S>(
-                shape,
-                weight_ref(&wm, g, grp, true),
-                b,
-                c,
-                Epilogue::none(),
-                Isa::best(),
-                par_inner,
-            );
+            gemm::<S>(shape, a(grp), b, c, Epilogue::none(), Isa::best(), par_inner);
             for j in 0..m {
                 let dxg = &mut dx[j * g.c * g.h * g.w + grp * plane..][..plane];
-                col2im_strided(&dcols[j * l..], g, ld, dxg);
+                col2im_strided(&dcols[j * lb..], g, oy0..oy0 + rows, ld, dxg);
             }
         }
     };
@@ -246,6 +265,10 @@ where
         let dw = super::dot::weight_grad::<S>(go, xs, g);
         return Tensor::from_vec(dw, &[g.o, g.cg, g.kh, g.kw])?.to_dtype(S::DTYPE);
     }
+    let blk = blocking::<S>(g);
+    if blk.banded && g.og % <S::Math as GemmScalar>::kernel(Isa::best()).nr == 0 {
+        return banded_weight_grad::<S>(go, xs, g, blk.rows);
+    }
     let size = g.o * kk;
     let nb = samples_per_gemm(g);
     let tasks = g.n.div_ceil(nb);
@@ -262,7 +285,7 @@ where
         for grp in 0..g.groups {
             for j in 0..m {
                 let xg = &xs[((n0 + j) * g.c + grp * g.cg) * g.h * g.w..][..g.cg * g.h * g.w];
-                im2col_strided(xg, g, &mut cols[j * l..], ld, |v| v);
+                im2col_strided(xg, g, 0..g.oh, &mut cols[j * l..], ld, |v| v);
             }
             let a = if m == 1 {
                 MatRef {
@@ -303,12 +326,87 @@ where
         }
         part
     };
-    // Partial gradients are added in task order, a wave at a time, so at
-    // most PARTIALS_IN_FLIGHT of them are alive and the sum order is fixed.
-    let mut sum = vec![<S::Math as FloatMath>::ZERO; size];
+    let sum = sum_in_task_order(tasks, size, par_inner, task);
+    Tensor::from_vec(sum, &[g.o, g.cg, g.kh, g.kw])?.to_dtype(S::DTYPE)
+}
+
+/// Samples whose weight gradients one task of [`banded_weight_grad`] sums.
+const BAND_TASK_SAMPLES: usize = 8;
+
+/// The weight gradient on bands of output rows (see `blocking`): per group,
+/// dWᵀ `[kk, og]` += cols_band · dY_bandᵀ for every band of every sample of
+/// a task of [`BAND_TASK_SAMPLES`], on the direct kernels, which read the
+/// band's unfolding in place from L2 (dY's band is packed, `lb × og`).
+/// The tasks' sums are added in task order and transposed once.
+fn banded_weight_grad<S: FloatElement>(go: &[S], xs: &[S], g: &Geom, rows: usize) -> Result<Tensor>
+where
+    S::Math: GemmScalar + FloatElement<Math = S::Math>,
+{
+    let (kk, l, lb, og) = (g.kk(), g.l(), rows * g.ow, g.og);
+    let zero = <S::Math as FloatMath>::ZERO;
+    let tasks = g.n.div_ceil(BAND_TASK_SAMPLES);
+    let par_inner = tasks < rayon::current_num_threads();
+    let task = |t: usize| -> Vec<S::Math> {
+        let mut part = vec![zero; g.o * kk];
+        let mut cols = vec![S::ZERO; kk * lb];
+        let samples = t * BAND_TASK_SAMPLES..((t + 1) * BAND_TASK_SAMPLES).min(g.n);
+        for (si, ni) in samples.enumerate() {
+            for (grp, oy0) in bands(g, rows) {
+                let xg = &xs[(ni * g.c + grp * g.cg) * g.h * g.w..][..g.cg * g.h * g.w];
+                im2col_strided(xg, g, oy0..oy0 + rows, &mut cols, lb, |v| v);
+                let shape = GemmShape {
+                    m: kk,
+                    n: og,
+                    k: lb,
+                    alpha: <S::Math as FloatMath>::ONE,
+                    beta: if si == 0 && oy0 == 0 {
+                        zero
+                    } else {
+                        <S::Math as FloatMath>::ONE
+                    },
+                };
+                let a = MatRef {
+                    data: &cols[..],
+                    off: 0,
+                    rs: lb as isize,
+                    cs: 1,
+                };
+                let b = MatRef {
+                    data: go,
+                    off: (ni * g.o + grp * og) * l + oy0 * g.ow,
+                    rs: 1,
+                    cs: l as isize,
+                };
+                let c = MatMut {
+                    data: &mut part[..],
+                    off: grp * kk * og,
+                    rs: og as isize,
+                    cs: 1,
+                };
+                gemm::<S>(shape, a, b, c, Epilogue::none(), Isa::best(), par_inner);
+            }
+        }
+        part
+    };
+    let sum_t = sum_in_task_order(tasks, g.o * kk, par_inner, task);
+    let sum = transpose_blocks(&sum_t, g.groups, kk, og);
+    Tensor::from_vec(sum, &[g.o, g.cg, g.kh, g.kw])?.to_dtype(S::DTYPE)
+}
+
+/// The sum of `task(0) + task(1) + …` (vectors of `size`), added in task
+/// order a wave at a time, so at most [`PARTIALS_IN_FLIGHT`] of them are
+/// alive and the sum order is fixed; the tasks of a wave run in parallel
+/// unless `serial`.
+fn sum_in_task_order<T: FloatMath + Send>(
+    tasks: usize,
+    size: usize,
+    serial: bool,
+    task: impl Fn(usize) -> Vec<T> + Sync,
+) -> Vec<T> {
+    let mut sum = vec![T::ZERO; size];
     let all: Vec<usize> = (0..tasks).collect();
     for wave in all.chunks(PARTIALS_IN_FLIGHT) {
-        let parts: Vec<Vec<S::Math>> = if par_inner {
+        let parts: Vec<Vec<T>> = if serial {
             wave.iter().map(|&t| task(t)).collect()
         } else {
             wave.par_iter().map(|&t| task(t)).collect()
@@ -319,5 +417,5 @@ where
             }
         }
     }
-    Tensor::from_vec(sum, &[g.o, g.cg, g.kh, g.kw])?.to_dtype(S::DTYPE)
+    sum
 }

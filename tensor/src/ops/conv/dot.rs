@@ -51,7 +51,7 @@ where
         for n in t * SAMPLES_PER_TASK..((t + 1) * SAMPLES_PER_TASK).min(g.n) {
             for grp in 0..g.groups {
                 let xg = &xs[(n * g.c + grp * g.cg) * g.h * g.w..][..g.cg * g.h * g.w];
-                im2col_strided(xg, g, &mut cols, lp, S::to_math);
+                im2col_strided(xg, g, 0..g.oh, &mut cols, lp, S::to_math);
                 for oc in grp * g.og..(grp + 1) * g.og {
                     let row = math_slice(&go[(n * g.o + oc) * l..][..l], &mut widened);
                     for t0 in (0..kk).step_by(TAP_BLOCK) {

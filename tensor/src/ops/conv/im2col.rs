@@ -3,30 +3,39 @@
 //! For one sample and one group, `cols` is a `[cg·kh·kw, oh·ow]` matrix (or
 //! the columns of one sample in a wider one, a GEMM over several samples)
 //! whose row `(c, ki, kj)` holds, for every output position, the input
-//! element that kernel tap meets (0 in the padding).
+//! element that kernel tap meets (0 in the padding). Both directions work on
+//! a band of output rows, so a large unfolding can be made and consumed a
+//! cache-sized block at a time.
 
 use std::ops::Range;
 
 use super::Geom;
 use crate::FloatMath;
 
-/// Unfolds `x` (one sample's `cg` channels, `[cg, h, w]` row-major) into
-/// `cols`, rows `ld ≥ oh·ow` elements apart (the elements between rows are
-/// left as they are), each element through `cast` (to the math type, or
-/// the identity where the GEMM packs the storage type itself).
+/// Unfolds output rows `band` of `x` (one sample's `cg` channels,
+/// `[cg, h, w]` row-major) into `cols`: `band.len()·ow` columns, rows
+/// `ld ≥ band.len()·ow` elements apart (the elements between rows are left
+/// as they are), each element through `cast` (to the math type, or the
+/// identity where the GEMM packs the storage type itself).
 pub fn im2col_strided<S: Copy, D: Copy + Default>(
     x: &[S],
     g: &Geom,
+    band: Range<usize>,
     cols: &mut [D],
     ld: usize,
     cast: impl Fn(S) -> D,
 ) {
-    let l = g.oh * g.ow;
+    let l = band.len() * g.ow;
+    // Column of output row oy's first position.
+    let at = |oy: usize| (oy - band.start) * g.ow;
     let mut row = 0;
     for c in 0..g.cg {
         let plane = &x[c * g.h * g.w..(c + 1) * g.h * g.w];
         for ki in 0..g.kh {
-            let ys = valid(g.oh, g.stride[0], ki * g.dilation[0], g.padding[0], g.h);
+            let ys = clip(
+                valid(g.oh, g.stride[0], ki * g.dilation[0], g.padding[0], g.h),
+                &band,
+            );
             for kj in 0..g.kw {
                 let xs = valid(g.ow, g.stride[1], kj * g.dilation[1], g.padding[1], g.w);
                 let dst = &mut cols[row * ld..row * ld + l];
@@ -36,16 +45,16 @@ pub fn im2col_strided<S: Copy, D: Copy + Default>(
                     // oy + shift, so the whole tap row is one shifted copy
                     // of the plane (instead of one short copy per output
                     // row); the columns it wraps into are zeroed after.
-                    let (e0, e1) = (ys.start * g.ow + xs.start, (ys.end - 1) * g.ow + xs.end);
+                    let (e0, e1) = (at(ys.start) + xs.start, at(ys.end - 1) + xs.end);
                     let iy0 = ys.start + ki * g.dilation[0] - g.padding[0];
                     let s0 = iy0 * g.w + xs.start + kj * g.dilation[1] - g.padding[1];
                     for (o, &v) in dst[e0..e1].iter_mut().zip(&plane[s0..s0 + (e1 - e0)]) {
                         *o = cast(v);
                     }
-                    dst[..ys.start * g.ow].fill(zero);
-                    dst[ys.end * g.ow..].fill(zero);
+                    dst[..at(ys.start)].fill(zero);
+                    dst[at(ys.end)..].fill(zero);
                     for oy in ys.clone() {
-                        let out = &mut dst[oy * g.ow..(oy + 1) * g.ow];
+                        let out = &mut dst[at(oy)..at(oy) + g.ow];
                         out[..xs.start].fill(zero);
                         out[xs.end..].fill(zero);
                     }
@@ -56,7 +65,7 @@ pub fn im2col_strided<S: Copy, D: Copy + Default>(
                 for oy in ys.clone() {
                     let iy = oy * g.stride[0] + ki * g.dilation[0] - g.padding[0];
                     let src = &plane[iy * g.w..(iy + 1) * g.w];
-                    let out = &mut dst[oy * g.ow..(oy + 1) * g.ow];
+                    let out = &mut dst[at(oy)..at(oy) + g.ow];
                     // An empty run (every output reads padding) has no
                     // first input to offset from: the loop below skips it.
                     if g.stride[1] == 1 && !xs.is_empty() {
@@ -77,23 +86,26 @@ pub fn im2col_strided<S: Copy, D: Copy + Default>(
     }
 }
 
-/// The adjoint of [`im2col_strided`]: adds every entry of `cols` (rows
-/// `ld ≥ oh·ow` elements apart) into the input position it was read from in
-/// `dx` (`[cg, h, w]`), in a fixed order.
-pub fn col2im_strided<T: FloatMath>(cols: &[T], g: &Geom, ld: usize, dx: &mut [T]) {
-    let l = g.oh * g.ow;
+/// The adjoint of [`im2col_strided`] for output rows `band`: adds every
+/// entry of `cols` (rows `ld ≥ band.len()·ow` elements apart) into the
+/// input position it was read from in `dx` (`[cg, h, w]`), in a fixed order.
+pub fn col2im_strided<T: FloatMath>(cols: &[T], g: &Geom, band: Range<usize>, ld: usize, dx: &mut [T]) {
+    let l = band.len() * g.ow;
     let mut row = 0;
     for c in 0..g.cg {
         let plane = &mut dx[c * g.h * g.w..(c + 1) * g.h * g.w];
         for ki in 0..g.kh {
-            let ys = valid(g.oh, g.stride[0], ki * g.dilation[0], g.padding[0], g.h);
+            let ys = clip(
+                valid(g.oh, g.stride[0], ki * g.dilation[0], g.padding[0], g.h),
+                &band,
+            );
             for kj in 0..g.kw {
                 let xs = valid(g.ow, g.stride[1], kj * g.dilation[1], g.padding[1], g.w);
                 let src = &cols[row * ld..row * ld + l];
                 for oy in ys.clone() {
                     let iy = oy * g.stride[0] + ki * g.dilation[0] - g.padding[0];
                     let dst = &mut plane[iy * g.w..(iy + 1) * g.w];
-                    let s = &src[oy * g.ow..(oy + 1) * g.ow];
+                    let s = &src[(oy - band.start) * g.ow..][..g.ow];
                     if g.stride[1] == 1 && !xs.is_empty() {
                         let x0 = xs.start + kj * g.dilation[1] - g.padding[1];
                         for (d, &v) in dst[x0..x0 + xs.len()].iter_mut().zip(&s[xs.clone()]) {
@@ -109,6 +121,12 @@ pub fn col2im_strided<T: FloatMath>(cols: &[T], g: &Geom, ld: usize, dx: &mut [T
             }
         }
     }
+}
+
+/// The part of `r` inside `band` (empty, at `band.start`, if none).
+fn clip(r: Range<usize>, band: &Range<usize>) -> Range<usize> {
+    let start = r.start.max(band.start);
+    start..r.end.min(band.end).max(start)
 }
 
 /// The output positions `o < n_out` whose input index `o·stride + tap − pad`

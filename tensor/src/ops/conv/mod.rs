@@ -23,6 +23,7 @@ use rayon::prelude::*;
 
 use super::math_view::math_view;
 use super::matmul::check_operands;
+use super::matmul::direct::DIRECT_B_BYTES;
 use super::matmul::gemm::{gemm, Bias, Epilogue, GemmShape, MatMut};
 use super::matmul::kernel::{GemmScalar, Isa};
 use super::matmul::pack::MatRef;
@@ -252,24 +253,27 @@ where
     let bm = bias.map(math_view::<S>).transpose()?;
     let (kk, l) = (g.kk(), g.l());
     let plane = g.c * g.h * g.w;
-    let nb = samples_per_gemm(g);
+    let Blocking {
+        samples: nb, rows, ..
+    } = blocking::<S>(g);
+    let lb = rows * g.ow;
     let par_inner = g.n.div_ceil(nb) < rayon::current_num_threads();
     // Per rayon job: the unfolded inputs of its samples side by side, and
     // the GEMM's `[og, samples·l]` output before it is split per sample.
     let new_bufs = || {
         let staged = if nb > 1 { g.og * nb * l } else { 0 };
         (
-            vec![S::ZERO; kk * nb * l],
+            vec![S::ZERO; kk * nb * lb],
             vec![<S::Math as FloatMath>::ZERO; staged],
         )
     };
     let chunk = |(cols, staged): &mut (Vec<S>, Vec<S::Math>), (c, out): (usize, &mut [S::Math])| {
         let m = out.len() / (g.o * l);
-        let ld = m * l;
-        for grp in 0..g.groups {
+        let ld = m * lb;
+        for (grp, oy0) in bands(g, rows) {
             for j in 0..m {
                 let xg = &xs[(c * nb + j) * plane + grp * g.cg * g.h * g.w..][..g.cg * g.h * g.w];
-                im2col::im2col_strided(xg, g, &mut cols[j * l..], ld, |v| v);
+                im2col::im2col_strided(xg, g, oy0..oy0 + rows, &mut cols[j * lb..], ld, |v| v);
             }
             let epi = Epilogue {
                 bias: bm
@@ -287,7 +291,7 @@ where
             let c = if m == 1 {
                 MatMut {
                     data: &mut out[grp * g.og * l..(grp + 1) * g.og * l],
-                    off: 0,
+                    off: oy0 * g.ow,
                     rs: l as isize,
                     cs: 1,
                 }
@@ -347,6 +351,72 @@ where
 /// their columns reach this many, so a small feature map (ResNet's 4×4
 /// last stage) does not repack the whole weight for every sample.
 const GEMM_COLUMNS: usize = 512;
+
+/// The fewest output positions of one band (see [`blocking`]): two
+/// register tiles' worth, so the weight read per band is used enough.
+const MIN_BAND_COLUMNS: usize = 64;
+
+/// How the GEMMs of a convolution cover its samples (see [`blocking`]).
+#[derive(Debug, Clone, Copy)]
+struct Blocking {
+    /// Samples side by side in one GEMM.
+    samples: usize,
+    /// Output rows per GEMM: all of them, or a band.
+    rows: usize,
+    /// Whether the GEMMs run one sample's bands on the direct kernels.
+    banded: bool,
+}
+
+/// How the GEMMs of a convolution cover it: whole samples side by side or
+/// bands of output rows of one sample. Bands are used when a band's unfolding
+/// (`kk × rows·ow`) fits [`DIRECT_B_BYTES`] with a whole number of register
+/// tiles of columns (at least [`MIN_BAND_COLUMNS`]) and the bands tile the
+/// output rows: it is then made and read in L2 and the GEMM runs on the
+/// direct kernels, which read the weight in place, so nothing is packed
+/// (layer 1 of a CIFAR ResNet: 64x576x1024 packed 92 GFLOP/s on one core,
+/// four 64x576x256 bands 116). Otherwise [`samples_per_gemm`] whole
+/// samples. A function of the shapes and the CPU's kernels only.
+fn blocking<S: FloatElement>(g: &Geom) -> Blocking
+where
+    S::Math: GemmScalar + FloatElement,
+{
+    let isa = Isa::best();
+    let direct =
+        S::DTYPE == <S::Math as crate::Element>::DTYPE && <S::Math as GemmScalar>::direct(isa).is_some();
+    let nr = <S::Math as GemmScalar>::kernel(isa).nr;
+    let col_bytes = g.kk().saturating_mul(size_of::<S::Math>()).max(1);
+    let max_rows = (DIRECT_B_BYTES / col_bytes / g.ow.max(1)).min(g.oh);
+    let band = (1..=max_rows)
+        .rev()
+        .find(|&r| g.oh % r == 0 && (r * g.ow) % nr == 0 && r * g.ow >= MIN_BAND_COLUMNS);
+    match band {
+        Some(rows) if direct => Blocking {
+            samples: 1,
+            rows,
+            banded: true,
+        },
+        _ => Blocking {
+            samples: samples_per_gemm(g),
+            rows: g.oh,
+            banded: false,
+        },
+    }
+}
+
+/// Every (group, first output row) of the bands of `rows` output rows.
+fn bands(g: &Geom, rows: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+    (0..g.groups).flat_map(move |grp| (0..g.oh).step_by(rows).map(move |oy0| (grp, oy0)))
+}
+
+/// `blocks` row-major `[rows, cols]` matrices, one after the other, each
+/// transposed to `[cols, rows]` (a weight's groups and their transposes).
+fn transpose_blocks<T: Copy>(src: &[T], blocks: usize, rows: usize, cols: usize) -> Vec<T> {
+    let mut dst = Vec::with_capacity(src.len());
+    for block in src.chunks_exact(rows * cols).take(blocks) {
+        dst.extend((0..rows * cols).map(|i| block[(i % rows) * cols + i / rows]));
+    }
+    dst
+}
 
 /// How many samples of `g` share one GEMM: a function of the shapes only,
 /// so every sum's order, and the result, never depend on the thread count.

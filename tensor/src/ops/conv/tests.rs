@@ -577,3 +577,59 @@ fn half_backward_is_one_rounding_of_the_f32_gradients() {
         }
     }
 }
+
+/// Feature maps whose unfolding exceeds L2 run one sample at a time in
+/// bands of output rows on the direct kernels (`blocking`): the forward,
+/// input gradient and weight gradient against the naive convolution in f64,
+/// with groups, a stride, output channels off the register tile (the
+/// weight gradient's fallback), f32 and f64, and bitwise across thread
+/// counts.
+#[test]
+fn banded_convolutions_match_naive_on_any_thread_count() {
+    fn check<S: crate::FloatElement>(case: Case, tol: f64)
+    where
+        S::Math: crate::ops::matmul::kernel::GemmScalar + crate::FloatElement<Math = S::Math>,
+    {
+        let (xs, ws, os) = case.shapes();
+        let g = super::Geom::new("t", &xs, &ws, &case.p).unwrap();
+        let blk = super::blocking::<S>(&g);
+        assert!(blk.banded && blk.rows < g.oh, "{case:?} is not banded: {blk:?}");
+        let (xv, wv, gv) = (
+            rand_f64(14, xs.iter().product()),
+            rand_f64(15, ws.iter().product()),
+            rand_f64(16, os.iter().product()),
+        );
+        let bv = rand_f64(17, case.o);
+        let (dx, dw) = case.backward(&xv, &wv, &gv);
+        let dtype = tensor_of::<S>(&[0.0], &[1]).dtype();
+        let t = |v: &[f64], s: &[usize]| tensor_of::<f64>(v, s).to_dtype(dtype).unwrap();
+        let (x, w, b, go) = (t(&xv, &xs), t(&wv, &ws), t(&bv, &[case.o]), t(&gv, &os));
+        let run = || {
+            [
+                x.conv2d(&w, Some(&b), &case.p).unwrap(),
+                conv2d_backward_input(&go, &w, &xs, &case.p).unwrap(),
+                conv2d_backward_weight(&go, &x, &ws, &case.p).unwrap(),
+            ]
+            .map(|t| values_f64(&t))
+        };
+        let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        let (many, single) = (run(), one.install(run));
+        let want = [case.forward(&xv, &wv, &bv), dx, dw];
+        for ((got, want), what) in many.iter().zip(&want).zip(["forward", "grad input", "grad weight"]) {
+            assert_close(got, want, tol, &format!("{case:?} {what}")).unwrap();
+        }
+        assert_eq!(many, single, "{case:?}");
+    }
+    let case = |n, c, o, hw, stride, groups| Case {
+        n,
+        c,
+        h: hw,
+        w: hw,
+        o,
+        k: [3, 3],
+        p: Conv2dParams::default().stride(stride).padding(1).groups(groups),
+    };
+    check::<f32>(case(3, 64, 64, 32, 1, 1), 2e-4);
+    check::<f32>(case(2, 128, 40, 64, 2, 2), 2e-4);
+    check::<f64>(case(2, 64, 32, 32, 1, 1), 1e-12);
+}
