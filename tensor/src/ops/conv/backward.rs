@@ -266,7 +266,10 @@ where
         return Tensor::from_vec(dw, &[g.o, g.cg, g.kh, g.kw])?.to_dtype(S::DTYPE);
     }
     let blk = blocking::<S>(g);
-    if blk.banded && g.og % <S::Math as GemmScalar>::kernel(Isa::best()).nr == 0 {
+    if blk.banded
+        && g.og
+            .is_multiple_of(<S::Math as GemmScalar>::kernel(Isa::best()).nr)
+    {
         return banded_weight_grad::<S>(go, xs, g, blk.rows);
     }
     let size = g.o * kk;

@@ -388,7 +388,7 @@ where
     let max_rows = (DIRECT_B_BYTES / col_bytes / g.ow.max(1)).min(g.oh);
     let band = (1..=max_rows)
         .rev()
-        .find(|&r| g.oh % r == 0 && (r * g.ow) % nr == 0 && r * g.ow >= MIN_BAND_COLUMNS);
+        .find(|&r| g.oh.is_multiple_of(r) && (r * g.ow).is_multiple_of(nr) && r * g.ow >= MIN_BAND_COLUMNS);
     match band {
         Some(rows) if direct => Blocking {
             samples: 1,

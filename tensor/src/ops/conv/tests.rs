@@ -615,7 +615,11 @@ fn banded_convolutions_match_naive_on_any_thread_count() {
         let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
         let (many, single) = (run(), one.install(run));
         let want = [case.forward(&xv, &wv, &bv), dx, dw];
-        for ((got, want), what) in many.iter().zip(&want).zip(["forward", "grad input", "grad weight"]) {
+        for ((got, want), what) in many
+            .iter()
+            .zip(&want)
+            .zip(["forward", "grad input", "grad weight"])
+        {
             assert_close(got, want, tol, &format!("{case:?} {what}")).unwrap();
         }
         assert_eq!(many, single, "{case:?}");
