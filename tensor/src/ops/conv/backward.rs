@@ -5,8 +5,8 @@ use rayon::prelude::*;
 
 use super::im2col::{col2im_strided, im2col_strided};
 use super::{
-    bands, blocking, gather_samples, samples_per_gemm, transpose_blocks, weight_ref, Blocking, Conv2dParams,
-    Geom,
+    bands, blocking, chunks_maybe_par, gather_samples, samples_per_gemm, transpose_blocks, weight_ref,
+    Blocking, Conv2dParams, Geom,
 };
 use crate::ops::matmul::check_operands;
 use crate::ops::matmul::gemm::{gemm, Epilogue, GemmShape, MatMut};
@@ -151,11 +151,12 @@ where
     let wm = w.contiguous()?.to_vec::<S>()?;
     let (kk, l) = (g.kk(), g.l());
     let plane = g.cg * g.h * g.w;
+    let blk = blocking::<S>(g);
     let Blocking {
         samples: nb,
         rows,
         banded,
-    } = blocking::<S>(g);
+    } = blk;
     let lb = rows * g.ow;
     // Bands run on the direct kernels, which read A row-major: each group's
     // Wᵀ `[kk, og]`, transposed once here.
@@ -176,7 +177,7 @@ where
             weight_ref(&wm, g, grp, true)
         }
     };
-    let par_inner = g.n.div_ceil(nb) < rayon::current_num_threads();
+    let par_inner = blk.parallel_inside::<S::Math>(g);
     // Per rayon job: the column gradients of its samples side by side, and
     // their output gradients gathered into one GEMM operand.
     let new_bufs = || {
@@ -198,7 +199,7 @@ where
                     cs: 1,
                 }
             } else {
-                gather_samples(go, g, c * nb, m, grp, gathered);
+                gather_samples(go, g, c * nb, m, grp, gathered, par_inner);
                 MatRef {
                     data: &gathered[..],
                     off: 0,
@@ -220,10 +221,15 @@ where
                 cs: 1,
             };
             gemm::<S>(shape, a(grp), b, c, Epilogue::none(), Isa::best(), par_inner);
-            for j in 0..m {
-                let dxg = &mut dx[j * g.c * g.h * g.w + grp * plane..][..plane];
-                col2im_strided(&dcols[j * lb..], g, oy0..oy0 + rows, ld, dxg);
-            }
+            chunks_maybe_par(dx, g.c * g.h * g.w, par_inner, |(j, dxj)| {
+                col2im_strided(
+                    &dcols[j * lb..],
+                    g,
+                    oy0..oy0 + rows,
+                    ld,
+                    &mut dxj[grp * plane..][..plane],
+                );
+            });
         }
     };
     let out = Tensor::build::<S::Math>("conv2d_backward_input", &[g.n, g.c, g.h, g.w], |dx| {
@@ -298,7 +304,7 @@ where
                     cs: 1,
                 }
             } else {
-                gather_samples(go, g, n0, m, grp, &mut gathered);
+                gather_samples(go, g, n0, m, grp, &mut gathered, false);
                 MatRef {
                     data: &gathered[..],
                     off: 0,

@@ -19,6 +19,8 @@ mod tests;
 pub use backward::{conv2d_backward_bias, conv2d_backward_input, conv2d_backward_weight};
 pub(crate) use backward::{cpu_backward_input, cpu_backward_weight};
 
+use std::ops::Range;
+
 use rayon::prelude::*;
 
 use super::math_view::math_view;
@@ -252,12 +254,12 @@ where
     let wm = w.contiguous()?.to_vec::<S>()?;
     let bm = bias.map(math_view::<S>).transpose()?;
     let (kk, l) = (g.kk(), g.l());
-    let plane = g.c * g.h * g.w;
+    let blk = blocking::<S>(g);
     let Blocking {
         samples: nb, rows, ..
-    } = blocking::<S>(g);
+    } = blk;
     let lb = rows * g.ow;
-    let par_inner = g.n.div_ceil(nb) < rayon::current_num_threads();
+    let par_inner = blk.parallel_inside::<S::Math>(g);
     // Per rayon job: the unfolded inputs of its samples side by side, and
     // the GEMM's `[og, samples·l]` output before it is split per sample.
     let new_bufs = || {
@@ -271,10 +273,7 @@ where
         let m = out.len() / (g.o * l);
         let ld = m * lb;
         for (grp, oy0) in bands(g, rows) {
-            for j in 0..m {
-                let xg = &xs[(c * nb + j) * plane + grp * g.cg * g.h * g.w..][..g.cg * g.h * g.w];
-                im2col::im2col_strided(xg, g, oy0..oy0 + rows, &mut cols[j * lb..], ld, |v| v);
-            }
+            unfold_samples(xs, g, c * nb, m, grp, oy0..oy0 + rows, cols, par_inner);
             let epi = Epilogue {
                 bias: bm
                     .as_deref()
@@ -319,12 +318,11 @@ where
                 par_inner,
             );
             if m > 1 {
-                for j in 0..m {
+                chunks_maybe_par(out, g.o * l, par_inner, |(j, out)| {
                     for oc in 0..g.og {
-                        out[(j * g.o + grp * g.og + oc) * l..][..l]
-                            .copy_from_slice(&staged[oc * ld + j * l..][..l]);
+                        out[(grp * g.og + oc) * l..][..l].copy_from_slice(&staged[oc * ld + j * l..][..l]);
                     }
-                }
+                });
             }
         }
     };
@@ -365,6 +363,20 @@ struct Blocking {
     rows: usize,
     /// Whether the GEMMs run one sample's bands on the direct kernels.
     banded: bool,
+}
+
+impl Blocking {
+    /// Whether the GEMMs run one at a time, each on the whole pool, rather
+    /// than side by side, one per thread: when there are fewer of them than
+    /// threads, or when whole samples share GEMMs whose weight exceeds L2,
+    /// which one GEMM then packs once for every thread (ResNet's 512×4608
+    /// last stage: 512x4608x512 two at once 146 GFLOP/s in all, one on both
+    /// threads 205). Results do not depend on it.
+    fn parallel_inside<T>(&self, g: &Geom) -> bool {
+        let weight_bytes = g.og.saturating_mul(g.kk()).saturating_mul(size_of::<T>());
+        g.n.div_ceil(self.samples) < rayon::current_num_threads()
+            || (!self.banded && weight_bytes > DIRECT_B_BYTES)
+    }
 }
 
 /// How the GEMMs of a convolution cover it: whole samples side by side or
@@ -426,12 +438,61 @@ fn samples_per_gemm(g: &Geom) -> usize {
 
 /// Copies rows `grp·og ..` of samples `n0 .. n0 + m` of `go` (`[N, O, l]`)
 /// side by side into `dst` (`[og, m·l]`), the layout of one GEMM over those
-/// samples.
-fn gather_samples<T: Copy>(go: &[T], g: &Geom, n0: usize, m: usize, grp: usize, dst: &mut [T]) {
+/// samples; a row at a time on the rayon pool when `par`.
+fn gather_samples<T: Copy + Send + Sync>(
+    go: &[T],
+    g: &Geom,
+    n0: usize,
+    m: usize,
+    grp: usize,
+    dst: &mut [T],
+    par: bool,
+) {
     let (l, ld) = (g.l(), m * g.l());
-    for j in 0..m {
-        for oc in 0..g.og {
-            dst[oc * ld + j * l..][..l].copy_from_slice(&go[((n0 + j) * g.o + grp * g.og + oc) * l..][..l]);
+    chunks_maybe_par(&mut dst[..g.og * ld], ld, par, |(oc, row)| {
+        for j in 0..m {
+            row[j * l..][..l].copy_from_slice(&go[((n0 + j) * g.o + grp * g.og + oc) * l..][..l]);
         }
+    });
+}
+
+/// Unfolds output rows `band` of group `grp` of samples `n0 .. n0 + m` side
+/// by side into `cols` (`[kk, m·band.len()·ow]`); a channel at a time on
+/// the rayon pool when `par`.
+#[allow(clippy::too_many_arguments)]
+fn unfold_samples<S: Copy + Default + Send + Sync>(
+    xs: &[S],
+    g: &Geom,
+    n0: usize,
+    m: usize,
+    grp: usize,
+    band: Range<usize>,
+    cols: &mut [S],
+    par: bool,
+) {
+    let (plane, taps, lb) = (g.h * g.w, g.kh * g.kw, band.len() * g.ow);
+    let ld = m * lb;
+    // One channel's taps are `taps` consecutive rows of the unfolding.
+    let one = Geom { cg: 1, ..*g };
+    chunks_maybe_par(&mut cols[..g.cg * taps * ld], taps * ld, par, |(ci, rows)| {
+        for j in 0..m {
+            let x = &xs[((n0 + j) * g.c + grp * g.cg + ci) * plane..][..plane];
+            im2col::im2col_strided(x, &one, band.clone(), &mut rows[j * lb..], ld, |v| v);
+        }
+    });
+}
+
+/// `f((index, chunk))` for every `size`-element chunk of `data`, on the
+/// rayon pool when `par`.
+fn chunks_maybe_par<T: Send>(
+    data: &mut [T],
+    size: usize,
+    par: bool,
+    f: impl Fn((usize, &mut [T])) + Send + Sync,
+) {
+    if par {
+        data.par_chunks_mut(size).enumerate().for_each(f);
+    } else {
+        data.chunks_mut(size).enumerate().for_each(f);
     }
 }
