@@ -573,6 +573,30 @@ fn attention_grad_step<V: Vf32>(p: V, d: V, g: V, s: V) -> V {
 }
 
 simd_fn!(
+    /// `y += x` elementwise over equal-length slices (col2im's scatter).
+    pub(crate) fn add_into(x: &[f32], y: &mut [f32]) => add_into_g
+);
+
+#[inline(always)]
+fn add_into_g<V: Vf32>(x: &[f32], y: &mut [f32]) {
+    assert_eq!(x.len(), y.len(), "kernel slices differ in length");
+    let n = y.len();
+    let full = n - n % V::N;
+    let mut i = 0;
+    while i < full {
+        // SAFETY: i + N ≤ n for both slices.
+        unsafe {
+            let o = y.as_mut_ptr().add(i);
+            V::load(o).add(V::load(x.as_ptr().add(i))).store(o)
+        };
+        i += V::N;
+    }
+    for (o, &v) in y[full..].iter_mut().zip(&x[full..]) {
+        *o += v;
+    }
+}
+
+simd_fn!(
     /// Σ a·b over equal-length slices, in a fixed order.
     pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 => dot_g
 );

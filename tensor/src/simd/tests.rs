@@ -501,3 +501,23 @@ fn batch_norm_planes_equal_the_scalar_formula_at_every_level() {
         }
     }
 }
+
+#[test]
+fn add_into_is_exact_at_every_level() {
+    for level in Level::available() {
+        for n in [1usize, 15, 16, 33, 130] {
+            let x: Vec<f32> = rand_f64(n as u64 + 60, n).iter().map(|&v| v as f32).collect();
+            let y0: Vec<f32> = rand_f64(61, n).iter().map(|&v| (v * 3.0) as f32).collect();
+            let mut y = y0.clone();
+            kernels::add_into(level, &x, &mut y);
+            for i in 0..n {
+                assert_eq!(
+                    y[i].to_bits(),
+                    (y0[i] + x[i]).to_bits(),
+                    "{} add_into {n} at {i}",
+                    level.name()
+                );
+            }
+        }
+    }
+}

@@ -10,7 +10,9 @@
 use std::ops::Range;
 
 use super::Geom;
-use crate::FloatMath;
+use crate::ops::softmax_backward::{as_f32, as_f32_mut};
+use crate::simd::{kernels, Level};
+use crate::{FloatElement, FloatMath};
 
 /// Unfolds output rows `band` of `x` (one sample's `cg` channels,
 /// `[cg, h, w]` row-major) into `cols`: `band.len()·ow` columns, rows
@@ -89,8 +91,15 @@ pub fn im2col_strided<S: Copy, D: Copy + Default>(
 /// The adjoint of [`im2col_strided`] for output rows `band`: adds every
 /// entry of `cols` (rows `ld ≥ band.len()·ow` elements apart) into the
 /// input position it was read from in `dx` (`[cg, h, w]`), in a fixed order.
-pub fn col2im_strided<T: FloatMath>(cols: &[T], g: &Geom, band: Range<usize>, ld: usize, dx: &mut [T]) {
+pub fn col2im_strided<T: FloatElement + FloatMath>(
+    cols: &[T],
+    g: &Geom,
+    band: Range<usize>,
+    ld: usize,
+    dx: &mut [T],
+) {
     let l = band.len() * g.ow;
+    let level = Level::best();
     let mut row = 0;
     for c in 0..g.cg {
         let plane = &mut dx[c * g.h * g.w..(c + 1) * g.h * g.w];
@@ -108,9 +117,7 @@ pub fn col2im_strided<T: FloatMath>(cols: &[T], g: &Geom, band: Range<usize>, ld
                     let s = &src[(oy - band.start) * g.ow..][..g.ow];
                     if g.stride[1] == 1 && !xs.is_empty() {
                         let x0 = xs.start + kj * g.dilation[1] - g.padding[1];
-                        for (d, &v) in dst[x0..x0 + xs.len()].iter_mut().zip(&s[xs.clone()]) {
-                            *d += v;
-                        }
+                        add_into(level, &s[xs.clone()], &mut dst[x0..x0 + xs.len()]);
                     } else {
                         for ox in xs.clone() {
                             dst[ox * g.stride[1] + kj * g.dilation[1] - g.padding[1]] += s[ox];
@@ -120,6 +127,17 @@ pub fn col2im_strided<T: FloatMath>(cols: &[T], g: &Geom, band: Range<usize>, ld
                 row += 1;
             }
         }
+    }
+}
+
+/// `y += x`, on the SIMD kernel for f32.
+fn add_into<T: FloatElement + FloatMath>(level: Level, x: &[T], y: &mut [T]) {
+    if let Some(x) = as_f32(x) {
+        let y = as_f32_mut(y).expect("x and y have one type");
+        return kernels::add_into(level, x, y);
+    }
+    for (d, &v) in y.iter_mut().zip(x) {
+        *d += v;
     }
 }
 
