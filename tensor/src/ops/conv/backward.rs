@@ -5,8 +5,8 @@ use rayon::prelude::*;
 
 use super::im2col::{col2im_strided, im2col_strided};
 use super::{
-    bands, blocking, chunks_maybe_par, gather_samples, samples_per_gemm, transpose_blocks, weight_ref,
-    Blocking, Conv2dParams, Geom,
+    bands, blocking, chunks_maybe_par, gather_samples, samples_per_gemm, transpose_blocks, unfold_samples,
+    weight_ref, Blocking, Conv2dParams, Geom,
 };
 use crate::ops::matmul::check_operands;
 use crate::ops::matmul::gemm::{gemm, Epilogue, GemmShape, MatMut};
@@ -281,21 +281,16 @@ where
     let size = g.o * kk;
     let nb = samples_per_gemm(g);
     let tasks = g.n.div_ceil(nb);
-    let par_inner = tasks < rayon::current_num_threads();
-    // Task t sums the gradients of samples t·nb .. (one GEMM per group, of
-    // depth samples·l) into its own partial gradient.
-    let task = |t: usize| -> Vec<S::Math> {
-        let zero = <S::Math as FloatMath>::ZERO;
+    let zero = <S::Math as FloatMath>::ZERO;
+    // Task t adds the gradients of samples t·nb .. (one GEMM per group, of
+    // depth samples·l) into `part`, or writes them there when `first`.
+    let accumulate = |t: usize, part: &mut [S::Math], first: bool, par: bool| {
         let (n0, m) = (t * nb, nb.min(g.n - t * nb));
         let ld = m * l;
-        let mut part = vec![zero; size];
         let mut cols = vec![S::ZERO; kk * ld];
         let mut gathered = vec![S::ZERO; if m > 1 { g.og * ld } else { 0 }];
         for grp in 0..g.groups {
-            for j in 0..m {
-                let xg = &xs[((n0 + j) * g.c + grp * g.cg) * g.h * g.w..][..g.cg * g.h * g.w];
-                im2col_strided(xg, g, 0..g.oh, &mut cols[j * l..], ld, |v| v);
-            }
+            unfold_samples(xs, g, n0, m, grp, 0..g.oh, &mut cols, par);
             let a = if m == 1 {
                 MatRef {
                     data: go,
@@ -304,7 +299,7 @@ where
                     cs: 1,
                 }
             } else {
-                gather_samples(go, g, n0, m, grp, &mut gathered, false);
+                gather_samples(go, g, n0, m, grp, &mut gathered, par);
                 MatRef {
                     data: &gathered[..],
                     off: 0,
@@ -317,7 +312,7 @@ where
                 n: kk,
                 k: ld,
                 alpha: <S::Math as FloatMath>::ONE,
-                beta: zero,
+                beta: if first { zero } else { <S::Math as FloatMath>::ONE },
             };
             let b = MatRef {
                 data: &cols[..],
@@ -326,16 +321,30 @@ where
                 cs: ld as isize,
             };
             let c = MatMut {
-                data: &mut part[..],
+                data: &mut *part,
                 off: grp * g.og * kk,
                 rs: kk as isize,
                 cs: 1,
             };
-            gemm::<S>(shape, a, b, c, Epilogue::none(), Isa::best(), par_inner);
+            gemm::<S>(shape, a, b, c, Epilogue::none(), Isa::best(), par);
         }
-        part
     };
-    let sum = sum_in_task_order(tasks, size, par_inner, task);
+    let sum = if blk.shares_large_weights::<S::Math>(g) {
+        // The tasks run in turn, each GEMM on the whole pool, into one sum
+        // (a choice of the shapes alone, so the sum order is fixed).
+        let mut sum = vec![zero; size];
+        for t in 0..tasks {
+            accumulate(t, &mut sum, t == 0, true);
+        }
+        sum
+    } else {
+        let par_inner = tasks < rayon::current_num_threads();
+        sum_in_task_order(tasks, size, par_inner, |t| {
+            let mut part = vec![zero; size];
+            accumulate(t, &mut part, true, par_inner);
+            part
+        })
+    };
     Tensor::from_vec(sum, &[g.o, g.cg, g.kh, g.kw])?.to_dtype(S::DTYPE)
 }
 

@@ -368,14 +368,19 @@ struct Blocking {
 impl Blocking {
     /// Whether the GEMMs run one at a time, each on the whole pool, rather
     /// than side by side, one per thread: when there are fewer of them than
-    /// threads, or when whole samples share GEMMs whose weight exceeds L2,
-    /// which one GEMM then packs once for every thread (ResNet's 512×4608
-    /// last stage: 512x4608x512 two at once 146 GFLOP/s in all, one on both
-    /// threads 205). Results do not depend on it.
+    /// threads, or when they [share large weights](Self::shares_large_weights).
+    /// Results do not depend on it.
     fn parallel_inside<T>(&self, g: &Geom) -> bool {
+        g.n.div_ceil(self.samples) < rayon::current_num_threads() || self.shares_large_weights::<T>(g)
+    }
+
+    /// Whether whole samples share GEMMs whose weight (a group's, in `T`)
+    /// exceeds L2: one GEMM on the whole pool then packs it once for every
+    /// thread (ResNet's 512×4608 last stage: 512x4608x512 two at once 146
+    /// GFLOP/s in all, one on both threads 205).
+    fn shares_large_weights<T>(&self, g: &Geom) -> bool {
         let weight_bytes = g.og.saturating_mul(g.kk()).saturating_mul(size_of::<T>());
-        g.n.div_ceil(self.samples) < rayon::current_num_threads()
-            || (!self.banded && weight_bytes > DIRECT_B_BYTES)
+        !self.banded && weight_bytes > DIRECT_B_BYTES
     }
 }
 

@@ -408,6 +408,8 @@ fn samples_sharing_a_gemm_match_naive_on_any_thread_count() {
         (70, 6, 4, 7, 3, 2, 1, 2),
         (9, 4, 6, 1, 1, 1, 0, 1),
         (5, 8, 8, 3, 3, 1, 1, 4),
+        // A group weight beyond L2: GEMMs on the whole pool, in turn.
+        (40, 64, 256, 4, 3, 1, 1, 1),
     ] {
         let case = Case {
             n,
@@ -419,6 +421,9 @@ fn samples_sharing_a_gemm_match_naive_on_any_thread_count() {
             p: Conv2dParams::default().stride(stride).padding(pad).groups(groups),
         };
         let (xs, ws, os) = case.shapes();
+        let geom = super::Geom::new("t", &xs, &ws, &case.p).unwrap();
+        let blk = super::blocking::<f64>(&geom);
+        assert_eq!(blk.shares_large_weights::<f64>(&geom), o == 256, "{case:?}");
         let (xv, wv, gv) = (
             rand_f64(4, xs.iter().product()),
             rand_f64(5, ws.iter().product()),
