@@ -251,61 +251,26 @@ pub(crate) fn cpu_forward(
         })
         .collect();
     let x = input.contiguous()?;
-    if input.dtype() == DType::F32 {
+    let y = if input.dtype() == DType::F32 {
         let coef: Vec<(f32, f32)> = coef.iter().map(|&(a, b)| (a as f32, b as f32)).collect();
-        let y = batch_norm_f32::normalize(x.as_slice::<f32>()?, c, s, &coef, input.shape())?;
-        return forward_output(
-            y,
-            &mean,
-            &invstd,
-            new_rm,
-            new_rv,
-            running_mean,
-            running_var,
-            input.dtype(),
-        );
-    }
-    let y = crate::with_float_dtype!(input.dtype(), T => {
-        type M = <T as FloatElement>::Math;
-        let coef: Vec<(M, M)> = coef.iter().map(|&(a, b)| (M::of(a), M::of(b))).collect();
-        let xs = x.as_slice::<T>()?;
-        let y: Vec<T> = crate::ops::norm_common::rows_forward(xs, s.max(1), &vec![<M as FloatMath>::ZERO; n * c], &vec![<M as FloatMath>::ONE; n * c], |r, _| coef[r % c]);
-        tensor_from(&y, input.shape())?
-    }, else return Err(Error::dtype(OP, format!("expects a float tensor, got {}", input.dtype()))));
-    forward_output(
-        y,
-        &mean,
-        &invstd,
-        new_rm,
-        new_rv,
-        running_mean,
-        running_var,
-        input.dtype(),
-    )
-}
-
-/// The [`BatchNormForward`] of output `y`, the statistics used, and the
-/// updated running statistics in the dtypes of the ones given.
-#[allow(clippy::too_many_arguments)]
-fn forward_output(
-    y: Tensor,
-    mean: &[f64],
-    invstd: &[f64],
-    new_rm: Option<Vec<f64>>,
-    new_rv: Option<Vec<f64>>,
-    running_mean: Option<&Tensor>,
-    running_var: Option<&Tensor>,
-    dtype: DType,
-) -> Result<BatchNormForward> {
-    let c = [mean.len()];
+        batch_norm_f32::normalize(x.as_slice::<f32>()?, c, s, &coef, input.shape())?
+    } else {
+        crate::with_float_dtype!(input.dtype(), T => {
+            type M = <T as FloatElement>::Math;
+            let coef: Vec<(M, M)> = coef.iter().map(|&(a, b)| (M::of(a), M::of(b))).collect();
+            let xs = x.as_slice::<T>()?;
+            let y: Vec<T> = crate::ops::norm_common::rows_forward(xs, s.max(1), &vec![<M as FloatMath>::ZERO; n * c], &vec![<M as FloatMath>::ONE; n * c], |r, _| coef[r % c]);
+            tensor_from(&y, input.shape())?
+        }, else return Err(Error::dtype(OP, format!("expects a float tensor, got {}", input.dtype()))))
+    };
     let running = |v: Option<Vec<f64>>, like: Option<&Tensor>| {
         v.zip(like)
-            .map(|(v, t)| Tensor::from_slice(&v, &c).and_then(|r| r.to_dtype(t.dtype())))
+            .map(|(v, t)| Tensor::from_slice(&v, &[c]).and_then(|r| r.to_dtype(t.dtype())))
     };
     Ok(BatchNormForward {
         y,
-        mean: stats_tensor(mean, &c, dtype)?,
-        invstd: stats_tensor(invstd, &c, dtype)?,
+        mean: stats_tensor(&mean, &[c], input.dtype())?,
+        invstd: stats_tensor(&invstd, &[c], input.dtype())?,
         running_mean: running(new_rm, running_mean).transpose()?,
         running_var: running(new_rv, running_var).transpose()?,
     })
