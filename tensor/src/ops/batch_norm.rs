@@ -212,6 +212,7 @@ pub(crate) fn cpu_forward(
     let (n, c, s) = dims3(OP, input)?;
     let rm = param::<f64>(OP, "running_mean", running_mean, input, c)?;
     let rv = param::<f64>(OP, "running_var", running_var, input, c)?;
+    let x = input.contiguous()?;
     let (mean, var, new_rm, new_rv) = if training {
         let count = n * s;
         if count <= 1 {
@@ -223,7 +224,7 @@ pub(crate) fn cpu_forward(
                 ),
             ));
         }
-        let (mean, var) = stats(input, OP)?;
+        let (mean, var) = stats(&x, OP)?;
         let unbias = count as f64 / (count - 1) as f64;
         let upd = |r: &[f64], stat: &[f64], scale: f64| -> Vec<f64> {
             r.iter()
@@ -250,7 +251,6 @@ pub(crate) fn cpu_forward(
             (scale, b.as_ref().map_or(0.0, |b| b[ci]) - mean[ci] * scale)
         })
         .collect();
-    let x = input.contiguous()?;
     let y = if input.dtype() == DType::F32 {
         let coef: Vec<(f32, f32)> = coef.iter().map(|&(a, b)| (a as f32, b as f32)).collect();
         batch_norm_f32::normalize(x.as_slice::<f32>()?, c, s, &coef, input.shape())?

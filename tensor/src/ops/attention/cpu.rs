@@ -378,7 +378,7 @@ impl<T: AttnMath> Ctx<'_, T> {
                 qk,
                 self.scale,
                 self.q.rows(b, i0),
-                transposed(self.k.rows(b, j0)),
+                self.k.rows(b, j0).t(),
                 <T as FloatMath>::ZERO,
                 sc,
                 bc,
@@ -652,7 +652,7 @@ impl<T: AttnMath> Ctx<'_, T> {
                     from_row(d_o, i0),
                 );
                 // Sᵀ = scale·K_j·Q_iᵀ, Pᵀ = exp(Sᵀ − lse) column by column.
-                self.mm((bc, br, g.e), self.scale, k_j, transposed(q_i), zero, st, br);
+                self.mm((bc, br, g.e), self.scale, k_j, q_i.t(), zero, st, br);
                 self.apply_mask(tile, st);
                 let lse_i = &lse[i0..i0 + br];
                 for (s_row, p_row) in st.chunks(br).zip(pt.chunks_mut(br)) {
@@ -670,7 +670,7 @@ impl<T: AttnMath> Ctx<'_, T> {
                 // dV_j += Pdᵀ·dO_i
                 self.mm((bc, g.ev, br), one, dense(pdt, br), do_i, one, dv_j, g.ev);
                 // dPᵀ = V_j·dO_iᵀ (through the dropout mask), dSᵀ = Pᵀ∘(dPᵀ − δ).
-                self.mm((bc, br, g.ev), one, v_j, transposed(do_i), zero, st, br);
+                self.mm((bc, br, g.ev), one, v_j, do_i.t(), zero, st, br);
                 if let Some(d) = &self.dropout {
                     self.apply_dropout(d, tile, st);
                 }
@@ -691,7 +691,7 @@ impl<T: AttnMath> Ctx<'_, T> {
                 let dst = dense(st, br);
                 self.mm((bc, g.e, br), one, dst, q_i, one, dk_j, g.e);
                 let dq_i = &mut dq_h[i0 * g.e..(i0 + br) * g.e];
-                self.mm((br, g.e, bc), one, transposed(dst), k_j, one, dq_i, g.e);
+                self.mm((br, g.e, bc), one, dst.t(), k_j, one, dq_i, g.e);
             }
         }
         write_rows(dq, &dq_h);
@@ -714,15 +714,6 @@ fn dense<T>(data: &[T], width: usize) -> MatRef<'_, T> {
 fn from_row<T>(m: MatRef<'_, T>, i0: usize) -> MatRef<'_, T> {
     MatRef {
         off: m.at(i0, 0),
-        ..m
-    }
-}
-
-/// The transpose of `m`.
-fn transposed<T>(m: MatRef<'_, T>) -> MatRef<'_, T> {
-    MatRef {
-        rs: m.cs,
-        cs: m.rs,
         ..m
     }
 }

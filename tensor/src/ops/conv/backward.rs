@@ -3,7 +3,7 @@
 
 use rayon::prelude::*;
 
-use super::im2col::{col2im_strided, im2col_strided};
+use super::im2col::col2im_strided;
 use super::{
     bands, blocking, chunks_maybe_par, gather_samples, samples_per_gemm, transpose_blocks, unfold_samples,
     weight_ref, Blocking, Conv2dParams, Geom,
@@ -336,7 +336,7 @@ where
                     rs: g.og as isize,
                     cs: 1,
                 };
-                gemm::<S>(shape, swap(b), swap(a), c, Epilogue::none(), Isa::best(), par);
+                gemm::<S>(shape, b.t(), a.t(), c, Epilogue::none(), Isa::best(), par);
             } else {
                 let c = MatMut {
                     data: &mut *part,
@@ -392,8 +392,7 @@ where
         let samples = t * BAND_TASK_SAMPLES..((t + 1) * BAND_TASK_SAMPLES).min(g.n);
         for (si, ni) in samples.enumerate() {
             for (grp, oy0) in bands(g, rows) {
-                let xg = &xs[(ni * g.c + grp * g.cg) * g.h * g.w..][..g.cg * g.h * g.w];
-                im2col_strided(xg, g, oy0..oy0 + rows, &mut cols, lb, |v| v);
+                unfold_samples(xs, g, ni, 1, grp, oy0..oy0 + rows, &mut cols, false);
                 let shape = GemmShape {
                     m: kk,
                     n: og,
@@ -431,15 +430,6 @@ where
     let sum_t = sum_in_task_order(tasks, g.o * kk, par_inner, task);
     let sum = transpose_blocks(&sum_t, g.groups, kk, og);
     Tensor::from_vec(sum, &[g.o, g.cg, g.kh, g.kw])?.to_dtype(S::DTYPE)
-}
-
-/// The transpose of a GEMM operand (the same elements, rows for columns).
-fn swap<T>(m: MatRef<'_, T>) -> MatRef<'_, T> {
-    MatRef {
-        rs: m.cs,
-        cs: m.rs,
-        ..m
-    }
 }
 
 /// The sum of `task(0) + task(1) + …` (vectors of `size`), added in task

@@ -31,6 +31,15 @@ impl<'a, S> MatRef<'a, S> {
         (self.off as isize + i as isize * self.rs + j as isize * self.cs) as usize
     }
 
+    /// The transpose: the same elements, rows for columns.
+    pub(crate) fn t(self) -> MatRef<'a, S> {
+        MatRef {
+            rs: self.cs,
+            cs: self.rs,
+            ..self
+        }
+    }
+
     /// The same view typed as the math type when `S` is its own math type
     /// (f32, f64): the kernels can then read it without converting.
     pub(crate) fn as_math(&self) -> Option<MatRef<'a, S::Math>>
