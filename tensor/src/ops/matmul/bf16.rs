@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 
 use super::bf16_kernel as kern;
 use super::gemm::{drive, Bias, Epilogue, GemmShape, MatMut, Native, Packing};
-use super::kernel::{GemmScalar, Isa, Kernel};
+use super::kernel::{GemmScalar, Isa, Kernel, PairDirectFn};
 use super::pack::MatRef;
 use crate::simd::vector::Vf32;
 use crate::simd::{simd_fn, Level};
@@ -98,16 +98,19 @@ impl Bf16Path {
                 kernel: kern::amx_kernel(),
                 a_layout: ALayout::Tiles,
                 unit_align: kern::AMX_DEPTH_UNITS,
+                direct_a: None,
             }),
             Bf16Path::Avx512Bf16 => Some(PairPacking {
                 kernel: kern::avx512bf16_kernel(),
                 a_layout: ALayout::PairMajor,
                 unit_align: 1,
+                direct_a: kern::avx512bf16_direct(),
             }),
             Bf16Path::Portable => Some(PairPacking {
                 kernel: kern::portable_kernel(),
                 a_layout: ALayout::PairMajor,
                 unit_align: 1,
+                direct_a: None,
             }),
             Bf16Path::Widen => None,
         }
@@ -212,6 +215,8 @@ pub(crate) struct PairPacking {
     a_layout: ALayout,
     /// Units per row are padded to a multiple of this (AMX tiles span 16 pairs).
     unit_align: usize,
+    /// The kernel reading a row-major A in place, where there is one.
+    direct_a: Option<PairDirectFn>,
 }
 
 impl PairPacking {
@@ -226,6 +231,7 @@ impl PairPacking {
             },
             a_layout: ALayout::Tiles,
             unit_align: kern::AMX_DEPTH_UNITS,
+            direct_a: None,
         }
     }
 }
@@ -302,6 +308,12 @@ impl Packing<bf16> for PairPacking {
                 }
             }
         }
+    }
+
+    fn direct_a(&self, a: &MatRef<bf16>, k: usize) -> Option<PairDirectFn> {
+        // A row-major A's rows are its pair units already; an odd depth
+        // would need its last pair padded, which only packing does.
+        self.direct_a.filter(|_| a.cs == 1 && a.rs >= 0 && k % 2 == 0)
     }
 
     fn pack_b(&self, dst: &mut [u32], b: &MatRef<bf16>, p0: usize, kc: usize, cols: Range<usize>, nr: usize) {

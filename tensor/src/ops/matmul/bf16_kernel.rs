@@ -7,7 +7,7 @@
 
 use std::sync::OnceLock;
 
-use super::kernel::Kernel;
+use super::kernel::{Kernel, PairDirectFn};
 
 /// Depth units (bf16 pairs) one AMX tile spans: 64-byte tile rows.
 pub const AMX_DEPTH_UNITS: usize = 16;
@@ -51,6 +51,15 @@ pub fn avx512bf16_kernel() -> Kernel<f32, u32> {
         run: portable,
         edge: None,
     }
+}
+
+/// The AVX512-BF16 kernel reading a row-major A where it lies (the tile
+/// and sum order of [`avx512bf16_kernel`]); `None` off x86-64.
+pub fn avx512bf16_direct() -> Option<PairDirectFn> {
+    #[cfg(target_arch = "x86_64")]
+    return Some(x86::avx512bf16_direct);
+    #[cfg(not(target_arch = "x86_64"))]
+    return None;
 }
 
 /// The portable kernel: a 4×8 tile in plain f32 arithmetic.
@@ -154,6 +163,8 @@ mod x86 {
     use std::arch::asm;
     use std::arch::x86_64::*;
 
+    use crate::bf16;
+
     /// 8 rows × 32 columns: per depth pair, two vectors of B (16 column
     /// pairs each) and one broadcast pair of A per row.
     ///
@@ -162,6 +173,49 @@ mod x86 {
     /// panels, on a CPU with AVX512-BF16.
     #[target_feature(enable = "avx512f,avx512bf16")]
     pub unsafe fn avx512bf16(kc: usize, a: *const u32, b: *const u32, c: *mut f32, ldc: usize, add: bool) {
+        // SAFETY: pair p of row i is unit p*8 + i of the panel (the contract).
+        unsafe { avx512bf16_tile(kc, |i, p| a.add(p * 8 + i), b, c, ldc, add) }
+    }
+
+    /// [`avx512bf16`] with A read where it lies: the pair of depths `2p`,
+    /// `2p + 1` of row `i` is the two bf16 at `a + i*lda + 2p`, which are
+    /// the unit of the packed panel (even depth in the low half), so every
+    /// element is summed exactly as [`avx512bf16`] sums it.
+    ///
+    /// # Safety
+    /// The contract of [`super::super::kernel::PairDirectFn`], on a CPU with
+    /// AVX512-BF16.
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub unsafe fn avx512bf16_direct(
+        kc: usize,
+        a: *const bf16,
+        lda: usize,
+        b: *const u32,
+        c: *mut f32,
+        ldc: usize,
+        add: bool,
+    ) {
+        let rows: [*const bf16; 8] = std::array::from_fn(|i| a.wrapping_add(i * lda));
+        // SAFETY: rows i < 8 hold 2*kc elements from `a + i*lda` (the contract).
+        unsafe { avx512bf16_tile(kc, |i, p| rows[i].add(2 * p).cast::<u32>(), b, c, ldc, add) }
+    }
+
+    /// The 8×32 tile over A's pair `(i, p)` at `a_at(i, p)` (possibly
+    /// unaligned): the loop both kernels share, so they sum alike.
+    ///
+    /// # Safety
+    /// `a_at(i, p)` is readable for `i < 8`, `p < kc`; B and C as for
+    /// [`super::super::kernel::KernelFn`]; called from a function enabling
+    /// AVX512-BF16.
+    #[inline(always)]
+    unsafe fn avx512bf16_tile(
+        kc: usize,
+        a_at: impl Fn(usize, usize) -> *const u32,
+        b: *const u32,
+        c: *mut f32,
+        ldc: usize,
+        add: bool,
+    ) {
         const MR: usize = 8;
         const NR: usize = 32;
         for i in 0..MR {
@@ -174,15 +228,15 @@ mod x86 {
         }
         let mut acc = [[_mm512_setzero_ps(); 2]; MR];
         for p in 0..kc {
-            // SAFETY: kc*MR units behind `a`, kc*NR behind `b` (the contract);
-            // __m512i and __m512bh are both 64 plain bytes.
+            // SAFETY: kc*NR units behind `b`, A's pairs as the caller
+            // guarantees; __m512i and __m512bh are both 64 plain bytes.
             unsafe {
                 let bp = b.add(p * NR);
                 let b0: __m512bh = std::mem::transmute(_mm512_loadu_si512(bp.cast()));
                 let b1: __m512bh = std::mem::transmute(_mm512_loadu_si512(bp.add(16).cast()));
-                let ap = a.add(p * MR);
                 for (i, acc) in acc.iter_mut().enumerate() {
-                    let av: __m512bh = std::mem::transmute(_mm512_set1_epi32(*ap.add(i) as i32));
+                    let pair = a_at(i, p).read_unaligned();
+                    let av: __m512bh = std::mem::transmute(_mm512_set1_epi32(pair as i32));
                     acc[0] = _mm512_dpbf16_ps(acc[0], av, b0);
                     acc[1] = _mm512_dpbf16_ps(acc[1], av, b1);
                 }

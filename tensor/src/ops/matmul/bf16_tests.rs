@@ -200,6 +200,83 @@ fn every_path_is_thread_count_independent() {
     }
 }
 
+/// A row-major A read in place by the AVX512-BF16 kernel gives the bits of
+/// the same values packed (stored column-major): unaligned rows (odd
+/// offset and row stride), partial row panels, several depth blocks, an
+/// odd depth (which packs), row-major and strided outputs with alpha and
+/// beta, on 1 and 3 threads.
+#[test]
+fn a_read_in_place_sums_as_the_packed_panels() {
+    if let Some(why) = Bf16Path::Avx512Bf16.unsupported_reason() {
+        eprintln!("in-place A of the AVX512-BF16 path skipped: {why}");
+        return;
+    }
+    let pools: Vec<rayon::ThreadPool> = [1, 3]
+        .iter()
+        .map(|&t| rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap())
+        .collect();
+    for (m, k, n) in [
+        (77, 2050, 70),
+        (8, 64, 32),
+        (130, 301, 96),
+        (19, 2, 33),
+        (64, 1024, 64),
+    ] {
+        let vals: Vec<bf16> = rand_f64(51, m * k).iter().map(|&x| bf16::from_f64(x)).collect();
+        let bv: Vec<bf16> = rand_f64(52, k * n).iter().map(|&x| bf16::from_f64(x)).collect();
+        let (off, lda) = (5, k + 3);
+        let mut rows = vec![bf16::from_f32(f32::NAN); off + m * lda];
+        let mut cols = vec![bf16::ZERO; m * k];
+        for i in 0..m {
+            for p in 0..k {
+                rows[off + i * lda + p] = vals[i * k + p];
+                cols[p * m + i] = vals[i * k + p];
+            }
+        }
+        let in_place = MatRef {
+            data: &rows,
+            off,
+            rs: lda as isize,
+            cs: 1,
+        };
+        let packed = MatRef {
+            data: &cols,
+            off: 0,
+            rs: 1,
+            cs: m as isize,
+        };
+        let b = MatRef {
+            data: &bv,
+            off: 0,
+            rs: n as isize,
+            cs: 1,
+        };
+        let c0: Vec<f32> = rand_f64(53, m * n).iter().map(|&x| x as f32).collect();
+        for (alpha, beta, strided) in [(1.0, 0.0, false), (1.0, 1.0, false), (0.5, -0.5, true)] {
+            let shape = GemmShape { m, n, k, alpha, beta };
+            let run = |a: MatRef<bf16>, pool: &rayon::ThreadPool| {
+                let mut c = c0.clone();
+                let (rs, cs) = if strided { (1, m as isize) } else { (n as isize, 1) };
+                let out = MatMut {
+                    data: &mut c,
+                    off: 0,
+                    rs,
+                    cs,
+                };
+                pool.install(|| gemm_bf16(shape, a, b, out, Epilogue::none(), Bf16Path::Avx512Bf16, true));
+                c.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
+            };
+            let want = run(packed, &pools[0]);
+            for pool in &pools {
+                assert!(
+                    run(in_place, pool) == want,
+                    "{m}x{k}x{n} alpha {alpha} beta {beta} strided {strided}: in place differs"
+                );
+            }
+        }
+    }
+}
+
 /// bf16 `matmul` (which takes [`Bf16Path::best`]) rounds the f32 sum once.
 #[test]
 fn matmul_rounds_the_f32_sum_once() {

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use rayon::prelude::*;
 
-use super::kernel::{GemmScalar, Isa, Kernel, MAX_TILE};
+use super::kernel::{GemmScalar, Isa, Kernel, KernelFn, PairDirectFn, MAX_TILE};
 use super::lookahead::Lookahead;
 use super::pack::{pack_a, pack_b, AlignedBuf, MatRef};
 use crate::{FloatElement, FloatMath};
@@ -134,6 +134,14 @@ pub trait Packing<S>: Sync {
         kc: usize,
         mr: usize,
     );
+    /// The tile routine reading A where it lies (see [`PairDirectFn`]) for a
+    /// `k`-deep product of `a`, when this packing has one and `a`'s layout
+    /// allows it: whole row panels then skip packing A. `None` (the
+    /// default) packs every panel.
+    fn direct_a(&self, a: &MatRef<S>, k: usize) -> Option<PairDirectFn<S, Self::Unit, Self::Acc>> {
+        let _ = (a, k);
+        None
+    }
     /// Packs depth `p0 .. p0 + kc`, columns `cols` of `b` into `dst` as
     /// `ceil(cols.len()/nr)` micro-panels of `units(kc) × nr`, zero-padded.
     fn pack_b(
@@ -248,6 +256,15 @@ pub(crate) fn drive<S: Sync, P: Packing<S>>(
     }
     let kc = depth_block(k, kern.kc, pk.depth_align());
     let units = pk.units(kc);
+    // Whole row panels of A read in place where the packing can: only a
+    // row block's partial last panel is packed then.
+    let a_direct = pk.direct_a(&a, k);
+    if a_direct.is_some() {
+        assert!(
+            a.rs >= 0 && a.cs == 1 && a.at(m - 1, k - 1) < a.data.len(),
+            "gemm: operand view outside its buffer"
+        );
+    }
     let nc_max = kern.nc.min(n);
     let mut pa = AlignedBuf::<P::Unit>::new(m.div_ceil(kern.mr) * kern.mr * units);
     let mut pb = AlignedBuf::<P::Unit>::new(nc_max.div_ceil(kern.nr) * kern.nr * units);
@@ -272,10 +289,18 @@ pub(crate) fn drive<S: Sync, P: Packing<S>>(
             let task = |t: usize| {
                 let (r, cc) = grid.task(t);
                 let (ti, tj) = grid.block(t);
-                let a_len = r.len().div_ceil(kern.mr) * kern.mr * u;
-                let pa = shared_a.get(ti, r.start * u..r.start * u + a_len, |dst| {
-                    pk.pack_a(dst, &a, r.clone(), pc, kcb, kern.mr)
-                });
+                let packed = match a_direct {
+                    Some(_) => r.start + r.len() / kern.mr * kern.mr..r.end,
+                    None => r.clone(),
+                };
+                let a_len = packed.len().div_ceil(kern.mr) * kern.mr * u;
+                let pa: &[P::Unit] = if packed.is_empty() {
+                    &[]
+                } else {
+                    shared_a.get(ti, packed.start * u..packed.start * u + a_len, |dst| {
+                        pk.pack_a(dst, &a, packed.clone(), pc, kcb, kern.mr)
+                    })
+                };
                 let b_len = cc.len().div_ceil(kern.nr) * kern.nr * u;
                 let pb = shared_b.get(tj, cc.start * u..cc.start * u + b_len, |dst| {
                     pk.pack_b(dst, &b, pc, kcb, jc + cc.start..jc + cc.end, kern.nr)
@@ -288,9 +313,24 @@ pub(crate) fn drive<S: Sync, P: Packing<S>>(
                 let mut acc = std::mem::MaybeUninit::<[T<P, S>; MAX_TILE]>::uninit();
                 for_each_tile(&kern, r.clone(), cc.clone(), |i0, j0, rows, cols| {
                     ahead.step();
-                    let (ia, jb) = ((i0 - r.start) * u, (j0 - cc.start) * u);
-                    let ap = &pa[ia..ia + kern.mr * u];
+                    let jb = (j0 - cc.start) * u;
                     let bp = &pb[jb..jb + kern.nr * u];
+                    // The tile routine `run` (or the in-place one) into `c`.
+                    // SAFETY (of the calls): as at the call sites below; A's
+                    // rows i0..i0+mr, depth pc..pc+kcb lie in its buffer
+                    // (asserted above with its non-negative strides).
+                    let kernel = |run: KernelFn<T<P, S>, P::Unit>, c: *mut T<P, S>, ldc: usize, add: bool| unsafe {
+                        match a_direct {
+                            Some(direct) if rows == kern.mr => {
+                                let ap = a.data.as_ptr().add(a.at(i0, pc));
+                                direct(u, ap, a.rs as usize, bp.as_ptr(), c, ldc, add)
+                            }
+                            _ => {
+                                let ia = (i0 - packed.start) * u;
+                                run(u, pa[ia..ia + kern.mr * u].as_ptr(), bp.as_ptr(), c, ldc, add)
+                            }
+                        }
+                    };
                     if direct && rows == kern.mr && cols == kern.nr {
                         // A whole tile of a row-contiguous output: the
                         // kernel combines it with C in place; the epilogue
@@ -300,14 +340,7 @@ pub(crate) fn drive<S: Sync, P: Packing<S>>(
                         // (rows `i0..i0+mr`, columns `jc+j0..+nr`, `rs ≥ nr`).
                         unsafe {
                             let c = out.ptr.offset(out.at(i0, jc + j0));
-                            (kern.run)(
-                                u,
-                                ap.as_ptr(),
-                                bp.as_ptr(),
-                                c,
-                                out.rs as usize,
-                                matches!(accum, Accum::Add),
-                            );
+                            kernel(kern.run, c, out.rs as usize, matches!(accum, Accum::Add));
                             if let Some(e) = epi {
                                 epilogue_rows(c, out.rs as usize, i0, jc + j0, rows, cols, e);
                             }
@@ -326,7 +359,7 @@ pub(crate) fn drive<S: Sync, P: Packing<S>>(
                         _ => kern.run,
                     };
                     unsafe {
-                        run(u, ap.as_ptr(), bp.as_ptr(), tile, kern.nr, false);
+                        kernel(run, tile, kern.nr, false);
                         let acc = std::slice::from_raw_parts(tile, (rows - 1) * kern.nr + cols);
                         store(acc, kern.nr, i0, jc + j0, rows, cols, &out, alpha, accum, epi)
                     };

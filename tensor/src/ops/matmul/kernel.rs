@@ -129,6 +129,19 @@ pub const MAX_TILE: usize = 32 * 32;
 pub type DirectFn<T> =
     unsafe fn(kc: usize, a: *const T, lda: usize, b: *const T, ldb: usize, c: *mut T, ldc: usize, add: bool);
 
+/// Computes the same tile as a pair kernel ([`KernelFn`] over `P` units
+/// holding two elements of `S` each, `T` sums) with A read where it lies:
+/// the unit of depths `2p`, `2p + 1` of row `i` is the two elements at
+/// `a[i*lda + 2p]` (the rows of a row-major bf16 A are pairs in order
+/// already, so packing would only copy them).
+///
+/// # Safety
+/// `a[i*lda + d]` is readable for every `i < mr`, `d < 2*kc`; B and the
+/// tile of `c` as for [`KernelFn`]; the CPU supports the kernel's
+/// instructions.
+pub type PairDirectFn<S = crate::bf16, P = u32, T = f32> =
+    unsafe fn(kc: usize, a: *const S, lda: usize, b: *const P, c: *mut T, ldc: usize, add: bool);
+
 /// The direct kernels of one [`Isa`]: the whole register tile, and its
 /// first row alone for the rows below the last whole tile (reading only
 /// that row of A and writing only that row of C).
