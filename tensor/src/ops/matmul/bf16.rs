@@ -313,7 +313,7 @@ impl Packing<bf16> for PairPacking {
     fn direct_a(&self, a: &MatRef<bf16>, k: usize) -> Option<PairDirectFn> {
         // A row-major A's rows are its pair units already; an odd depth
         // would need its last pair padded, which only packing does.
-        self.direct_a.filter(|_| a.cs == 1 && a.rs >= 0 && k % 2 == 0)
+        self.direct_a.filter(|_| a.cs == 1 && a.rs >= 0 && k.is_multiple_of(2))
     }
 
     fn pack_b(&self, dst: &mut [u32], b: &MatRef<bf16>, p0: usize, kc: usize, cols: Range<usize>, nr: usize) {
