@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 use super::bf16_kernel as kern;
 use super::gemm::{drive, Bias, Epilogue, GemmShape, MatMut, Native, Packing};
 use super::kernel::{GemmScalar, Isa, Kernel, PairDirectFn};
-use super::pack::MatRef;
+use super::pack::{prefetch_line, MatRef, L2};
 use crate::simd::vector::Vf32;
 use crate::simd::{simd_fn, Level};
 use crate::{bf16, FloatElement};
@@ -313,7 +313,8 @@ impl Packing<bf16> for PairPacking {
     fn direct_a(&self, a: &MatRef<bf16>, k: usize) -> Option<PairDirectFn> {
         // A row-major A's rows are its pair units already; an odd depth
         // would need its last pair padded, which only packing does.
-        self.direct_a.filter(|_| a.cs == 1 && a.rs >= 0 && k.is_multiple_of(2))
+        self.direct_a
+            .filter(|_| a.cs == 1 && a.rs >= 0 && k.is_multiple_of(2))
     }
 
     fn pack_b(&self, dst: &mut [u32], b: &MatRef<bf16>, p0: usize, kc: usize, cols: Range<usize>, nr: usize) {
@@ -323,22 +324,36 @@ impl Packing<bf16> for PairPacking {
         for (q, out) in dst.chunks_mut(nr * u).enumerate() {
             let jq = cols.start + q * nr;
             let live = nr.min(n - jq);
-            if b.cs == 1 {
-                // Rows are contiguous: interleave two rows per depth pair.
-                for (p, step) in out.chunks_exact_mut(nr).enumerate() {
-                    let row = |d: usize| (d < kc).then(|| &b.data[b.at(p0 + d, jq)..][..live]);
-                    let (live_step, pad) = step.split_at_mut(live);
-                    match (row(2 * p), row(2 * p + 1)) {
-                        (Some(lo), Some(hi)) => interleave(Level::best(), lo, hi, live_step),
-                        (Some(lo), None) => {
-                            for (s, &l) in live_step.iter_mut().zip(lo) {
-                                *s = pair(l, bf16::ZERO);
-                            }
+            if b.cs == 1 && b.rs >= 0 {
+                // Rows are contiguous: interleave two rows per depth pair,
+                // the whole panel in one call.
+                let pairs = kc / 2;
+                let base = b.at(p0, jq);
+                if pairs > 0 {
+                    interleave_panel(
+                        Level::best(),
+                        &b.data[base..],
+                        b.rs as usize,
+                        pairs,
+                        live,
+                        out,
+                        nr,
+                    );
+                }
+                for (p, step) in out.chunks_exact_mut(nr).enumerate().skip(pairs) {
+                    let (live_step, _) = step.split_at_mut(live);
+                    if p == pairs && kc % 2 == 1 {
+                        let lo = &b.data[b.at(p0 + kc - 1, jq)..][..live];
+                        for (s, &l) in live_step.iter_mut().zip(lo) {
+                            *s = pair(l, bf16::ZERO);
                         }
-                        _ => live_step.fill(0),
+                    } else {
+                        live_step.fill(0);
                     }
-                    if !pad.is_empty() {
-                        pad.fill(0);
+                }
+                for step in out.chunks_exact_mut(nr) {
+                    if live < nr {
+                        step[live..].fill(0);
                     }
                 }
             } else {
@@ -395,16 +410,31 @@ pub(super) fn interleave_rows(out: &mut [u32], lines: &[&[bf16]], mr: usize) {
 }
 
 simd_fn! {
-    /// `out[j] = pair(lo[j], hi[j])` for the common length of the three.
-    fn interleave(lo: &[bf16], hi: &[bf16], out: &mut [u32]) => interleave_loop
+    /// `out[p*nr + j] = pair(b[2p*rs + j], b[(2p+1)*rs + j])` for `p <
+    /// pairs`, `j < live`: the depth pairs of a panel of `live` columns of
+    /// a B with contiguous rows `rs` apart.
+    fn interleave_panel(b: &[bf16], rs: usize, pairs: usize, live: usize, out: &mut [u32], nr: usize) => interleave_loop
 }
 
 #[inline(always)]
-fn interleave_loop<V: Vf32>(lo: &[bf16], hi: &[bf16], out: &mut [u32]) {
-    for ((s, &l), &h) in out.iter_mut().zip(lo).zip(hi) {
-        *s = pair(l, h);
+fn interleave_loop<V: Vf32>(b: &[bf16], rs: usize, pairs: usize, live: usize, out: &mut [u32], nr: usize) {
+    for p in 0..pairs {
+        let (lo, hi) = (&b[2 * p * rs..][..live], &b[(2 * p + 1) * rs..][..live]);
+        if p + B_AHEAD < pairs {
+            // The rows a few pairs on: a stride of two storage rows, which
+            // the hardware prefetchers catch late.
+            for d in [2 * (p + B_AHEAD), 2 * (p + B_AHEAD) + 1] {
+                prefetch_line::<L2>(b[d * rs..].as_ptr().cast());
+            }
+        }
+        for ((s, &l), &h) in out[p * nr..][..live].iter_mut().zip(lo).zip(hi) {
+            *s = pair(l, h);
+        }
     }
 }
+
+/// How many depth pairs ahead [`interleave_panel`] fetches B's rows.
+const B_AHEAD: usize = 4;
 
 /// The unit holding `lo` (even depth) and `hi` (odd depth).
 #[inline(always)]
