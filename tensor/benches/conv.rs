@@ -2,7 +2,9 @@
 //! 28×28 and 32→64 at 14×14): GFLOP/s of the forward, the gradient with
 //! respect to the input and the one with respect to the weight, with the
 //! fraction of the f32 FMA peak measured in the same run, beside PyTorch's
-//! numbers when `TESSERA_TORCH_PYTHON` names a python with torch. The
+//! numbers when `TESSERA_TORCH_PYTHON` names a python with torch and the
+//! ratio of the medians (each side's best of `--rounds=N` (3) alternating
+//! rounds). The
 //! max-pooling of the CNN (2×2 over both activations) is timed too, in GB/s
 //! of input read.
 
@@ -21,6 +23,8 @@ const SHAPES: &[(&str, usize, usize, usize, usize)] = &[
 fn main() {
     let peak = peak::fma_peak();
     let p = Conv2dParams::default().padding(1);
+    let mut torch = peak::Torch::start("conv");
+    let rounds = peak::rounds_arg();
     for &(name, n, c, o, s) in SHAPES {
         let x = rand(&[n, c, s, s], 1);
         let w = rand(&[o, c, 3, 3], 2);
@@ -28,18 +32,21 @@ fn main() {
         let gy = rand(&[n, o, s, s], 4);
         let flop = 2.0 * (n * o * s * s * c * 9) as f64;
         let reps = peak::reps_for(flop);
-        let fwd = peak::rates(flop, reps, || {
-            std::hint::black_box(x.conv2d(&w, Some(&b), &p).expect("conv2d"));
+        peak::beside_torch(&mut torch, &format!("{name}_fwd"), rounds, peak, || {
+            peak::rates(flop, reps, || {
+                std::hint::black_box(x.conv2d(&w, Some(&b), &p).expect("conv2d"));
+            })
         });
-        peak::report(&format!("{name}_fwd"), "tessera", fwd, peak);
-        let gi = peak::rates(flop, reps, || {
-            std::hint::black_box(conv2d_backward_input(&gy, &w, x.shape(), &p).expect("grad input"));
+        peak::beside_torch(&mut torch, &format!("{name}_grad_input"), rounds, peak, || {
+            peak::rates(flop, reps, || {
+                std::hint::black_box(conv2d_backward_input(&gy, &w, x.shape(), &p).expect("grad input"));
+            })
         });
-        peak::report(&format!("{name}_grad_input"), "tessera", gi, peak);
-        let gw = peak::rates(flop, reps, || {
-            std::hint::black_box(conv2d_backward_weight(&gy, &x, w.shape(), &p).expect("grad weight"));
+        peak::beside_torch(&mut torch, &format!("{name}_grad_weight"), rounds, peak, || {
+            peak::rates(flop, reps, || {
+                std::hint::black_box(conv2d_backward_weight(&gy, &x, w.shape(), &p).expect("grad weight"));
+            })
         });
-        peak::report(&format!("{name}_grad_weight"), "tessera", gw, peak);
     }
     for (name, shape) in [
         ("max_pool2d_128x32x28", [128, 32, 28, 28]),
@@ -58,7 +65,6 @@ fn main() {
         });
         peak::line(&format!("{name}_bwd"), "tessera", "bandwidth", bwd.median, "GB/s");
     }
-    peak::torch_reference("conv", &|_| peak);
 }
 
 /// A tensor of `shape` with deterministic values in [-1, 1).

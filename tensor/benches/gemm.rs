@@ -2,17 +2,15 @@
 //! `bench\tgemm_<dtype>_<shape>\t<impl>\tthroughput\t<GFLOP/s>` with the
 //! fraction of the machine's peak measured in the same run (`fma_peak_f32`
 //! for f32, `bf16_peak` — `vdpbf16ps` chains — for bf16), beside PyTorch's
-//! numbers when `TESSERA_TORCH_PYTHON` names a python with torch, then
-//! `bench\t<workload>\ttessera/torch\tratio\t<x>\tx` (medians) for every
-//! workload both ran.
+//! numbers when `TESSERA_TORCH_PYTHON` names a python with torch and
+//! `bench\t<workload>\ttessera/torch\tratio\t<x>\tx` (medians). Each side
+//! reports its best of `--rounds=N` (3) rounds, the two alternating.
 //!
 //! Shapes `m x k x n` (A is m×k, B is k×n); `_tn` multiplies Aᵀ·B and `_nt`
 //! A·Bᵀ with the transposed operand stored the other way round. An argument
 //! runs the workloads whose name contains it, or the one f32 product `MxKxN`.
 
 mod peak;
-
-use std::collections::BTreeMap;
 
 use tessera_tensor::{DType, Tensor};
 
@@ -115,7 +113,12 @@ fn main() {
             peak
         }
     };
-    let mut ours = BTreeMap::new();
+    let mut torch = if custom.is_none() {
+        peak::Torch::start("gemm")
+    } else {
+        None
+    };
+    let rounds = peak::rounds_arg();
     for (name, dtype, m, k, n, ta, tb) in shapes {
         if custom.is_none() && filter.as_ref().is_some_and(|f| !name.contains(f.as_str())) {
             continue;
@@ -123,19 +126,11 @@ fn main() {
         let a = operand(m, k, ta, 1, dtype);
         let b = operand(k, n, tb, 2, dtype);
         let flop = 2.0 * (m * n * k) as f64;
-        let r = peak::rates(flop, peak::reps_for(flop), || {
-            std::hint::black_box(a.matmul(&b).expect("matmul"));
+        peak::beside_torch(&mut torch, name, rounds, peak_of(name), || {
+            peak::rates(flop, peak::reps_for(flop), || {
+                std::hint::black_box(a.matmul(&b).expect("matmul"));
+            })
         });
-        peak::report(name, "tessera", r, peak_of(name));
-        ours.insert(name.to_string(), r);
-    }
-    if filter.is_none() || filter.as_deref().is_some_and(|f| f.contains("gemm")) {
-        let torch = peak::torch_reference("gemm", &peak_of);
-        for (name, r) in &ours {
-            if let Some(t) = torch.get(name) {
-                peak::line(name, "tessera/torch", "ratio", r.median / t.median, "x");
-            }
-        }
     }
 }
 

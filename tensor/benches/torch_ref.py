@@ -2,9 +2,13 @@
 
 Usage: torch_ref.py {gemm|conv} THREADS
 
-Prints one line per workload, `<workload>\t<median GFLOP/s>\t<best GFLOP/s>`,
-with the same shapes, flop counts and repetitions as the Rust benches; the
-bench turns them into `torch` bench lines. Always wall-clock time: PyTorch's
+Says `ready` once torch is imported, then reads workload names from
+stdin, one per line, and answers each as soon as
+it has measured it with `<workload>\t<median GFLOP/s>\t<best GFLOP/s>`
+(`<workload>\tunknown` for a name it does not know), with the same shapes,
+flop counts and repetitions as the Rust benches. The bench asks right after
+measuring its own run of the workload, so both figures come from the same
+minute of a machine whose speed drifts. Always wall-clock time: PyTorch's
 OpenMP threads spin while they wait, so its CPU time says nothing.
 """
 
@@ -58,7 +62,7 @@ def rates(flop, reps, f):
 
 
 def reps_for(flop):
-    return max(5, min(50, int(1e11 / flop)))
+    return max(5, min(1000, int(2e11 / flop)))
 
 
 def emit(name, r):
@@ -71,44 +75,58 @@ def operand(rows, cols, t, g):
     return torch.rand(rows, cols, generator=g).mul_(2).sub_(1)
 
 
-def gemm():
-    g = torch.Generator().manual_seed(0)
-    for name, m, k, n, ta, tb in GEMM:
+def gemm_workloads():
+    """Workload name -> a function measuring it (operands made on call)."""
+
+    def measure(name, m, k, n, ta, tb):
+        g = torch.Generator().manual_seed(0)
         a, b = operand(m, k, ta, g), operand(k, n, tb, g)
         if name.startswith("gemm_bf16"):
             a, b = a.to(torch.bfloat16), b.to(torch.bfloat16)
         flop = 2.0 * m * n * k
-        emit(name, rates(flop, reps_for(flop), lambda: torch.matmul(a, b)))
+        return rates(flop, reps_for(flop), lambda: torch.matmul(a, b))
+
+    return {w[0]: (lambda w=w: measure(*w)) for w in GEMM}
 
 
-def conv():
-    g = torch.Generator().manual_seed(0)
-    for name, n, c, o, s in CONV:
+def conv_workloads():
+    """Workload name -> a function measuring it (tensors made on call)."""
+
+    def measure(n, c, o, s, what):
+        g = torch.Generator().manual_seed(0)
         x = torch.rand(n, c, s, s, generator=g)
         w = torch.rand(o, c, 3, 3, generator=g)
         b = torch.rand(o, generator=g)
         gy = torch.rand(n, o, s, s, generator=g)
         flop = 2.0 * n * o * s * s * c * 9
-        reps = reps_for(flop)
-        emit(f"{name}_fwd", rates(flop, reps, lambda: torch.nn.functional.conv2d(x, w, b, padding=1)))
-        for what, mask in (("grad_input", [True, False, False]), ("grad_weight", [False, True, False])):
-            emit(
-                f"{name}_{what}",
-                rates(
-                    flop,
-                    reps,
-                    lambda: torch.ops.aten.convolution_backward(
-                        gy, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, mask
-                    ),
-                ),
+        if what == "fwd":
+            f = lambda: torch.nn.functional.conv2d(x, w, b, padding=1)
+        else:
+            mask = [what == "grad_input", what == "grad_weight", False]
+            f = lambda: torch.ops.aten.convolution_backward(
+                gy, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, mask
             )
+        return rates(flop, reps_for(flop), f)
+
+    return {
+        f"{name}_{what}": (lambda shape=(n, c, o, s), what=what: measure(*shape, what))
+        for name, n, c, o, s in CONV
+        for what in ("fwd", "grad_input", "grad_weight")
+    }
 
 
 def main():
     what, threads = sys.argv[1], int(sys.argv[2])
     torch.set_num_threads(threads)
+    workloads = {"gemm": gemm_workloads, "conv": conv_workloads}[what]()
+    print("ready", flush=True)
     with torch.no_grad():
-        {"gemm": gemm, "conv": conv}[what]()
+        for line in sys.stdin:
+            name = line.strip()
+            if name in workloads:
+                emit(name, workloads[name]())
+            else:
+                print(f"{name}\tunknown", flush=True)
 
 
 if __name__ == "__main__":

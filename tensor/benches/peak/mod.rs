@@ -2,8 +2,8 @@
 //! measured by a register-only loop, timing by medians, the bench-line
 //! printer and the PyTorch reference runner.
 
-use std::collections::BTreeMap;
-use std::process::Command;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Instant;
 
 /// The median and best rate in GFLOP/s of `reps` timed runs of `f` (after
@@ -63,10 +63,59 @@ pub struct Rate {
     pub best: f64,
 }
 
-/// Reps for a product of `flop` operations: about a second of work at
-/// 100 GFLOP/s, at least 5 and at most 50.
+impl Rate {
+    /// The best median and the best run of several measurements of one
+    /// workload: a busy machine only ever slows a run down, so the best
+    /// round is the closest to the workload's own speed.
+    pub fn best_of(rounds: &[Rate]) -> Rate {
+        Rate {
+            median: rounds.iter().map(|r| r.median).fold(0.0, f64::max),
+            best: rounds.iter().map(|r| r.best).fold(0.0, f64::max),
+        }
+    }
+}
+
+/// Measures `workload` in `rounds` rounds, each our run (`ours`) and then
+/// PyTorch's when `torch` is running, and reports each side's best round
+/// against `peak` (impls `tessera` and `torch`) and the ratio of their
+/// medians (`tessera/torch`). Alternating keeps both sides in the same
+/// minutes of a machine whose speed drifts. Returns our best round.
+pub fn beside_torch(
+    torch: &mut Option<Torch>,
+    workload: &str,
+    rounds: usize,
+    peak: Rate,
+    mut ours: impl FnMut() -> Rate,
+) -> Rate {
+    let (mut us, mut them) = (Vec::new(), Vec::new());
+    for _ in 0..rounds.max(1) {
+        us.push(ours());
+        them.extend(torch.as_mut().and_then(|t| t.measure(workload)));
+    }
+    let r = Rate::best_of(&us);
+    report(workload, "tessera", r, peak);
+    if !them.is_empty() {
+        let t = Rate::best_of(&them);
+        report(workload, "torch", t, peak);
+        line(workload, "tessera/torch", "ratio", r.median / t.median, "x");
+    }
+    r
+}
+
+/// The `--rounds=N` argument of a bench (how many times
+/// [`beside_torch`] alternates the two sides), 3 when absent.
+pub fn rounds_arg() -> usize {
+    std::env::args()
+        .find_map(|a| a.strip_prefix("--rounds=").and_then(|n| n.parse().ok()))
+        .unwrap_or(3)
+}
+
+/// Reps for a product of `flop` operations: about half a second of work
+/// at 400 GFLOP/s, at least 5 and at most 1000. Small products need the
+/// many reps: this machine's neighbours slow it down in bursts of a tenth
+/// of a second, which swallowed the whole 50-rep run of a 512³ product.
 pub fn reps_for(flop: f64) -> usize {
-    ((1e11 / flop) as usize).clamp(5, 50)
+    ((2e11 / flop) as usize).clamp(5, 1000)
 }
 
 /// Prints one bench line.
@@ -258,41 +307,92 @@ mod x86 {
     }
 }
 
-/// Runs `tensor/benches/torch_ref.py <what> <threads>` with the python
-/// named by `TESSERA_TORCH_PYTHON` and reports its rates (lines
-/// `<workload>\t<median GFLOP/s>\t<best GFLOP/s>`) against `peak(workload)`
-/// under impl `torch`; says why when it cannot. Returns the rates by workload.
-pub fn torch_reference(what: &str, peak: &dyn Fn(&str) -> Rate) -> BTreeMap<String, Rate> {
-    let mut rates = BTreeMap::new();
-    let Ok(py) = std::env::var("TESSERA_TORCH_PYTHON") else {
-        println!("# torch reference skipped: set TESSERA_TORCH_PYTHON to a python with torch");
-        return rates;
-    };
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/torch_ref.py");
-    let threads = rayon::current_num_threads().to_string();
-    match Command::new(&py).args([script, what, &threads]).output() {
-        Ok(out) if out.status.success() => {
-            for l in String::from_utf8_lossy(&out.stdout).lines() {
-                let f: Vec<&str> = l.split('\t').collect();
-                match (
-                    f.first(),
-                    f.get(1).and_then(|v| v.parse().ok()),
-                    f.get(2).and_then(|v| v.parse().ok()),
-                ) {
-                    (Some(w), Some(median), Some(best)) => {
-                        let r = Rate { median, best };
-                        report(w, "torch", r, peak(w));
-                        rates.insert(w.to_string(), r);
-                    }
-                    _ => println!("# torch: {l}"),
-                }
+/// PyTorch measuring the workloads of `tensor/benches/torch_ref.py <what>`
+/// in a child process, one at a time when asked (see [`beside_torch`]), so
+/// both sides' figures come from the same minutes: this machine's speed
+/// drifts between minutes, and measured a whole bench run apart the
+/// ratios moved by 10%.
+pub struct Torch {
+    child: Child,
+    input: Option<ChildStdin>,
+    output: BufReader<ChildStdout>,
+}
+
+impl Torch {
+    /// Starts the script under the python `TESSERA_TORCH_PYTHON` names, on
+    /// as many threads as the rayon pool has; `None`, saying why, when the
+    /// variable is unset or the python does not start.
+    pub fn start(what: &str) -> Option<Torch> {
+        let Ok(py) = std::env::var("TESSERA_TORCH_PYTHON") else {
+            println!("# torch reference skipped: set TESSERA_TORCH_PYTHON to a python with torch");
+            return None;
+        };
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/torch_ref.py");
+        let threads = rayon::current_num_threads().to_string();
+        let spawned = Command::new(&py)
+            .args([script, what, &threads])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn();
+        let mut torch = match spawned {
+            Ok(mut child) => Torch {
+                input: child.stdin.take(),
+                output: BufReader::new(child.stdout.take().expect("piped stdout")),
+                child,
+            },
+            Err(e) => {
+                println!("# torch reference skipped: cannot run {py}: {e}");
+                return None;
+            }
+        };
+        // Importing torch takes both cores for seconds: wait for it.
+        let mut line = String::new();
+        if torch.output.read_line(&mut line).is_err() || line.trim_end() != "ready" {
+            println!("# torch reference skipped: {py} did not start the script (its error is above)");
+            return None;
+        }
+        Some(torch)
+    }
+
+    /// PyTorch's rate on `workload`, measured now; `None`, saying why,
+    /// when the script does not know the workload or has stopped (its
+    /// error is on stderr).
+    pub fn measure(&mut self, workload: &str) -> Option<Rate> {
+        let input = self.input.as_mut()?;
+        let mut line = String::new();
+        // Each side's idle threads spin a while after its last parallel
+        // region (PyTorch's OpenMP pool for up to a few hundred ms): let
+        // them go to sleep before the other side's timing starts.
+        std::thread::sleep(SETTLE);
+        let asked = writeln!(input, "{workload}").and_then(|()| input.flush());
+        let answered = asked.is_ok() && self.output.read_line(&mut line).is_ok_and(|n| n > 0);
+        std::thread::sleep(SETTLE);
+        if !answered {
+            println!("# torch reference stopped before {workload}");
+            self.input = None;
+            return None;
+        }
+        let f: Vec<&str> = line.trim_end().split('\t').collect();
+        match (
+            f.get(1).and_then(|v| v.parse().ok()),
+            f.get(2).and_then(|v| v.parse().ok()),
+        ) {
+            (Some(median), Some(best)) => Some(Rate { median, best }),
+            _ => {
+                println!("# torch: {}", line.trim_end());
+                None
             }
         }
-        Ok(out) => println!(
-            "# torch reference skipped: {py} failed: {}",
-            String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
-        ),
-        Err(e) => println!("# torch reference skipped: cannot run {py}: {e}"),
     }
-    rates
+}
+
+/// How long [`Torch::measure`] lets each side's idle threads settle.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(500);
+
+impl Drop for Torch {
+    fn drop(&mut self) {
+        // End of input ends the script.
+        self.input = None;
+        let _ = self.child.wait();
+    }
 }
