@@ -28,6 +28,7 @@ GEMM = [
     ("gemm_f32_4096x768x3072", 4096, 768, 3072, False, False),
     ("gemm_f32_1024_tn", 1024, 1024, 1024, True, False),
     ("gemm_f32_1024_nt", 1024, 1024, 1024, False, True),
+    ("gemm_f32_8320x192x192_nt", 8320, 192, 192, False, True),
     ("gemm_f32_8320x768x192", 8320, 768, 192, False, False),
     ("gemm_f32_768x8320x192_tn", 768, 8320, 192, True, False),
     ("gemm_f32_192x8320x192_tn", 192, 8320, 192, True, False),
