@@ -3,8 +3,8 @@
 //! respect to the input and the one with respect to the weight, with the
 //! fraction of the f32 FMA peak measured in the same run, beside PyTorch's
 //! numbers when `TESSERA_TORCH_PYTHON` names a python with torch and the
-//! ratio of the medians (each side's best of `--rounds=N` (3) alternating
-//! rounds). The
+//! ratio of the medians (each side's best of `--rounds=N` (3) passes, see
+//! `peak::Rounds`). The
 //! max-pooling of the CNN (2×2 over both activations) is timed too, in GB/s
 //! of input read.
 
@@ -23,31 +23,35 @@ const SHAPES: &[(&str, usize, usize, usize, usize)] = &[
 fn main() {
     let peak = peak::fma_peak();
     let p = Conv2dParams::default().padding(1);
-    let mut torch = peak::Torch::start("conv");
-    let rounds = peak::rounds_arg();
-    for &(name, n, c, o, s) in SHAPES {
-        let x = rand(&[n, c, s, s], 1);
-        let w = rand(&[o, c, 3, 3], 2);
-        let b = rand(&[o], 3);
-        let gy = rand(&[n, o, s, s], 4);
-        let flop = 2.0 * (n * o * s * s * c * 9) as f64;
-        let reps = peak::reps_for(flop);
-        peak::beside_torch(&mut torch, &format!("{name}_fwd"), rounds, peak, || {
-            peak::rates(flop, reps, || {
-                std::hint::black_box(x.conv2d(&w, Some(&b), &p).expect("conv2d"));
-            })
-        });
-        peak::beside_torch(&mut torch, &format!("{name}_grad_input"), rounds, peak, || {
-            peak::rates(flop, reps, || {
-                std::hint::black_box(conv2d_backward_input(&gy, &w, x.shape(), &p).expect("grad input"));
-            })
-        });
-        peak::beside_torch(&mut torch, &format!("{name}_grad_weight"), rounds, peak, || {
-            peak::rates(flop, reps, || {
-                std::hint::black_box(conv2d_backward_weight(&gy, &x, w.shape(), &p).expect("grad weight"));
-            })
-        });
+    let mut rounds = peak::Rounds::new(peak::Torch::start("conv"));
+    for _ in 0..peak::rounds_arg() {
+        for &(name, n, c, o, s) in SHAPES {
+            let x = rand(&[n, c, s, s], 1);
+            let w = rand(&[o, c, 3, 3], 2);
+            let b = rand(&[o], 3);
+            let gy = rand(&[n, o, s, s], 4);
+            let flop = 2.0 * (n * o * s * s * c * 9) as f64;
+            let reps = peak::reps_for(flop);
+            rounds.measure(&format!("{name}_fwd"), peak, || {
+                peak::rates(flop, reps, || {
+                    std::hint::black_box(x.conv2d(&w, Some(&b), &p).expect("conv2d"));
+                })
+            });
+            rounds.measure(&format!("{name}_grad_input"), peak, || {
+                peak::rates(flop, reps, || {
+                    std::hint::black_box(conv2d_backward_input(&gy, &w, x.shape(), &p).expect("grad input"));
+                })
+            });
+            rounds.measure(&format!("{name}_grad_weight"), peak, || {
+                peak::rates(flop, reps, || {
+                    std::hint::black_box(
+                        conv2d_backward_weight(&gy, &x, w.shape(), &p).expect("grad weight"),
+                    );
+                })
+            });
+        }
     }
+    rounds.report();
     for (name, shape) in [
         ("max_pool2d_128x32x28", [128, 32, 28, 28]),
         ("max_pool2d_128x64x14", [128, 64, 14, 14]),

@@ -4,7 +4,8 @@
 //! for f32, `bf16_peak` — `vdpbf16ps` chains — for bf16), beside PyTorch's
 //! numbers when `TESSERA_TORCH_PYTHON` names a python with torch and
 //! `bench\t<workload>\ttessera/torch\tratio\t<x>\tx` (medians). Each side
-//! reports its best of `--rounds=N` (3) rounds, the two alternating.
+//! reports its best of `--rounds=N` (3) passes over the workloads, the two
+//! sides alternating within a pass (see `peak::Rounds`).
 //!
 //! Shapes `m x k x n` (A is m×k, B is k×n); `_tn` multiplies Aᵀ·B and `_nt`
 //! A·Bᵀ with the transposed operand stored the other way round. An argument
@@ -113,25 +114,28 @@ fn main() {
             peak
         }
     };
-    let mut torch = if custom.is_none() {
+    let torch = if custom.is_none() {
         peak::Torch::start("gemm")
     } else {
         None
     };
-    let rounds = peak::rounds_arg();
-    for (name, dtype, m, k, n, ta, tb) in shapes {
-        if custom.is_none() && filter.as_ref().is_some_and(|f| !name.contains(f.as_str())) {
-            continue;
+    let mut rounds = peak::Rounds::new(torch);
+    for _ in 0..peak::rounds_arg() {
+        for &(name, dtype, m, k, n, ta, tb) in &shapes {
+            if custom.is_none() && filter.as_ref().is_some_and(|f| !name.contains(f.as_str())) {
+                continue;
+            }
+            let a = operand(m, k, ta, 1, dtype);
+            let b = operand(k, n, tb, 2, dtype);
+            let flop = 2.0 * (m * n * k) as f64;
+            rounds.measure(name, peak_of(name), || {
+                peak::rates(flop, peak::reps_for(flop), || {
+                    std::hint::black_box(a.matmul(&b).expect("matmul"));
+                })
+            });
         }
-        let a = operand(m, k, ta, 1, dtype);
-        let b = operand(k, n, tb, 2, dtype);
-        let flop = 2.0 * (m * n * k) as f64;
-        peak::beside_torch(&mut torch, name, rounds, peak_of(name), || {
-            peak::rates(flop, peak::reps_for(flop), || {
-                std::hint::black_box(a.matmul(&b).expect("matmul"));
-            })
-        });
     }
+    rounds.report();
 }
 
 /// `MxKxN` as a shape (an argument that runs just that product).

@@ -75,35 +75,62 @@ impl Rate {
     }
 }
 
-/// Measures `workload` in `rounds` rounds, each our run (`ours`) and then
-/// PyTorch's when `torch` is running, and reports each side's best round
-/// against `peak` (impls `tessera` and `torch`) and the ratio of their
-/// medians (`tessera/torch`). Alternating keeps both sides in the same
-/// minutes of a machine whose speed drifts. Returns our best round.
-pub fn beside_torch(
-    torch: &mut Option<Torch>,
-    workload: &str,
-    rounds: usize,
-    peak: Rate,
-    mut ours: impl FnMut() -> Rate,
-) -> Rate {
-    let (mut us, mut them) = (Vec::new(), Vec::new());
-    for _ in 0..rounds.max(1) {
-        us.push(ours());
-        them.extend(torch.as_mut().and_then(|t| t.measure(workload)));
-    }
-    let r = Rate::best_of(&us);
-    report(workload, "tessera", r, peak);
-    if !them.is_empty() {
-        let t = Rate::best_of(&them);
-        report(workload, "torch", t, peak);
-        line(workload, "tessera/torch", "ratio", r.median / t.median, "x");
-    }
-    r
+/// The rounds of every workload of a bench, each round our run and then
+/// PyTorch's (when `torch` is running), for [`Rounds::report`]. A bench
+/// goes through all its workloads once per round, so a workload's rounds
+/// lie a whole pass apart: a neighbour slowing this machine down for a
+/// minute (on this VM it can halve the AVX-512 throughput) is then unlikely
+/// to catch every round of one workload, and within a round both sides run
+/// seconds apart.
+pub struct Rounds {
+    torch: Option<Torch>,
+    /// Per workload in first-measured order: its peak, our rounds, PyTorch's.
+    rows: Vec<(String, Rate, Vec<Rate>, Vec<Rate>)>,
 }
 
-/// The `--rounds=N` argument of a bench (how many times
-/// [`beside_torch`] alternates the two sides), 3 when absent.
+impl Rounds {
+    /// No rounds yet, against `torch` when it is running.
+    pub fn new(torch: Option<Torch>) -> Rounds {
+        Rounds {
+            torch,
+            rows: Vec::new(),
+        }
+    }
+
+    /// One round of `workload`: `ours`, then PyTorch's run of it.
+    pub fn measure(&mut self, workload: &str, peak: Rate, ours: impl FnOnce() -> Rate) {
+        let us = ours();
+        let them = self.torch.as_mut().and_then(|t| t.measure(workload));
+        let at = match self.rows.iter().position(|r| r.0 == workload) {
+            Some(at) => at,
+            None => {
+                self.rows
+                    .push((workload.to_string(), peak, Vec::new(), Vec::new()));
+                self.rows.len() - 1
+            }
+        };
+        self.rows[at].2.push(us);
+        self.rows[at].3.extend(them);
+    }
+
+    /// Reports each workload's best round of each side against its peak
+    /// (impls `tessera` and `torch`) and the ratio of those medians
+    /// (`tessera/torch`).
+    pub fn report(self) {
+        for (workload, peak, us, them) in &self.rows {
+            let r = Rate::best_of(us);
+            report(workload, "tessera", r, *peak);
+            if !them.is_empty() {
+                let t = Rate::best_of(them);
+                report(workload, "torch", t, *peak);
+                line(workload, "tessera/torch", "ratio", r.median / t.median, "x");
+            }
+        }
+    }
+}
+
+/// The `--rounds=N` argument of a bench (how many [`Rounds`] it runs), 3
+/// when absent.
 pub fn rounds_arg() -> usize {
     std::env::args()
         .find_map(|a| a.strip_prefix("--rounds=").and_then(|n| n.parse().ok()))
@@ -308,7 +335,7 @@ mod x86 {
 }
 
 /// PyTorch measuring the workloads of `tensor/benches/torch_ref.py <what>`
-/// in a child process, one at a time when asked (see [`beside_torch`]), so
+/// in a child process, one at a time when asked (see [`Rounds`]), so
 /// both sides' figures come from the same minutes: this machine's speed
 /// drifts between minutes, and measured a whole bench run apart the
 /// ratios moved by 10%.
