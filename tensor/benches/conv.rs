@@ -4,9 +4,8 @@
 //! fraction of the f32 FMA peak measured in the same run, beside PyTorch's
 //! numbers when `TESSERA_TORCH_PYTHON` names a python with torch and the
 //! ratio of the medians (each side's best of `--rounds=N` (3) passes, see
-//! `peak::Rounds`). The
-//! max-pooling of the CNN (2×2 over both activations) is timed too, in GB/s
-//! of input read.
+//! `peak::Rounds`). The max-pooling of the CNN (2×2 over both activations)
+//! is timed too, in GB/s of input read.
 
 mod peak;
 

@@ -2,11 +2,11 @@
 
 Usage: torch_ref.py {gemm|conv} THREADS
 
-Says `ready` once torch is imported, then reads workload names from
-stdin, one per line, and answers each as soon as
-it has measured it with `<workload>\t<median GFLOP/s>\t<best GFLOP/s>`
-(`<workload>\tunknown` for a name it does not know), with the same shapes,
-flop counts and repetitions as the Rust benches. The bench asks right after
+Says `ready` once torch is imported, then reads workload names from stdin,
+one per line, and answers each as soon as it has measured it with
+`<workload>\t<median GFLOP/s>\t<best GFLOP/s>` (`<workload>\tunknown` for a
+name it does not know), with the same shapes, flop counts and repetitions
+as the Rust benches. The bench asks right after
 measuring its own run of the workload, so both figures come from the same
 minute of a machine whose speed drifts. Always wall-clock time: PyTorch's
 OpenMP threads spin while they wait, so its CPU time says nothing.

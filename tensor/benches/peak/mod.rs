@@ -84,8 +84,16 @@ impl Rate {
 /// seconds apart.
 pub struct Rounds {
     torch: Option<Torch>,
-    /// Per workload in first-measured order: its peak, our rounds, PyTorch's.
-    rows: Vec<(String, Rate, Vec<Rate>, Vec<Rate>)>,
+    /// The workloads in first-measured order.
+    rows: Vec<Workload>,
+}
+
+/// One workload's rounds so far.
+struct Workload {
+    name: String,
+    peak: Rate,
+    ours: Vec<Rate>,
+    torch: Vec<Rate>,
 }
 
 impl Rounds {
@@ -101,29 +109,33 @@ impl Rounds {
     pub fn measure(&mut self, workload: &str, peak: Rate, ours: impl FnOnce() -> Rate) {
         let us = ours();
         let them = self.torch.as_mut().and_then(|t| t.measure(workload));
-        let at = match self.rows.iter().position(|r| r.0 == workload) {
-            Some(at) => at,
+        let row = match self.rows.iter().position(|r| r.name == workload) {
+            Some(at) => &mut self.rows[at],
             None => {
-                self.rows
-                    .push((workload.to_string(), peak, Vec::new(), Vec::new()));
-                self.rows.len() - 1
+                self.rows.push(Workload {
+                    name: workload.to_string(),
+                    peak,
+                    ours: Vec::new(),
+                    torch: Vec::new(),
+                });
+                self.rows.last_mut().expect("just pushed")
             }
         };
-        self.rows[at].2.push(us);
-        self.rows[at].3.extend(them);
+        row.ours.push(us);
+        row.torch.extend(them);
     }
 
     /// Reports each workload's best round of each side against its peak
     /// (impls `tessera` and `torch`) and the ratio of those medians
     /// (`tessera/torch`).
     pub fn report(self) {
-        for (workload, peak, us, them) in &self.rows {
-            let r = Rate::best_of(us);
-            report(workload, "tessera", r, *peak);
-            if !them.is_empty() {
-                let t = Rate::best_of(them);
-                report(workload, "torch", t, *peak);
-                line(workload, "tessera/torch", "ratio", r.median / t.median, "x");
+        for w in &self.rows {
+            let r = Rate::best_of(&w.ours);
+            report(&w.name, "tessera", r, w.peak);
+            if !w.torch.is_empty() {
+                let t = Rate::best_of(&w.torch);
+                report(&w.name, "torch", t, w.peak);
+                line(&w.name, "tessera/torch", "ratio", r.median / t.median, "x");
             }
         }
     }
@@ -387,9 +399,10 @@ impl Torch {
     pub fn measure(&mut self, workload: &str) -> Option<Rate> {
         let input = self.input.as_mut()?;
         let mut line = String::new();
-        // Each side's idle threads spin a while after its last parallel
-        // region (PyTorch's OpenMP pool for up to a few hundred ms): let
-        // them go to sleep before the other side's timing starts.
+        // Idle pool threads may spin a while after a parallel region
+        // (rayon's briefly, OpenMP's as its wait policy says; PyTorch's here
+        // measured idle within a quarter second): let them go to sleep
+        // before the other side's timing starts.
         std::thread::sleep(SETTLE);
         let asked = writeln!(input, "{workload}").and_then(|()| input.flush());
         let answered = asked.is_ok() && self.output.read_line(&mut line).is_ok_and(|n| n > 0);

@@ -328,46 +328,27 @@ impl Packing<bf16> for PairPacking {
                 // Rows are contiguous: interleave two rows per depth pair,
                 // the whole panel in one call.
                 let pairs = kc / 2;
-                let base = b.at(p0, jq);
                 if pairs > 0 {
-                    interleave_panel(
-                        Level::best(),
-                        &b.data[base..],
-                        b.rs as usize,
-                        pairs,
-                        live,
-                        out,
-                        nr,
-                    );
+                    let rows = &b.data[b.at(p0, jq)..];
+                    interleave_panel(Level::best(), rows, b.rs as usize, pairs, live, out, nr);
                 }
-                for (p, step) in out.chunks_exact_mut(nr).enumerate().skip(pairs) {
-                    let (live_step, _) = step.split_at_mut(live);
-                    if p == pairs && kc % 2 == 1 {
-                        let lo = &b.data[b.at(p0 + kc - 1, jq)..][..live];
-                        for (s, &l) in live_step.iter_mut().zip(lo) {
-                            *s = pair(l, bf16::ZERO);
-                        }
-                    } else {
-                        live_step.fill(0);
-                    }
-                }
-                for step in out.chunks_exact_mut(nr) {
-                    if live < nr {
-                        step[live..].fill(0);
+                if kc % 2 == 1 {
+                    let lo = &b.data[b.at(p0 + kc - 1, jq)..][..live];
+                    for (s, &l) in out[pairs * nr..][..live].iter_mut().zip(lo) {
+                        *s = pair(l, bf16::ZERO);
                     }
                 }
             } else {
                 for j in 0..live {
                     line_pairs(b.data, b.at(p0, jq + j), b.rs, kc, |p, v| out[p * nr + j] = v);
                 }
-                for (p, step) in out.chunks_mut(nr).enumerate() {
-                    if p >= kc.div_ceil(2) {
-                        step.fill(0);
-                    } else {
-                        step[live..].fill(0);
-                    }
-                }
             }
+            // Zero the columns past the matrix and the pairs past the depth.
+            let (data, pad) = out.split_at_mut(kc.div_ceil(2) * nr);
+            if live < nr {
+                data.chunks_mut(nr).for_each(|step| step[live..].fill(0));
+            }
+            pad.fill(0);
         }
     }
 }
