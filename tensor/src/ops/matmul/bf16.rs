@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 
 use super::bf16_kernel as kern;
 use super::gemm::{drive, Bias, Epilogue, GemmShape, MatMut, Native, Packing};
-use super::kernel::{GemmScalar, Isa, Kernel, PairDirectFn};
+use super::kernel::{GemmScalar, Isa, Kernel, PairDirectFn, PairFusedFn};
 use super::pack::{prefetch_line, MatRef, L2};
 use crate::simd::vector::Vf32;
 use crate::simd::{simd_fn, Level};
@@ -99,18 +99,21 @@ impl Bf16Path {
                 a_layout: ALayout::Tiles,
                 unit_align: kern::AMX_DEPTH_UNITS,
                 direct_a: None,
+                fused_b: None,
             }),
             Bf16Path::Avx512Bf16 => Some(PairPacking {
                 kernel: kern::avx512bf16_kernel(),
                 a_layout: ALayout::PairMajor,
                 unit_align: 1,
                 direct_a: kern::avx512bf16_direct(),
+                fused_b: kern::avx512bf16_fused(),
             }),
             Bf16Path::Portable => Some(PairPacking {
                 kernel: kern::portable_kernel(),
                 a_layout: ALayout::PairMajor,
                 unit_align: 1,
                 direct_a: None,
+                fused_b: None,
             }),
             Bf16Path::Widen => None,
         }
@@ -217,6 +220,8 @@ pub(crate) struct PairPacking {
     unit_align: usize,
     /// The kernel reading a row-major A in place, where there is one.
     direct_a: Option<PairDirectFn>,
+    /// The kernel packing a row-major B's panel as it reads it, where there is one.
+    fused_b: Option<PairFusedFn>,
 }
 
 impl PairPacking {
@@ -232,6 +237,7 @@ impl PairPacking {
             a_layout: ALayout::Tiles,
             unit_align: kern::AMX_DEPTH_UNITS,
             direct_a: None,
+            fused_b: None,
         }
     }
 }
@@ -315,6 +321,11 @@ impl Packing<bf16> for PairPacking {
         // would need its last pair padded, which only packing does.
         self.direct_a
             .filter(|_| a.cs == 1 && a.rs >= 0 && k.is_multiple_of(2))
+    }
+
+    fn fused_b(&self, b: &MatRef<bf16>) -> Option<PairFusedFn> {
+        // The kernel reads 32 contiguous columns per row.
+        self.fused_b.filter(|_| b.cs == 1 && b.rs >= 0)
     }
 
     fn pack_b(&self, dst: &mut [u32], b: &MatRef<bf16>, p0: usize, kc: usize, cols: Range<usize>, nr: usize) {

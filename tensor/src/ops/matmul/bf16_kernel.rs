@@ -7,7 +7,7 @@
 
 use std::sync::OnceLock;
 
-use super::kernel::{Kernel, PairDirectFn};
+use super::kernel::{Kernel, PairDirectFn, PairFusedFn};
 
 /// Depth units (bf16 pairs) one AMX tile spans: 64-byte tile rows.
 pub const AMX_DEPTH_UNITS: usize = 16;
@@ -62,6 +62,15 @@ pub fn avx512bf16_direct() -> Option<PairDirectFn> {
     return None;
 }
 
+/// The AVX512-BF16 kernel packing the B panel it reads from a row-major B
+/// (the tile and sum order of [`avx512bf16_kernel`]); `None` off x86-64.
+pub fn avx512bf16_fused() -> Option<PairFusedFn> {
+    #[cfg(target_arch = "x86_64")]
+    return Some(x86::avx512bf16_fused);
+    #[cfg(not(target_arch = "x86_64"))]
+    return None;
+}
+
 /// The portable kernel: a 4×8 tile in plain f32 arithmetic.
 pub fn portable_kernel() -> Kernel<f32, u32> {
     Kernel {
@@ -88,10 +97,13 @@ pub fn amx_unavailable() -> Option<String> {
 pub fn avx512bf16_unavailable() -> Option<String> {
     #[cfg(target_arch = "x86_64")]
     {
-        if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bf16") {
+        if is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512bf16")
+        {
             return None;
         }
-        Some("the CPU lacks AVX512-BF16 (vdpbf16ps)".into())
+        Some("the CPU lacks AVX512-BF16 (vdpbf16ps) or AVX512-BW".into())
     }
     #[cfg(not(target_arch = "x86_64"))]
     Some("AVX512-BF16 is an x86-64 extension".into())
@@ -163,6 +175,7 @@ mod x86 {
     use std::arch::asm;
     use std::arch::x86_64::*;
 
+    use super::super::kernel::PairRows;
     use crate::bf16;
 
     /// 8 rows × 32 columns: per depth pair, two vectors of B (16 column
@@ -174,7 +187,7 @@ mod x86 {
     #[target_feature(enable = "avx512f,avx512bf16")]
     pub unsafe fn avx512bf16(kc: usize, a: *const u32, b: *const u32, c: *mut f32, ldc: usize, add: bool) {
         // SAFETY: pair p of row i is unit p*8 + i of the panel (the contract).
-        unsafe { avx512bf16_tile(kc, |i, p| a.add(p * 8 + i), b, c, ldc, add) }
+        unsafe { avx512bf16_tile(kc, |i, p| a.add(p * 8 + i), packed(b), c, ldc, add) }
     }
 
     /// [`avx512bf16`] with A read where it lies: the pair of depths `2p`,
@@ -197,21 +210,130 @@ mod x86 {
     ) {
         let rows: [*const bf16; 8] = std::array::from_fn(|i| a.wrapping_add(i * lda));
         // SAFETY: rows i < 8 hold 2*kc elements from `a + i*lda` (the contract).
-        unsafe { avx512bf16_tile(kc, |i, p| rows[i].add(2 * p).cast::<u32>(), b, c, ldc, add) }
+        unsafe {
+            avx512bf16_tile(
+                kc,
+                |i, p| rows[i].add(2 * p).cast::<u32>(),
+                packed(b),
+                c,
+                ldc,
+                add,
+            )
+        }
+    }
+
+    /// [`avx512bf16`] with A's units where `a` says and B's pairs
+    /// interleaved from two rows of a row-major B per depth pair (a
+    /// permute of 16-bit lanes each), stored to `panel` in the packed
+    /// order and used at once: the same units in the same order as the
+    /// packed kernels read, so the same sums.
+    ///
+    /// # Safety
+    /// The contract of [`super::super::kernel::PairFusedFn`], on a CPU with
+    /// AVX512-BW and AVX512-BF16.
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn avx512bf16_fused(
+        kc: usize,
+        a: PairRows,
+        b: *const bf16,
+        ldb: usize,
+        panel: *mut u32,
+        c: *mut f32,
+        ldc: usize,
+        add: bool,
+    ) {
+        /// Lane `2j` takes column `j` of the even row (index `j`), lane
+        /// `2j + 1` column `j` of the odd one (index `32 + j`), for the
+        /// columns from `first`.
+        const fn pairs_from(first: u16) -> [u16; 32] {
+            let mut idx = [0; 32];
+            let mut t = 0;
+            while t < 32 {
+                idx[t] = first + (t as u16 / 2) + if t % 2 == 1 { 32 } else { 0 };
+                t += 1;
+            }
+            idx
+        }
+        const LOW: [u16; 32] = pairs_from(0);
+        const HIGH: [u16; 32] = pairs_from(16);
+        // B's rows are a stride apart that the hardware prefetchers catch
+        // late; ask for them this many depth pairs ahead.
+        const AHEAD: usize = 8;
+        // SAFETY: the index tables are 64 bytes each.
+        let (low, high) = unsafe {
+            (
+                _mm512_loadu_si512(LOW.as_ptr().cast()),
+                _mm512_loadu_si512(HIGH.as_ptr().cast()),
+            )
+        };
+        let b_at = |p: usize| {
+            // SAFETY: rows 2p and 2p + 1 hold the tile's 32 columns and
+            // `panel` kc*32 units (the contract); prefetches never fault.
+            unsafe {
+                let even = b.add(2 * p * ldb);
+                if p + AHEAD < kc {
+                    for row in [even.add(2 * AHEAD * ldb), even.add((2 * AHEAD + 1) * ldb)] {
+                        _mm_prefetch::<_MM_HINT_T0>(row.cast());
+                        _mm_prefetch::<_MM_HINT_T0>(row.cast::<i8>().add(63));
+                    }
+                }
+                let (x0, x1) = (
+                    _mm512_loadu_si512(even.cast()),
+                    _mm512_loadu_si512(even.add(ldb).cast()),
+                );
+                let (u0, u1) = (
+                    _mm512_permutex2var_epi16(x0, low, x1),
+                    _mm512_permutex2var_epi16(x0, high, x1),
+                );
+                _mm512_storeu_si512(panel.add(p * 32).cast(), u0);
+                _mm512_storeu_si512(panel.add(p * 32 + 16).cast(), u1);
+                std::mem::transmute::<[__m512i; 2], [__m512bh; 2]>([u0, u1])
+            }
+        };
+        // SAFETY: A's units where `a` says (the contract).
+        unsafe {
+            avx512bf16_tile(
+                kc,
+                |i, p| a.at.add(i * a.row + p * a.pair).cast::<u32>(),
+                b_at,
+                c,
+                ldc,
+                add,
+            )
+        }
+    }
+
+    /// The B of the packed kernels: pair `p`'s 32 units at `b + 32p`.
+    ///
+    /// # Safety
+    /// `b` holds the `kc*32` units of the panel the tile reads.
+    #[inline(always)]
+    unsafe fn packed(b: *const u32) -> impl Fn(usize) -> [__m512bh; 2] {
+        // SAFETY: pair p < kc lies in the panel (the contract); __m512i and
+        // __m512bh are both 64 plain bytes.
+        move |p| unsafe {
+            let bp = b.add(p * 32);
+            std::mem::transmute::<[__m512i; 2], [__m512bh; 2]>([
+                _mm512_loadu_si512(bp.cast()),
+                _mm512_loadu_si512(bp.add(16).cast()),
+            ])
+        }
     }
 
     /// The 8×32 tile over A's pair `(i, p)` at `a_at(i, p)` (possibly
-    /// unaligned): the loop both kernels share, so they sum alike.
+    /// unaligned) and B's two vectors of pair `p` from `b_at(p)`: the loop
+    /// every AVX512-BF16 kernel shares, so they sum alike.
     ///
     /// # Safety
-    /// `a_at(i, p)` is readable for `i < 8`, `p < kc`; B and C as for
-    /// [`super::super::kernel::KernelFn`]; called from a function enabling
-    /// AVX512-BF16.
+    /// `a_at(i, p)` is readable for `i < 8`, `p < kc`, `b_at(p)` safe to
+    /// call for `p < kc`; C as for [`super::super::kernel::KernelFn`];
+    /// called from a function enabling AVX512-BF16.
     #[inline(always)]
     unsafe fn avx512bf16_tile(
         kc: usize,
         a_at: impl Fn(usize, usize) -> *const u32,
-        b: *const u32,
+        b_at: impl Fn(usize) -> [__m512bh; 2],
         c: *mut f32,
         ldc: usize,
         add: bool,
@@ -228,12 +350,10 @@ mod x86 {
         }
         let mut acc = [[_mm512_setzero_ps(); 2]; MR];
         for p in 0..kc {
-            // SAFETY: kc*NR units behind `b`, A's pairs as the caller
-            // guarantees; __m512i and __m512bh are both 64 plain bytes.
+            let [b0, b1] = b_at(p);
+            // SAFETY: A's pairs as the caller guarantees; __m512i and
+            // __m512bh are both 64 plain bytes.
             unsafe {
-                let bp = b.add(p * NR);
-                let b0: __m512bh = std::mem::transmute(_mm512_loadu_si512(bp.cast()));
-                let b1: __m512bh = std::mem::transmute(_mm512_loadu_si512(bp.add(16).cast()));
                 for (i, acc) in acc.iter_mut().enumerate() {
                     let pair = a_at(i, p).read_unaligned();
                     let av: __m512bh = std::mem::transmute(_mm512_set1_epi32(pair as i32));

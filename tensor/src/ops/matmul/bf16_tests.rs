@@ -200,15 +200,16 @@ fn every_path_is_thread_count_independent() {
     }
 }
 
-/// A row-major A read in place by the AVX512-BF16 kernel gives the bits of
-/// the same values packed (stored column-major): unaligned rows (odd
-/// offset and row stride), partial row panels, several depth blocks, an
-/// odd depth (which packs), row-major and strided outputs with alpha and
-/// beta, on 1 and 3 threads.
+/// The AVX512-BF16 kernels that read a row-major A in place and pack a
+/// row-major B's panels as they go give the bits of the same values
+/// packed beforehand (stored column-major): unaligned rows (odd offsets and
+/// row strides), partial row and column panels, several row blocks sharing
+/// each panel, several depth blocks, an odd depth (which packs both),
+/// row-major and strided outputs with alpha and beta, on 1 and 3 threads.
 #[test]
-fn a_read_in_place_sums_as_the_packed_panels() {
+fn operands_read_in_place_sum_as_the_packed_panels() {
     if let Some(why) = Bf16Path::Avx512Bf16.unsupported_reason() {
-        eprintln!("in-place A of the AVX512-BF16 path skipped: {why}");
+        eprintln!("in-place operands of the AVX512-BF16 path skipped: {why}");
         return;
     }
     let pools: Vec<rayon::ThreadPool> = [1, 3]
@@ -221,40 +222,14 @@ fn a_read_in_place_sums_as_the_packed_panels() {
         (130, 301, 96),
         (19, 2, 33),
         (64, 1024, 64),
+        (200, 512, 160),
     ] {
-        let vals: Vec<bf16> = rand_f64(51, m * k).iter().map(|&x| bf16::from_f64(x)).collect();
-        let bv: Vec<bf16> = rand_f64(52, k * n).iter().map(|&x| bf16::from_f64(x)).collect();
-        let (off, lda) = (5, k + 3);
-        let mut rows = vec![bf16::from_f32(f32::NAN); off + m * lda];
-        let mut cols = vec![bf16::ZERO; m * k];
-        for i in 0..m {
-            for p in 0..k {
-                rows[off + i * lda + p] = vals[i * k + p];
-                cols[p * m + i] = vals[i * k + p];
-            }
-        }
-        let in_place = MatRef {
-            data: &rows,
-            off,
-            rs: lda as isize,
-            cs: 1,
-        };
-        let packed = MatRef {
-            data: &cols,
-            off: 0,
-            rs: 1,
-            cs: m as isize,
-        };
-        let b = MatRef {
-            data: &bv,
-            off: 0,
-            rs: n as isize,
-            cs: 1,
-        };
+        let (a_rows, a_cols) = both_orders(51, m, k, 5, k + 3);
+        let (b_rows, b_cols) = both_orders(52, k, n, 3, n + 1);
         let c0: Vec<f32> = rand_f64(53, m * n).iter().map(|&x| x as f32).collect();
         for (alpha, beta, strided) in [(1.0, 0.0, false), (1.0, 1.0, false), (0.5, -0.5, true)] {
             let shape = GemmShape { m, n, k, alpha, beta };
-            let run = |a: MatRef<bf16>, pool: &rayon::ThreadPool| {
+            let run = |a: MatRef<bf16>, b: MatRef<bf16>, pool: &rayon::ThreadPool| {
                 let mut c = c0.clone();
                 let (rs, cs) = if strided { (1, m as isize) } else { (n as isize, 1) };
                 let out = MatMut {
@@ -266,13 +241,69 @@ fn a_read_in_place_sums_as_the_packed_panels() {
                 pool.install(|| gemm_bf16(shape, a, b, out, Epilogue::none(), Bf16Path::Avx512Bf16, true));
                 c.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
             };
-            let want = run(packed, &pools[0]);
+            let want = run(a_cols.view(), b_cols.view(), &pools[0]);
             for pool in &pools {
-                assert!(
-                    run(in_place, pool) == want,
-                    "{m}x{k}x{n} alpha {alpha} beta {beta} strided {strided}: in place differs"
-                );
+                for (a, b, what) in [
+                    (&a_rows, &b_cols, "A in place"),
+                    (&a_cols, &b_rows, "B packed by the kernel"),
+                    (&a_rows, &b_rows, "both"),
+                ] {
+                    assert!(
+                        run(a.view(), b.view(), pool) == want,
+                        "{m}x{k}x{n} alpha {alpha} beta {beta} strided {strided}: {what} differs"
+                    );
+                }
             }
+        }
+    }
+}
+
+/// A random `rows × cols` bf16 matrix stored row-major (from `off`, `ld`
+/// apart, NaN between the rows) and column-major.
+fn both_orders(seed: u64, rows: usize, cols: usize, off: usize, ld: usize) -> (Stored, Stored) {
+    let vals: Vec<bf16> = rand_f64(seed, rows * cols)
+        .iter()
+        .map(|&x| bf16::from_f64(x))
+        .collect();
+    let mut row_major = vec![bf16::from_f32(f32::NAN); off + rows * ld];
+    let mut col_major = vec![bf16::ZERO; rows * cols];
+    for i in 0..rows {
+        for j in 0..cols {
+            row_major[off + i * ld + j] = vals[i * cols + j];
+            col_major[j * rows + i] = vals[i * cols + j];
+        }
+    }
+    (
+        Stored {
+            data: row_major,
+            off,
+            rs: ld as isize,
+            cs: 1,
+        },
+        Stored {
+            data: col_major,
+            off: 0,
+            rs: 1,
+            cs: rows as isize,
+        },
+    )
+}
+
+/// A matrix's storage and layout.
+struct Stored {
+    data: Vec<bf16>,
+    off: usize,
+    rs: isize,
+    cs: isize,
+}
+
+impl Stored {
+    fn view(&self) -> MatRef<'_, bf16> {
+        MatRef {
+            data: &self.data,
+            off: self.off,
+            rs: self.rs,
+            cs: self.cs,
         }
     }
 }

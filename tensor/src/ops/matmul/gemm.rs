@@ -3,20 +3,22 @@
 //!
 //! Loop order: columns of B in `nc` blocks → depth in `kc` blocks → a grid
 //! of macro-tiles (`mc` rows × a column chunk) run by rayon in one parallel
-//! region, whose tasks pack the blocks of A and B they need on first use →
+//! region, whose tasks pack the row blocks of A and the panels of B they
+//! need on first use (a panel of B, where the packing has a fused routine,
+//! by the first tile over it, as that tile's kernel reads it) →
 //! micro-tiles of `mr×nr` by the [`Kernel`]. Every output element is summed
 //! in the same order — `kc` blocks in sequence, each one in the kernel's `p`
 //! order — whatever the grid, the thread count or which task packed a block,
 //! so results are bitwise identical on any number of threads.
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicU8, Ordering};
 
 use rayon::prelude::*;
 
-use super::kernel::{GemmScalar, Isa, Kernel, KernelFn, PairDirectFn, MAX_TILE};
+use super::kernel::{GemmScalar, Isa, Kernel, KernelFn, PairDirectFn, PairFusedFn, PairRows, MAX_TILE};
 use super::lookahead::Lookahead;
-use super::pack::{pack_a, pack_b, AlignedBuf, MatRef};
+use super::pack::{pack_a, pack_b, prefetch_line, AlignedBuf, MatRef, L2};
+use super::shared::{Claim, Shared};
 use crate::{FloatElement, FloatMath};
 
 /// Multiply-adds below which a GEMM runs on the calling thread.
@@ -142,6 +144,17 @@ pub trait Packing<S>: Sync {
         let _ = (a, k);
         None
     }
+    /// The tile routine packing a `b` panel while it reads it (see
+    /// [`PairFusedFn`]), when this packing has one and `b`'s layout allows
+    /// it: the first tile over each whole panel of a depth block without
+    /// padded units then packs it. A packing that has one lays its A
+    /// panels out pair-major (unit `(p, i)` at `p·mr + i`), which is how
+    /// the driver describes them to the routine. `None` (the default)
+    /// packs every panel with [`Packing::pack_b`].
+    fn fused_b(&self, b: &MatRef<S>) -> Option<PairFusedFn<S, Self::Unit, Self::Acc>> {
+        let _ = b;
+        None
+    }
     /// Packs depth `p0 .. p0 + kc`, columns `cols` of `b` into `dst` as
     /// `ceil(cols.len()/nr)` micro-panels of `units(kc) × nr`, zero-padded.
     fn pack_b(
@@ -265,6 +278,13 @@ pub(crate) fn drive<S: Sync, P: Packing<S>>(
             "gemm: operand view outside its buffer"
         );
     }
+    let b_fused = pk.fused_b(&b);
+    if b_fused.is_some() {
+        assert!(
+            b.rs >= 0 && b.cs == 1 && b.at(k - 1, n - 1) < b.data.len(),
+            "gemm: operand view outside its buffer"
+        );
+    }
     let nc_max = kern.nc.min(n);
     let mut pa = AlignedBuf::<P::Unit>::new(m.div_ceil(kern.mr) * kern.mr * units);
     let mut pb = AlignedBuf::<P::Unit>::new(nc_max.div_ceil(kern.nr) * kern.nr * units);
@@ -280,15 +300,19 @@ pub(crate) fn drive<S: Sync, P: Packing<S>>(
                 && !matches!(accum, Accum::Scale(_))
                 && out.cs == 1
                 && out.rs >= kern.nr as isize;
+            // The first tile over a B panel packs it in the fused kernel
+            // where there is one: whole panels of a depth block without
+            // padded units.
+            let b_fused = b_fused.filter(|_| 2 * u == kcb);
             // One parallel region per depth block: each task packs the row
-            // block of A and the column block of B it needs unless another
-            // task already has (or is), so packing runs on every thread
-            // without a fork-join of its own.
+            // block of A and the panels of B it needs unless another task
+            // already has (or is), so packing runs on every thread without
+            // a fork-join of its own.
             let shared_a = Shared::new(pa.as_mut_slice(), grid.row_blocks());
-            let shared_b = Shared::new(pb.as_mut_slice(), grid.col_blocks());
+            let shared_b = Shared::new(pb.as_mut_slice(), ncb.div_ceil(kern.nr));
             let task = |t: usize| {
                 let (r, cc) = grid.task(t);
-                let (ti, tj) = grid.block(t);
+                let (ti, _) = grid.block(t);
                 let packed = match a_direct {
                     Some(_) => r.start + r.len() / kern.mr * kern.mr..r.end,
                     None => r.clone(),
@@ -301,34 +325,53 @@ pub(crate) fn drive<S: Sync, P: Packing<S>>(
                         pk.pack_a(dst, &a, packed.clone(), pc, kcb, kern.mr)
                     })
                 };
-                let b_len = cc.len().div_ceil(kern.nr) * kern.nr * u;
-                let pb = shared_b.get(tj, cc.start * u..cc.start * u + b_len, |dst| {
-                    pk.pack_b(dst, &b, pc, kcb, jc + cc.start..jc + cc.end, kern.nr)
-                });
                 let next = pc + kcb..(pc + kcb + kc).min(k);
                 let tiles = r.len().div_ceil(kern.mr) * cc.len().div_ceil(kern.nr);
                 let mut ahead = Lookahead::new(&a, &b, r.clone(), next, jc + cc.start..jc + cc.end, tiles);
                 // The tile buffer of partial tiles: the kernel (or its edge
                 // routine) writes the corner `store` reads before it reads.
                 let mut acc = std::mem::MaybeUninit::<[T<P, S>; MAX_TILE]>::uninit();
-                for_each_tile(&kern, r.clone(), cc.clone(), |i0, j0, rows, cols| {
-                    ahead.step();
-                    let jb = (j0 - cc.start) * u;
-                    let bp = &pb[jb..jb + kern.nr * u];
-                    // The tile routine `run` (or the in-place one) into `c`.
-                    // SAFETY (of the calls): as at the call sites below; A's
-                    // rows i0..i0+mr, depth pc..pc+kcb lie in its buffer
-                    // (asserted above with its non-negative strides).
+                let acc = acc.as_mut_ptr().cast::<T<P, S>>();
+                // One tile from the panel of B at `bp`, or packing it into
+                // `fill` with the fused routine as it goes.
+                let tile = |i0: usize,
+                            j0: usize,
+                            rows: usize,
+                            cols: usize,
+                            bp: &[P::Unit],
+                            fill: Option<*mut P::Unit>| {
+                    // The tile routine `run` (or the in-place or fused one)
+                    // into `c`. SAFETY (of the calls): as at the call sites
+                    // below; A's rows i0..i0+mr, depth pc..pc+kcb lie in its
+                    // buffer (asserted above with its non-negative strides),
+                    // as do B's columns jc+j0..+nr when fused (cols == nr).
                     let kernel = |run: KernelFn<T<P, S>, P::Unit>, c: *mut T<P, S>, ldc: usize, add: bool| unsafe {
-                        match a_direct {
-                            Some(direct) if rows == kern.mr => {
+                        let packed_a = || &pa[(i0 - packed.start) * u..][..kern.mr * u];
+                        let unit = std::mem::size_of::<P::Unit>();
+                        match (fill.zip(b_fused), a_direct) {
+                            (Some((dst, fused)), Some(_)) if rows == kern.mr => {
+                                let rows = PairRows {
+                                    at: a.data.as_ptr().add(a.at(i0, pc)).cast(),
+                                    row: a.rs as usize * std::mem::size_of::<S>(),
+                                    pair: 2 * std::mem::size_of::<S>(),
+                                };
+                                let bs = b.data.as_ptr().add(b.at(pc, jc + j0));
+                                fused(u, rows, bs, b.rs as usize, dst, c, ldc, add)
+                            }
+                            (Some((dst, fused)), _) => {
+                                let rows = PairRows {
+                                    at: packed_a().as_ptr().cast(),
+                                    row: unit,
+                                    pair: kern.mr * unit,
+                                };
+                                let bs = b.data.as_ptr().add(b.at(pc, jc + j0));
+                                fused(u, rows, bs, b.rs as usize, dst, c, ldc, add)
+                            }
+                            (None, Some(direct)) if rows == kern.mr => {
                                 let ap = a.data.as_ptr().add(a.at(i0, pc));
                                 direct(u, ap, a.rs as usize, bp.as_ptr(), c, ldc, add)
                             }
-                            _ => {
-                                let ia = (i0 - packed.start) * u;
-                                run(u, pa[ia..ia + kern.mr * u].as_ptr(), bp.as_ptr(), c, ldc, add)
-                            }
+                            (None, _) => run(u, packed_a().as_ptr(), bp.as_ptr(), c, ldc, add),
                         }
                     };
                     if direct && rows == kern.mr && cols == kern.nr {
@@ -347,7 +390,6 @@ pub(crate) fn drive<S: Sync, P: Packing<S>>(
                         }
                         return;
                     }
-                    let tile = acc.as_mut_ptr().cast::<T<P, S>>();
                     // SAFETY: the panels hold u*mr and u*nr units, the tile
                     // buffer mr*nr ≤ MAX_TILE elements (the rows × cols
                     // corner `store` reads written by the kernel or its
@@ -359,10 +401,57 @@ pub(crate) fn drive<S: Sync, P: Packing<S>>(
                         _ => kern.run,
                     };
                     unsafe {
-                        kernel(run, tile, kern.nr, false);
-                        let acc = std::slice::from_raw_parts(tile, (rows - 1) * kern.nr + cols);
+                        kernel(run, acc, kern.nr, false);
+                        let acc = std::slice::from_raw_parts(acc, (rows - 1) * kern.nr + cols);
                         store(acc, kern.nr, i0, jc + j0, rows, cols, &out, alpha, accum, epi)
                     };
+                };
+                let span = |q: usize| q * kern.nr * u..(q + 1) * kern.nr * u;
+                if b_fused.is_none() {
+                    // Pack the task's panels up front, the runs of them no
+                    // other task has claimed each in one call: B streamed
+                    // along its rows, not a panel's width at a time.
+                    let panels = cc.start / kern.nr..cc.end.div_ceil(kern.nr);
+                    let mut q = panels.start;
+                    while q < panels.end {
+                        match shared_b.claim_run(q..panels.end, span) {
+                            Some(mut p) => {
+                                let run = p.blocks();
+                                let cols = jc + run.start * kern.nr..jc + (run.end * kern.nr).min(cc.end);
+                                pk.pack_b(p.dst(), &b, pc, kcb, cols, kern.nr);
+                                p.ready();
+                                q = run.end;
+                            }
+                            None => q += 1,
+                        }
+                    }
+                }
+                let mut panel: &[P::Unit] = &[];
+                for_each_tile(&kern, r.clone(), cc.clone(), |i0, j0, rows, cols| {
+                    ahead.step();
+                    // This task's first tile over the panel packs it unless
+                    // another task has (or is): with the fused routine when
+                    // there is one for the panel, in a pass of its own else.
+                    let mut packer = None;
+                    if i0 == r.start {
+                        let q = j0 / kern.nr;
+                        match shared_b.claim(q, span(q)) {
+                            Claim::Mine(p) if b_fused.is_some() && cols == kern.nr => packer = Some(p),
+                            Claim::Mine(mut p) => {
+                                pk.pack_b(p.dst(), &b, pc, kcb, jc + j0..jc + j0 + cols, kern.nr);
+                                panel = p.ready();
+                            }
+                            Claim::Ready(p) => panel = p,
+                        }
+                    }
+                    if b_fused.is_some() {
+                        next_panel_ahead(&b, &shared_b, pc..pc + kcb, jc, j0, &r, &cc, i0, &kern);
+                    }
+                    let fill = packer.as_mut().map(|p| p.dst().as_mut_ptr());
+                    tile(i0, j0, rows, cols, panel, fill);
+                    if let Some(p) = packer {
+                        panel = p.ready();
+                    }
                 });
             };
             if par {
@@ -374,6 +463,39 @@ pub(crate) fn drive<S: Sync, P: Packing<S>>(
     }
 }
 
+/// Fetches into L2 this tile's share of the B rows of the task's next panel
+/// (`depth` × the `nr` columns after `j0`), when no task has claimed it
+/// yet: the tile that will pack it with the fused routine then finds B's
+/// rows near, where it would wait on memory for each (B's rows are a
+/// stride apart, which the hardware prefetchers catch late). The share is
+/// spread over the task's row tiles of panel `j0`, tile `i0` among them.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn next_panel_ahead<S, T, U, P>(
+    b: &MatRef<S>,
+    panels: &Shared<U>,
+    depth: Range<usize>,
+    jc: usize,
+    j0: usize,
+    rows: &Range<usize>,
+    cols: &Range<usize>,
+    i0: usize,
+    kern: &Kernel<T, P>,
+) {
+    let next = j0 + kern.nr;
+    if next + kern.nr > cols.end || panels.claimed(next / kern.nr) {
+        return;
+    }
+    let per_tile = depth.len().div_ceil(rows.len().div_ceil(kern.mr));
+    let first = (i0 - rows.start) / kern.mr * per_tile;
+    let row_bytes = kern.nr * std::mem::size_of::<S>();
+    for d in depth.clone().skip(first).take(per_tile) {
+        let row = b.data.as_ptr().wrapping_add(b.at(d, jc + next)).cast::<i8>();
+        prefetch_line::<L2>(row);
+        prefetch_line::<L2>(row.wrapping_add(row_bytes - 1));
+    }
+}
+
 /// The depth of the blocks a `k`-deep product is summed in, for a kernel
 /// taking at most `kc_max` and blocks that are multiples of `align`: equal
 /// blocks (288 = 144 + 144, not 256 + 32), so fewer short, overhead-bound
@@ -381,81 +503,6 @@ pub(crate) fn drive<S: Sync, P: Packing<S>>(
 /// the packed and the direct driver share it to sum alike.
 pub(super) fn depth_block(k: usize, kc_max: usize, align: usize) -> usize {
     k.div_ceil(k.div_ceil(kc_max)).next_multiple_of(align)
-}
-
-/// A packed-operand buffer shared by the tasks of one parallel region,
-/// split into blocks (fixed, disjoint element ranges): the first task that
-/// needs a block packs it, and a task needing a block that another is
-/// packing waits for it (a short wait: packing a block never blocks).
-struct Shared<'a, T> {
-    ptr: *mut T,
-    len: usize,
-    state: Vec<AtomicU8>,
-    _buf: std::marker::PhantomData<&'a mut [T]>,
-}
-
-const EMPTY: u8 = 0;
-const BUSY: u8 = 1;
-const READY: u8 = 2;
-const FAILED: u8 = 3;
-
-// SAFETY: a block is written by the one task that moved its state from
-// EMPTY to BUSY, and read only after its state is READY (release/acquire).
-unsafe impl<T: Send + Sync> Sync for Shared<'_, T> {}
-
-impl<'a, T> Shared<'a, T> {
-    fn new(buf: &'a mut [T], blocks: usize) -> Self {
-        Shared {
-            ptr: buf.as_mut_ptr(),
-            len: buf.len(),
-            state: (0..blocks).map(|_| AtomicU8::new(EMPTY)).collect(),
-            _buf: std::marker::PhantomData,
-        }
-    }
-
-    /// Block `b`, the elements `range` of the buffer (the same range at
-    /// every call for `b`), filled by `fill` unless another task did.
-    fn get(&self, b: usize, range: std::ops::Range<usize>, fill: impl FnOnce(&mut [T])) -> &[T] {
-        assert!(
-            range.start <= range.end && range.end <= self.len,
-            "gemm: packed block outside its buffer"
-        );
-        let state = &self.state[b];
-        if state
-            .compare_exchange(EMPTY, BUSY, Ordering::Acquire, Ordering::Acquire)
-            .is_ok()
-        {
-            // If `fill` panics, the waiters must not spin forever.
-            struct Poison<'s>(&'s AtomicU8);
-            impl Drop for Poison<'_> {
-                fn drop(&mut self) {
-                    self.0.store(FAILED, Ordering::Release);
-                }
-            }
-            let poison = Poison(state);
-            // SAFETY: in bounds (asserted); this task owns the block while
-            // BUSY and nobody reads it before READY.
-            fill(unsafe { std::slice::from_raw_parts_mut(self.ptr.add(range.start), range.len()) });
-            std::mem::forget(poison);
-            state.store(READY, Ordering::Release);
-        } else {
-            let mut spins = 0u32;
-            loop {
-                match state.load(Ordering::Acquire) {
-                    READY => break,
-                    FAILED => panic!("gemm: packing a shared block panicked on another thread"),
-                    _ if spins < 256 => {
-                        spins += 1;
-                        std::hint::spin_loop();
-                    }
-                    // The packer may have been preempted on a busy machine.
-                    _ => std::thread::yield_now(),
-                }
-            }
-        }
-        // SAFETY: in bounds, and READY: written once, never again in this region.
-        unsafe { std::slice::from_raw_parts(self.ptr.add(range.start), range.len()) }
-    }
 }
 
 /// How the first depth block combines with the existing C.

@@ -142,6 +142,43 @@ pub type DirectFn<T> =
 pub type PairDirectFn<S = crate::bf16, P = u32, T = f32> =
     unsafe fn(kc: usize, a: *const S, lda: usize, b: *const P, c: *mut T, ldc: usize, add: bool);
 
+/// Where the A units of one pair-kernel tile lie: the unit of row `i` and
+/// depth pair `p` at `at + i*row + p*pair` bytes (a packed panel, or the
+/// rows of a row-major A read in place).
+#[derive(Clone, Copy)]
+pub struct PairRows {
+    /// The unit of row 0, pair 0.
+    pub at: *const u8,
+    /// Bytes from one row's unit to the next row's.
+    pub row: usize,
+    /// Bytes from one depth pair's unit to the next one's.
+    pub pair: usize,
+}
+
+/// Computes the same tile as a pair kernel ([`KernelFn`], `kc` units of
+/// depth) with A's units at `a` and B read from the rows of a row-major
+/// matrix: the unit of depth pair `p`, column `j` holds `b[2p*ldb + j]`
+/// (low half) and `b[(2p+1)*ldb + j]`. It writes that unit to
+/// `panel[p*nr + j]` as it goes, so the tile that first needs a B panel
+/// packs it, overlapped with its own arithmetic, where a separate pass
+/// would stall on B's rows arriving from memory.
+///
+/// # Safety
+/// `a`'s units are readable for every `i < mr`, `p < kc`; `b[d*ldb + j]`
+/// for every `d < 2*kc`, `j < nr`; `panel` writable for `kc*nr` units and
+/// disjoint from the operands; the tile of `c` as for [`KernelFn`]; the
+/// CPU supports the kernel's instructions.
+pub type PairFusedFn<S = crate::bf16, P = u32, T = f32> = unsafe fn(
+    kc: usize,
+    a: PairRows,
+    b: *const S,
+    ldb: usize,
+    panel: *mut P,
+    c: *mut T,
+    ldc: usize,
+    add: bool,
+);
+
 /// The direct kernels of one [`Isa`]: the whole register tile, and its
 /// first row alone for the rows below the last whole tile (reading only
 /// that row of A and writing only that row of C).

@@ -19,6 +19,7 @@ pub(crate) mod gemm;
 pub(crate) mod kernel;
 mod lookahead;
 pub(crate) mod pack;
+mod shared;
 pub(crate) mod split;
 pub(crate) mod transpose;
 
