@@ -18,6 +18,7 @@ use super::bf16_kernel as kern;
 use super::gemm::{drive, Bias, Epilogue, GemmShape, MatMut, Native, Packing};
 use super::kernel::{GemmScalar, Isa, Kernel, PairDirectFn, PairFusedFn};
 use super::pack::{prefetch_line, MatRef, L2};
+use super::transpose::transpose_rows_8;
 use crate::simd::vector::Vf32;
 use crate::simd::{simd_fn, Level};
 use crate::{bf16, FloatElement};
@@ -301,8 +302,23 @@ impl Packing<bf16> for PairPacking {
                     interleave_rows(out, &lines, mr);
                 }
                 ALayout::PairMajor => {
-                    for i in 0..live {
-                        line_pairs(a.data, a.at(i0 + i, p0), a.cs, kc, |p, v| out[p * mr + i] = v);
+                    if a.rs == 1 && a.cs >= 0 {
+                        // A transposed: each depth's rows are a contiguous
+                        // run, two of them interleaved per pair as B's rows.
+                        let pairs = kc / 2;
+                        if pairs > 0 {
+                            let runs = &a.data[a.at(i0, p0)..];
+                            interleave_panel(Level::best(), runs, a.cs as usize, pairs, live, out, mr);
+                        }
+                        if kc % 2 == 1 {
+                            for i in 0..live {
+                                out[pairs * mr + i] = pair(a.data[a.at(i0 + i, p0 + kc - 1)], bf16::ZERO);
+                            }
+                        }
+                    } else {
+                        for i in 0..live {
+                            line_pairs(a.data, a.at(i0 + i, p0), a.cs, kc, |p, v| out[p * mr + i] = v);
+                        }
                     }
                     for (p, step) in out.chunks_mut(mr).enumerate() {
                         if p >= kc.div_ceil(2) {
@@ -350,7 +366,28 @@ impl Packing<bf16> for PairPacking {
                     }
                 }
             } else {
-                for j in 0..live {
+                // A transposed B (contiguous columns) has its columns' pairs
+                // in order: eight columns at a time through the register
+                // transpose, the rest (and other strides) one at a time.
+                let mut j = 0;
+                if b.rs == 1 {
+                    while j + 8 <= live {
+                        let cols: [*const u32; 8] =
+                            std::array::from_fn(|i| b.data[b.at(p0, jq + j + i)..][..kc].as_ptr().cast());
+                        // SAFETY: each column holds kc ≥ 2·(kc/2) elements,
+                        // kc/2 units (sliced above); `out` holds (kc/2)·nr
+                        // units from column j, j + 8 ≤ nr, and is our own.
+                        let done = unsafe { transpose_rows_8(cols, kc / 2, out[j..].as_mut_ptr(), nr) };
+                        for col in j..j + 8 {
+                            let at = b.at(p0 + 2 * done, jq + col);
+                            line_pairs(b.data, at, 1, kc - 2 * done, |p, v| {
+                                out[(done + p) * nr + col] = v
+                            });
+                        }
+                        j += 8;
+                    }
+                }
+                for j in j..live {
                     line_pairs(b.data, b.at(p0, jq + j), b.rs, kc, |p, v| out[p * nr + j] = v);
                 }
             }
@@ -381,7 +418,7 @@ pub(super) fn interleave_rows(out: &mut [u32], lines: &[&[bf16]], mr: usize) {
         // SAFETY: each row holds kc ≥ 2·full elements, `full` units, and
         // `out` at least full·8 units (asserted above); the rows are
         // borrowed from elsewhere, so they do not overlap `out`.
-        done = unsafe { super::transpose::transpose_rows_8(rows, full, out.as_mut_ptr(), 8) };
+        done = unsafe { transpose_rows_8(rows, full, out.as_mut_ptr(), 8) };
     }
     let (body, rest) = out.split_at_mut(full * mr);
     for (p, step) in body.chunks_exact_mut(mr).enumerate().skip(done) {
