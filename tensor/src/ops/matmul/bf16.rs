@@ -305,16 +305,7 @@ impl Packing<bf16> for PairPacking {
                     if a.rs == 1 && a.cs >= 0 {
                         // A transposed: each depth's rows are a contiguous
                         // run, two of them interleaved per pair as B's rows.
-                        let pairs = kc / 2;
-                        if pairs > 0 {
-                            let runs = &a.data[a.at(i0, p0)..];
-                            interleave_panel(Level::best(), runs, a.cs as usize, pairs, live, out, mr);
-                        }
-                        if kc % 2 == 1 {
-                            for i in 0..live {
-                                out[pairs * mr + i] = pair(a.data[a.at(i0 + i, p0 + kc - 1)], bf16::ZERO);
-                            }
-                        }
+                        interleave_runs(out, a.data, a.at(i0, p0), a.cs as usize, kc, live, mr);
                     } else {
                         for i in 0..live {
                             line_pairs(a.data, a.at(i0 + i, p0), a.cs, kc, |p, v| out[p * mr + i] = v);
@@ -354,17 +345,7 @@ impl Packing<bf16> for PairPacking {
             if b.cs == 1 && b.rs >= 0 {
                 // Rows are contiguous: interleave two rows per depth pair,
                 // the whole panel in one call.
-                let pairs = kc / 2;
-                if pairs > 0 {
-                    let rows = &b.data[b.at(p0, jq)..];
-                    interleave_panel(Level::best(), rows, b.rs as usize, pairs, live, out, nr);
-                }
-                if kc % 2 == 1 {
-                    let lo = &b.data[b.at(p0 + kc - 1, jq)..][..live];
-                    for (s, &l) in out[pairs * nr..][..live].iter_mut().zip(lo) {
-                        *s = pair(l, bf16::ZERO);
-                    }
-                }
+                interleave_runs(out, b.data, b.at(p0, jq), b.rs as usize, kc, live, nr);
             } else {
                 // A transposed B (contiguous columns) has its columns' pairs
                 // in order: eight columns at a time through the register
@@ -434,6 +415,31 @@ pub(super) fn interleave_rows(out: &mut [u32], lines: &[&[bf16]], mr: usize) {
     if kc % 2 == 1 {
         for (d, line) in rest.iter_mut().zip(lines) {
             *d = pair(line[kc - 1], bf16::ZERO);
+        }
+    }
+}
+
+/// Fills unit `(p, x)` at `out[p*ld + x]`, `x < live`, from the `kc` runs
+/// `data[base + d*stride..][..live]` (depth `d`): runs `2p` and `2p + 1`
+/// interleaved, the last run paired with zero when `kc` is odd. The rows of
+/// a row-major B and the depths of a transposed A are such runs.
+fn interleave_runs(
+    out: &mut [u32],
+    data: &[bf16],
+    base: usize,
+    stride: usize,
+    kc: usize,
+    live: usize,
+    ld: usize,
+) {
+    let pairs = kc / 2;
+    if pairs > 0 {
+        interleave_panel(Level::best(), &data[base..], stride, pairs, live, out, ld);
+    }
+    if kc % 2 == 1 {
+        let lo = &data[base + (kc - 1) * stride..][..live];
+        for (s, &l) in out[pairs * ld..][..live].iter_mut().zip(lo) {
+            *s = pair(l, bf16::ZERO);
         }
     }
 }

@@ -349,20 +349,18 @@ pub(crate) fn drive<S: Sync, P: Packing<S>>(
                         let packed_a = || &pa[(i0 - packed.start) * u..][..kern.mr * u];
                         let unit = std::mem::size_of::<P::Unit>();
                         match (fill.zip(b_fused), a_direct) {
-                            (Some((dst, fused)), Some(_)) if rows == kern.mr => {
-                                let rows = PairRows {
-                                    at: a.data.as_ptr().add(a.at(i0, pc)).cast(),
-                                    row: a.rs as usize * std::mem::size_of::<S>(),
-                                    pair: 2 * std::mem::size_of::<S>(),
-                                };
-                                let bs = b.data.as_ptr().add(b.at(pc, jc + j0));
-                                fused(u, rows, bs, b.rs as usize, dst, c, ldc, add)
-                            }
-                            (Some((dst, fused)), _) => {
-                                let rows = PairRows {
-                                    at: packed_a().as_ptr().cast(),
-                                    row: unit,
-                                    pair: kern.mr * unit,
+                            (Some((dst, fused)), direct) => {
+                                let rows = match direct {
+                                    Some(_) if rows == kern.mr => PairRows {
+                                        at: a.data.as_ptr().add(a.at(i0, pc)).cast(),
+                                        row: a.rs as usize * std::mem::size_of::<S>(),
+                                        pair: 2 * std::mem::size_of::<S>(),
+                                    },
+                                    _ => PairRows {
+                                        at: packed_a().as_ptr().cast(),
+                                        row: unit,
+                                        pair: kern.mr * unit,
+                                    },
                                 };
                                 let bs = b.data.as_ptr().add(b.at(pc, jc + j0));
                                 fused(u, rows, bs, b.rs as usize, dst, c, ldc, add)

@@ -52,13 +52,6 @@ impl<'a, T> Shared<'a, T> {
         }
     }
 
-    /// Block `b`, the elements `range` of the buffer (the same range at
-    /// every call for `b`), for the calling task to fill when no other task
-    /// has claimed it.
-    pub(super) fn try_claim(&self, b: usize, range: Range<usize>) -> Option<Packer<'_, 'a, T>> {
-        self.claim_run(b..b + 1, |_| range.clone())
-    }
-
     /// The run of blocks from `blocks.start` that no other task has
     /// claimed, up to `blocks.end`, for the calling task to fill as one
     /// (`None` when the first is claimed already). Block `b` is the
@@ -97,7 +90,7 @@ impl<'a, T> Shared<'a, T> {
     /// every call for `b`): for the calling task to fill when no other task
     /// has claimed it, else once the task that did has filled it.
     pub(super) fn claim(&self, b: usize, range: Range<usize>) -> Claim<'_, 'a, T> {
-        if let Some(packer) = self.try_claim(b, range.clone()) {
+        if let Some(packer) = self.claim_run(b..b + 1, |_| range.clone()) {
             return Claim::Mine(packer);
         }
         let state = &self.state[b];
