@@ -340,13 +340,13 @@ mod x86 {
     ) {
         const MR: usize = 8;
         const NR: usize = 32;
+        // Fetch C's lines for writing, so the tile's stores find them owned
+        // instead of asking for ownership when the sums are done (measured
+        // against read prefetches at 1024³ on Zen 4: +1.8% on one core,
+        // +0.5–1.2% on two).
         for i in 0..MR {
-            // SAFETY: prefetches never fault; the addresses are in the tile.
-            unsafe {
-                let row = c.add(i * ldc).cast::<i8>();
-                _mm_prefetch::<_MM_HINT_T0>(row);
-                _mm_prefetch::<_MM_HINT_T0>(row.add(NR * 4 - 1));
-            }
+            prefetch_for_write(c.wrapping_add(i * ldc).cast());
+            prefetch_for_write(c.wrapping_add(i * ldc + NR - 1).cast());
         }
         let mut acc = [[_mm512_setzero_ps(); 2]; MR];
         for p in 0..kc {
@@ -376,6 +376,15 @@ mod x86 {
                 }
             }
         }
+    }
+
+    /// Fetches the line holding `p` into L1 in a state this core may write
+    /// (`prefetchw`). Through `asm!` because the `prfchw` target feature is
+    /// not stable; every CPU with AVX512-BF16 has the instruction.
+    #[inline(always)]
+    fn prefetch_for_write(p: *const u8) {
+        // SAFETY: a prefetch never faults and changes no architectural state.
+        unsafe { std::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, readonly, preserves_flags)) }
     }
 
     /// The AMX tile configuration: palette 1; tiles 0–3 the 16×16 f32
