@@ -176,6 +176,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::super::kernel::PairRows;
+    use super::super::pack::prefetch_line_for_write;
     use crate::bf16;
 
     /// 8 rows × 32 columns: per depth pair, two vectors of B (16 column
@@ -345,8 +346,8 @@ mod x86 {
         // against read prefetches at 1024³ on Zen 4: +1.8% on one core,
         // +0.5–1.2% on two).
         for i in 0..MR {
-            prefetch_for_write(c.wrapping_add(i * ldc).cast());
-            prefetch_for_write(c.wrapping_add(i * ldc + NR - 1).cast());
+            prefetch_line_for_write(c.wrapping_add(i * ldc).cast());
+            prefetch_line_for_write(c.wrapping_add(i * ldc + NR - 1).cast());
         }
         let mut acc = [[_mm512_setzero_ps(); 2]; MR];
         for p in 0..kc {
@@ -376,15 +377,6 @@ mod x86 {
                 }
             }
         }
-    }
-
-    /// Fetches the line holding `p` into L1 in a state this core may write
-    /// (`prefetchw`). Through `asm!` because the `prfchw` target feature is
-    /// not stable; every CPU with AVX512-BF16 has the instruction.
-    #[inline(always)]
-    fn prefetch_for_write(p: *const u8) {
-        // SAFETY: a prefetch never faults and changes no architectural state.
-        unsafe { std::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, readonly, preserves_flags)) }
     }
 
     /// The AMX tile configuration: palette 1; tiles 0–3 the 16×16 f32

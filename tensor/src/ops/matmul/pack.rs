@@ -327,6 +327,22 @@ pub(super) fn prefetch_line<const HINT: i32>(p: *const i8) {
     let _ = p;
 }
 
+/// Asks for the cache line holding `p` in a state this core may write
+/// (`prefetchw`), so stores to it need not ask for ownership (a no-op off
+/// x86-64). Call it only from kernels for CPUs that have the instruction
+/// (every one with AVX-512 does); `asm!` because the `prfchw` target
+/// feature is not stable.
+#[inline(always)]
+pub(super) fn prefetch_line_for_write(p: *const i8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults and changes no architectural state.
+    unsafe {
+        std::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, readonly, preserves_flags))
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// Converts a contiguous run to the math type: f16 through the SIMD
 /// conversion of the `half` crate (F16C / AVX-512 `vcvtph2ps`, detected at
 /// run time), so widening f16 operands does not cost a call per element;
