@@ -5,8 +5,11 @@
 //! shared driver of [`super::gemm`]. Output is f32 (rounded to bf16 once by
 //! the caller when a bf16 tensor is wanted).
 //!
-//! Which path runs is picked at run time ([`Bf16Path::best`]); every path is
-//! forceable with `TESSERA_GEMM_BF16` or by calling [`gemm_bf16`] with it.
+//! Which path runs is picked at run time ([`Bf16Path::for_rows`]: the
+//! fastest path, except that on Intel cores without AMX products of 256
+//! rows and more widen to f32, whose FMAs outrun `vdpbf16ps` there); every
+//! path is forceable with `TESSERA_GEMM_BF16` or by calling [`gemm_bf16`]
+//! with it.
 //! Each output element is summed in one fixed order whatever the thread
 //! count (the driver's guarantee), so results do not depend on it.
 
@@ -39,19 +42,26 @@ pub enum Bf16Path {
 }
 
 impl Bf16Path {
-    /// The path every bf16 GEMM takes: the one `TESSERA_GEMM_BF16` (`amx`,
-    /// `avx512bf16`, `widen`, `portable`) names when this CPU runs it, else
-    /// the fastest it runs (read once).
+    /// The fastest path this CPU runs, or the one `TESSERA_GEMM_BF16`
+    /// (`amx`, `avx512bf16`, `widen`, `portable`) names when this CPU runs it
+    /// (read once). A GEMM takes [`Bf16Path::for_rows`] of its row count,
+    /// which is this path unless the CPU's `vdpbf16ps` runs at half rate.
     pub fn best() -> Bf16Path {
-        static BEST: OnceLock<Bf16Path> = OnceLock::new();
-        *BEST.get_or_init(|| {
-            let forced = std::env::var("TESSERA_GEMM_BF16")
-                .ok()
-                .and_then(|v| Bf16Path::parse(&v));
-            forced
-                .filter(|p| p.supported())
-                .unwrap_or(Bf16Path::available()[0])
-        })
+        forced().unwrap_or(fastest().0)
+    }
+
+    /// The path a bf16 GEMM of `m` rows takes: the forced path when
+    /// `TESSERA_GEMM_BF16` names one this CPU runs; else [`Bf16Path::Widen`]
+    /// for `m ≥` [`WIDEN_MIN_ROWS`] where the fastest path is
+    /// [`Bf16Path::Avx512Bf16`] on a CPU that issues `vdpbf16ps` at half the
+    /// f32 FMA rate (Intel cores), and [`Bf16Path::best`] otherwise. A
+    /// function of `m` and the machine alone, so results do not depend on
+    /// the thread count.
+    pub fn for_rows(m: usize) -> Bf16Path {
+        match forced() {
+            Some(_) => Bf16Path::best(),
+            None => widen_or(Bf16Path::best(), m, fastest().1),
+        }
     }
 
     /// The path named `amx`, `avx512bf16`, `widen` or `portable` (any case).
@@ -121,6 +131,45 @@ impl Bf16Path {
     }
 }
 
+/// Rows from which a bf16 GEMM runs on [`Bf16Path::Widen`] rather than
+/// [`Bf16Path::Avx512Bf16`] where `vdpbf16ps` runs at half rate. There the
+/// f32 kernels do twice the multiply-adds per cycle, but they read B's
+/// panels at twice the bytes and pack A, where the `vdpbf16ps` path reads
+/// A in place and packs B as its first tile reads it; at 128 rows a panel
+/// of B is not reused enough to pay for that. Measured on a 2-core Emerald
+/// Rapids, both paths in one process, 2 threads, median GFLOP/s
+/// `vdpbf16ps` vs widened: 128x784x512 125 vs 97, 128x512x512 (Bᵀ) 121 vs
+/// 92; 512x128x784 (Aᵀ) 109 vs 146, 512³ 137 vs 170, 1024³ 147 vs 194.
+pub const WIDEN_MIN_ROWS: usize = 256;
+
+/// The path `TESSERA_GEMM_BF16` names, when this CPU runs it (read once).
+fn forced() -> Option<Bf16Path> {
+    static FORCED: OnceLock<Option<Bf16Path>> = OnceLock::new();
+    *FORCED.get_or_init(|| {
+        std::env::var("TESSERA_GEMM_BF16")
+            .ok()
+            .and_then(|v| Bf16Path::parse(&v))
+            .filter(|p| p.supported())
+    })
+}
+
+/// The fastest path this CPU runs, and whether its `vdpbf16ps` runs at
+/// half rate (read once: CPUID exits to the hypervisor in a VM).
+fn fastest() -> (Bf16Path, bool) {
+    static FASTEST: OnceLock<(Bf16Path, bool)> = OnceLock::new();
+    *FASTEST.get_or_init(|| (Bf16Path::available()[0], kern::avx512bf16_half_rate()))
+}
+
+/// The rule of [`Bf16Path::for_rows`] given the fastest path `best` and
+/// whether `vdpbf16ps` runs at half rate.
+pub(super) fn widen_or(best: Bf16Path, m: usize, half_rate: bool) -> Bf16Path {
+    if best == Bf16Path::Avx512Bf16 && half_rate && m >= WIDEN_MIN_ROWS {
+        Bf16Path::Widen
+    } else {
+        best
+    }
+}
+
 /// One bf16 GEMM `C = alpha·A·B + beta·C` (f32 scalars, f32 output) on
 /// `path`, which this CPU must run (see [`Bf16Path::supported`]); `par`
 /// lets it use the rayon pool.
@@ -143,7 +192,7 @@ pub fn gemm_bf16(
 }
 
 /// Runs the generic GEMM of element type `S` on [`gemm_bf16`] with
-/// [`Bf16Path::best`] when `S` is bf16 (returning `None`), else hands the
+/// [`Bf16Path::for_rows`] when `S` is bf16 (returning `None`), else hands the
 /// arguments back.
 #[allow(clippy::type_complexity)]
 pub(crate) fn route<'a, S: FloatElement>(
@@ -192,7 +241,7 @@ where
             },
             relu: epi.relu,
         };
-        gemm_bf16(shape, m(a), m(b), out, epi, Bf16Path::best(), par);
+        gemm_bf16(shape, m(a), m(b), out, epi, Bf16Path::for_rows(shape.m), par);
     }
     None
 }
