@@ -5,11 +5,10 @@
 //! shared driver of [`super::gemm`]. Output is f32 (rounded to bf16 once by
 //! the caller when a bf16 tensor is wanted).
 //!
-//! Which path runs is picked at run time ([`Bf16Path::for_rows`]: the
-//! fastest path, except that on Intel cores without AMX products of 256
-//! rows and more widen to f32, whose FMAs outrun `vdpbf16ps` there); every
-//! path is forceable with `TESSERA_GEMM_BF16` or by calling [`gemm_bf16`]
-//! with it.
+//! Which path runs is picked at run time ([`Bf16Path::best`]: on Intel
+//! cores without AMX the widened f32 kernels, whose FMAs outrun
+//! `vdpbf16ps` there); every path is forceable with `TESSERA_GEMM_BF16` or
+//! by calling [`gemm_bf16`] with it.
 //! Each output element is summed in one fixed order whatever the thread
 //! count (the driver's guarantee), so results do not depend on it.
 
@@ -42,26 +41,19 @@ pub enum Bf16Path {
 }
 
 impl Bf16Path {
-    /// The fastest path this CPU runs, or the one `TESSERA_GEMM_BF16`
-    /// (`amx`, `avx512bf16`, `widen`, `portable`) names when this CPU runs it
-    /// (read once). A GEMM takes [`Bf16Path::for_rows`] of its row count,
-    /// which is this path unless the CPU's `vdpbf16ps` runs at half rate.
+    /// The path every bf16 GEMM takes: the one `TESSERA_GEMM_BF16` (`amx`,
+    /// `avx512bf16`, `widen`, `portable`) names when this CPU runs it, else
+    /// the first of [`Bf16Path::available`] (read once).
     pub fn best() -> Bf16Path {
-        forced().unwrap_or(fastest().0)
-    }
-
-    /// The path a bf16 GEMM of `m` rows takes: the forced path when
-    /// `TESSERA_GEMM_BF16` names one this CPU runs; else [`Bf16Path::Widen`]
-    /// for `m ≥` [`WIDEN_MIN_ROWS`] where the fastest path is
-    /// [`Bf16Path::Avx512Bf16`] on a CPU that issues `vdpbf16ps` at half the
-    /// f32 FMA rate (Intel cores), and [`Bf16Path::best`] otherwise. A
-    /// function of `m` and the machine alone, so results do not depend on
-    /// the thread count.
-    pub fn for_rows(m: usize) -> Bf16Path {
-        match forced() {
-            Some(_) => Bf16Path::best(),
-            None => widen_or(Bf16Path::best(), m, fastest().1),
-        }
+        static BEST: OnceLock<Bf16Path> = OnceLock::new();
+        *BEST.get_or_init(|| {
+            let forced = std::env::var("TESSERA_GEMM_BF16")
+                .ok()
+                .and_then(|v| Bf16Path::parse(&v));
+            forced
+                .filter(|p| p.supported())
+                .unwrap_or(Bf16Path::available()[0])
+        })
     }
 
     /// The path named `amx`, `avx512bf16`, `widen` or `portable` (any case).
@@ -89,17 +81,12 @@ impl Bf16Path {
         }
     }
 
-    /// Every path this CPU runs, fastest first.
+    /// Every path this CPU runs, fastest first (see [`ranking`]).
     pub fn available() -> Vec<Bf16Path> {
-        [
-            Bf16Path::Amx,
-            Bf16Path::Avx512Bf16,
-            Bf16Path::Widen,
-            Bf16Path::Portable,
-        ]
-        .into_iter()
-        .filter(|p| p.supported())
-        .collect()
+        ranking(kern::avx512bf16_half_rate())
+            .into_iter()
+            .filter(|p| p.supported())
+            .collect()
     }
 
     /// The pair packing of this path (`None` for [`Bf16Path::Widen`]).
@@ -131,42 +118,25 @@ impl Bf16Path {
     }
 }
 
-/// Rows from which a bf16 GEMM runs on [`Bf16Path::Widen`] rather than
-/// [`Bf16Path::Avx512Bf16`] where `vdpbf16ps` runs at half rate. There the
-/// f32 kernels do twice the multiply-adds per cycle, but they read B's
-/// panels at twice the bytes and pack A, where the `vdpbf16ps` path reads
-/// A in place and packs B as its first tile reads it; at 128 rows a panel
-/// of B is not reused enough to pay for that. Measured on a 2-core Emerald
-/// Rapids, both paths in one process, 2 threads, median GFLOP/s
-/// `vdpbf16ps` vs widened: 128x784x512 125 vs 97, 128x512x512 (Bᵀ) 121 vs
-/// 92; 512x128x784 (Aᵀ) 109 vs 146, 512³ 137 vs 170, 1024³ 147 vs 194.
-pub const WIDEN_MIN_ROWS: usize = 256;
-
-/// The path `TESSERA_GEMM_BF16` names, when this CPU runs it (read once).
-fn forced() -> Option<Bf16Path> {
-    static FORCED: OnceLock<Option<Bf16Path>> = OnceLock::new();
-    *FORCED.get_or_init(|| {
-        std::env::var("TESSERA_GEMM_BF16")
-            .ok()
-            .and_then(|v| Bf16Path::parse(&v))
-            .filter(|p| p.supported())
-    })
-}
-
-/// The fastest path this CPU runs, and whether its `vdpbf16ps` runs at
-/// half rate (read once: CPUID exits to the hypervisor in a VM).
-fn fastest() -> (Bf16Path, bool) {
-    static FASTEST: OnceLock<(Bf16Path, bool)> = OnceLock::new();
-    *FASTEST.get_or_init(|| (Bf16Path::available()[0], kern::avx512bf16_half_rate()))
-}
-
-/// The rule of [`Bf16Path::for_rows`] given the fastest path `best` and
-/// whether `vdpbf16ps` runs at half rate.
-pub(super) fn widen_or(best: Bf16Path, m: usize, half_rate: bool) -> Bf16Path {
-    if best == Bf16Path::Avx512Bf16 && half_rate && m >= WIDEN_MIN_ROWS {
-        Bf16Path::Widen
+/// The paths fastest first, given whether `vdpbf16ps` runs at half the f32
+/// FMA rate: there the widened f32 kernels, which do twice its
+/// multiply-adds per cycle, come before it, though they read B's panels at
+/// twice the bytes and pack A where the `vdpbf16ps` path reads A in place
+/// and packs B as its first tile reads it. Measured on a 2-core Emerald
+/// Rapids, both paths alternating in one process, median GFLOP/s
+/// `vdpbf16ps` vs widened, 1 thread / 2 threads: 128x784x512 83 vs 117 /
+/// 128–138 vs 121–143, 128x512x512 (Bᵀ) 80 vs 105 / 130–138 vs 130–162,
+/// 512x128x784 (Aᵀ) 64 vs 95 / 127–132 vs 185–214, 1024³ 2 threads 144 vs
+/// 213. Products of few rows reuse a panel of B too little for that:
+/// 32x784x512 81 vs 79 / 116 vs 72, 8x784x512 69 vs 44 / 65 vs 26. The
+/// order is the machine's alone, not the shape's, so a batch folded into
+/// one GEMM sums as its products one at a time would.
+pub(super) fn ranking(half_rate: bool) -> [Bf16Path; 4] {
+    use Bf16Path::*;
+    if half_rate {
+        [Amx, Widen, Avx512Bf16, Portable]
     } else {
-        best
+        [Amx, Avx512Bf16, Widen, Portable]
     }
 }
 
@@ -192,7 +162,7 @@ pub fn gemm_bf16(
 }
 
 /// Runs the generic GEMM of element type `S` on [`gemm_bf16`] with
-/// [`Bf16Path::for_rows`] when `S` is bf16 (returning `None`), else hands the
+/// [`Bf16Path::best`] when `S` is bf16 (returning `None`), else hands the
 /// arguments back.
 #[allow(clippy::type_complexity)]
 pub(crate) fn route<'a, S: FloatElement>(
@@ -241,7 +211,7 @@ where
             },
             relu: epi.relu,
         };
-        gemm_bf16(shape, m(a), m(b), out, epi, Bf16Path::for_rows(shape.m), par);
+        gemm_bf16(shape, m(a), m(b), out, epi, Bf16Path::best(), par);
     }
     None
 }

@@ -5,7 +5,7 @@
 
 use proptest::prelude::*;
 
-use super::bf16::{gemm_bf16, widen_or, Bf16Path, PairPacking, WIDEN_MIN_ROWS};
+use super::bf16::{gemm_bf16, ranking, Bf16Path, PairPacking};
 use super::gemm::{drive, Bias, Epilogue, GemmShape, MatMut};
 use super::pack::MatRef;
 use crate::test_util::{layouts_of, rand_f64, values_f64};
@@ -308,7 +308,7 @@ impl Stored {
     }
 }
 
-/// bf16 `matmul` (which takes [`Bf16Path::for_rows`]) rounds the f32 sum once.
+/// bf16 `matmul` (which takes [`Bf16Path::best`]) rounds the f32 sum once.
 #[test]
 fn matmul_rounds_the_f32_sum_once() {
     let (m, k, n) = (33, 300, 47);
@@ -337,33 +337,21 @@ fn paths_parse_and_widen_always_runs() {
     assert!(avail.contains(&Bf16Path::best()));
 }
 
-/// A GEMM leaves a half-rate `vdpbf16ps` for the widened f32 kernels from
-/// [`WIDEN_MIN_ROWS`] rows on, and no other path; below that, and unless
-/// `TESSERA_GEMM_BF16` forces one, it takes [`Bf16Path::best`]. The
-/// vendor oracle is `/proc/cpuinfo`, independent of the CPUID probe.
+/// Where `vdpbf16ps` runs at half rate the widened f32 kernels rank before
+/// it, behind AMX; elsewhere after it. On this machine the ranking follows
+/// the vendor `/proc/cpuinfo` names (an oracle independent of the CPUID
+/// probe): Intel cores run `vdpbf16ps` at half rate.
 #[test]
-fn half_rate_dot_products_widen_from_the_row_threshold() {
+fn half_rate_dot_products_rank_after_the_widened_kernels() {
     use Bf16Path::*;
-    assert_eq!(widen_or(Avx512Bf16, WIDEN_MIN_ROWS, true), Widen);
-    assert_eq!(widen_or(Avx512Bf16, 1 << 20, true), Widen);
-    assert_eq!(widen_or(Avx512Bf16, WIDEN_MIN_ROWS - 1, true), Avx512Bf16);
-    assert_eq!(widen_or(Avx512Bf16, 1 << 20, false), Avx512Bf16);
-    for p in [Amx, Widen, Portable] {
-        assert_eq!(widen_or(p, 1 << 20, true), p);
-    }
-    assert_eq!(Bf16Path::for_rows(WIDEN_MIN_ROWS - 1), Bf16Path::best());
-    let forced =
-        std::env::var("TESSERA_GEMM_BF16").is_ok_and(|v| Bf16Path::parse(&v).is_some_and(|p| p.supported()));
+    assert_eq!(ranking(true), [Amx, Widen, Avx512Bf16, Portable]);
+    assert_eq!(ranking(false), [Amx, Avx512Bf16, Widen, Portable]);
     let intel = std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|s| {
         s.lines()
             .any(|l| l.starts_with("vendor_id") && l.ends_with("GenuineIntel"))
     });
-    let want = if !forced && intel && Bf16Path::best() == Avx512Bf16 {
-        Widen
-    } else {
-        Bf16Path::best()
-    };
-    assert_eq!(Bf16Path::for_rows(WIDEN_MIN_ROWS), want);
+    let want: Vec<Bf16Path> = ranking(intel).into_iter().filter(|p| p.supported()).collect();
+    assert_eq!(Bf16Path::available(), want);
 }
 
 /// Whether `/proc/cpuinfo` lists AMX-BF16 tiles: an oracle independent of

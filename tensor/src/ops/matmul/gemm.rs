@@ -86,7 +86,7 @@ pub struct GemmShape<T> {
 /// Runs one GEMM with the micro-kernel of `isa` (which the CPU must
 /// support: pass [`Isa::best`] or one of [`Isa::available`]); `par` lets it
 /// use the rayon pool. bf16 operands run on the bf16 kernels of
-/// [`super::bf16`] (the path [`super::bf16::Bf16Path::for_rows`] picks), others
+/// [`super::bf16`] (the path [`super::bf16::Bf16Path::best`] picks), others
 /// are converted to their math type while packing.
 pub fn gemm<S: FloatElement>(
     s: GemmShape<S::Math>,

@@ -7,7 +7,7 @@
 use std::ops::Range;
 
 use super::kernel::GemmScalar;
-use crate::FloatElement;
+use crate::{bf16, FloatElement};
 
 /// A read-only strided matrix: element `(i, j)` is
 /// `data[off + i*rs + j*cs]`. Every index the driver forms must be in bounds;
@@ -278,6 +278,30 @@ fn scatter_lines_8<S: FloatElement>(lines: [&[S]; 8], out: &mut [S::Math], ld: u
         // `kc` 32-bit units and `out` reaches the units (p, i) (asserted);
         // `out` is borrowed mutably, the lines shared, so they do not overlap.
         done = unsafe { super::transpose::transpose_rows_8(ptrs, kc, out.as_mut_ptr().cast(), ld) };
+    } else if std::any::TypeId::of::<S>() == std::any::TypeId::of::<bf16>() {
+        // Widened a block at a time into f32 lines on the stack, which the
+        // same register transpose then scatters.
+        const BLOCK: usize = 64;
+        let mut buf = [[0f32; BLOCK]; 8];
+        while kc - done >= 16 {
+            let len = (kc - done).min(BLOCK) / 16 * 16;
+            for (line, b) in lines.iter().zip(buf.iter_mut()) {
+                // SAFETY: S is bf16 (checked), 16 plain bits per element.
+                let bits = unsafe { std::slice::from_raw_parts(line[done..].as_ptr().cast::<u16>(), len) };
+                widen_bf16(bits, &mut b[..len]);
+            }
+            let ptrs: [*const u32; 8] = std::array::from_fn(|i| buf[i].as_ptr().cast());
+            // SAFETY: the buffers hold `len` f32 each; `out` from unit
+            // (done, 0) on reaches the units (p, i) of the lines' remaining
+            // `kc - done ≥ len` depths (asserted above) and is not on the stack.
+            let wrote = unsafe {
+                super::transpose::transpose_rows_8(ptrs, len, out[done * ld..].as_mut_ptr().cast(), ld)
+            };
+            if wrote < len {
+                break;
+            }
+            done += len;
+        }
     }
     for (i, line) in lines.iter().enumerate() {
         for (p, &x) in line.iter().enumerate().skip(done) {
@@ -364,6 +388,17 @@ fn widen_run<S: FloatElement>(src: &[S], dst: &mut [S::Math]) {
         src.convert_to_f32_slice(dst);
         return;
     }
+    if TypeId::of::<S>() == TypeId::of::<bf16>() && TypeId::of::<S::Math>() == TypeId::of::<f32>() {
+        // SAFETY: `S` is bf16 (plain 16 bits) and `S::Math` is f32 (checked above).
+        let (src, dst) = unsafe {
+            (
+                std::slice::from_raw_parts(src.as_ptr().cast::<u16>(), src.len()),
+                std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<f32>(), dst.len()),
+            )
+        };
+        widen_bf16(src, dst);
+        return;
+    }
     // Fixed blocks of 8: the runs are panel rows (8–32 elements), and as
     // one loop the compiler turned them into `memcpy` calls that cost more
     // than the copies.
@@ -375,5 +410,16 @@ fn widen_run<S: FloatElement>(src: &[S], dst: &mut [S::Math]) {
     }
     for (d, &x) in d8.into_remainder().iter_mut().zip(s8.remainder()) {
         *d = x.to_math();
+    }
+}
+
+/// Widens bf16 bit patterns to f32 by shifting them into place: exact, and
+/// where `bf16::to_f32` sets the quiet bit of a signalling NaN a product
+/// is a NaN either way. A shift the compiler vectorises, where that NaN
+/// test kept the conversion scalar.
+#[inline]
+fn widen_bf16(src: &[u16], dst: &mut [f32]) {
+    for (d, &x) in dst.iter_mut().zip(src) {
+        *d = f32::from_bits(u32::from(x) << 16);
     }
 }
