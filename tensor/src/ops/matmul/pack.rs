@@ -7,7 +7,8 @@
 use std::ops::Range;
 
 use super::kernel::GemmScalar;
-use crate::{bf16, FloatElement};
+use crate::simd::cast::{convert_run, fast_pair};
+use crate::FloatElement;
 
 /// A read-only strided matrix: element `(i, j)` is
 /// `data[off + i*rs + j*cs]`. Every index the driver forms must be in bounds;
@@ -267,7 +268,8 @@ pub fn pack_b<S: FloatElement>(
 
 /// Writes element `p` of line `i` of the 8 equally long `lines`, in the
 /// math type, to `out[p*ld + i]` (`ld ≥ 8`): f32 lines through the register
-/// transpose of [`super::transpose`], the rest element by element.
+/// transpose of [`super::transpose`], bf16 and f16 lines widened to f32
+/// first, the rest element by element.
 fn scatter_lines_8<S: FloatElement>(lines: [&[S]; 8], out: &mut [S::Math], ld: usize) {
     let kc = lines[0].len();
     assert!(lines.iter().all(|l| l.len() == kc) && ld >= 8 && (kc == 0 || out.len() >= (kc - 1) * ld + 8));
@@ -278,20 +280,19 @@ fn scatter_lines_8<S: FloatElement>(lines: [&[S]; 8], out: &mut [S::Math], ld: u
         // `kc` 32-bit units and `out` reaches the units (p, i) (asserted);
         // `out` is borrowed mutably, the lines shared, so they do not overlap.
         done = unsafe { super::transpose::transpose_rows_8(ptrs, kc, out.as_mut_ptr().cast(), ld) };
-    } else if std::any::TypeId::of::<S>() == std::any::TypeId::of::<bf16>() {
-        // Widened a block at a time into f32 lines on the stack, which the
-        // same register transpose then scatters.
+    } else if fast_pair::<S, f32>() {
+        // bf16 and f16 widened a block at a time into f32 lines on the
+        // stack, which the same register transpose then scatters.
         const BLOCK: usize = 64;
         let mut buf = [[0f32; BLOCK]; 8];
         while kc - done >= 16 {
             let len = (kc - done).min(BLOCK) / 16 * 16;
             for (line, b) in lines.iter().zip(buf.iter_mut()) {
-                // SAFETY: S is bf16 (checked), 16 plain bits per element.
-                let bits = unsafe { std::slice::from_raw_parts(line[done..].as_ptr().cast::<u16>(), len) };
-                widen_bf16(bits, &mut b[..len]);
+                convert_run(&line[done..done + len], &mut b[..len]);
             }
             let ptrs: [*const u32; 8] = std::array::from_fn(|i| buf[i].as_ptr().cast());
-            // SAFETY: the buffers hold `len` f32 each; `out` from unit
+            // SAFETY: the buffers hold `len` f32 each; the math type of
+            // bf16 and f16 is f32, so `out` holds 32-bit units; from unit
             // (done, 0) on reaches the units (p, i) of the lines' remaining
             // `kc - done ≥ len` depths (asserted above) and is not on the stack.
             let wrote = unsafe {
@@ -367,36 +368,15 @@ pub(super) fn prefetch_line_for_write(p: *const i8) {
     let _ = p;
 }
 
-/// Converts a contiguous run to the math type: f16 through the SIMD
-/// conversion of the `half` crate (F16C / AVX-512 `vcvtph2ps`, detected at
-/// run time), so widening f16 operands does not cost a call per element;
-/// other types in blocks of 8 elements (bf16 widening is a shift the
-/// compiler vectorises, f32 and f64 a copy).
+/// Converts a contiguous run to the math type: bf16 and f16 through the
+/// SIMD slice conversions of [`crate::simd::cast`] (a shift at the CPU's
+/// vector width; F16C / AVX-512 `vcvtph2ps`), so widening them does not
+/// cost a call per element; other types in blocks of 8 elements (f32 and
+/// f64 a copy).
 #[inline]
 fn widen_run<S: FloatElement>(src: &[S], dst: &mut [S::Math]) {
-    use std::any::TypeId;
-    if TypeId::of::<S>() == TypeId::of::<half::f16>() && TypeId::of::<S::Math>() == TypeId::of::<f32>() {
-        use half::slice::HalfFloatSliceExt;
-        // SAFETY: `S` is f16 and `S::Math` is f32 (checked above), so the
-        // slices are reinterpreted as the types they are.
-        let (src, dst) = unsafe {
-            (
-                std::slice::from_raw_parts(src.as_ptr().cast::<half::f16>(), src.len()),
-                std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<f32>(), dst.len()),
-            )
-        };
-        src.convert_to_f32_slice(dst);
-        return;
-    }
-    if TypeId::of::<S>() == TypeId::of::<bf16>() && TypeId::of::<S::Math>() == TypeId::of::<f32>() {
-        // SAFETY: `S` is bf16 (plain 16 bits) and `S::Math` is f32 (checked above).
-        let (src, dst) = unsafe {
-            (
-                std::slice::from_raw_parts(src.as_ptr().cast::<u16>(), src.len()),
-                std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<f32>(), dst.len()),
-            )
-        };
-        widen_bf16(src, dst);
+    if fast_pair::<S, S::Math>() {
+        convert_run(src, dst);
         return;
     }
     // Fixed blocks of 8: the runs are panel rows (8–32 elements), and as
@@ -410,16 +390,5 @@ fn widen_run<S: FloatElement>(src: &[S], dst: &mut [S::Math]) {
     }
     for (d, &x) in d8.into_remainder().iter_mut().zip(s8.remainder()) {
         *d = x.to_math();
-    }
-}
-
-/// Widens bf16 bit patterns to f32 by shifting them into place: exact, and
-/// where `bf16::to_f32` sets the quiet bit of a signalling NaN a product
-/// is a NaN either way. A shift the compiler vectorises, where that NaN
-/// test kept the conversion scalar.
-#[inline]
-fn widen_bf16(src: &[u16], dst: &mut [f32]) {
-    for (d, &x) in dst.iter_mut().zip(src) {
-        *d = f32::from_bits(u32::from(x) << 16);
     }
 }
