@@ -16,7 +16,6 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::kernel::{GemmScalar, Isa, Kernel, KernelFn, PairDirectFn, PairFusedFn, PairRows, MAX_TILE};
-use super::lookahead::Lookahead;
 use super::pack::{pack_a, pack_b, prefetch_line, AlignedBuf, MatRef, L2};
 use super::shared::{Claim, Shared};
 use crate::{FloatElement, FloatMath};
@@ -325,9 +324,6 @@ pub(crate) fn drive<S: Sync, P: Packing<S>>(
                         pk.pack_a(dst, &a, packed.clone(), pc, kcb, kern.mr)
                     })
                 };
-                let next = pc + kcb..(pc + kcb + kc).min(k);
-                let tiles = r.len().div_ceil(kern.mr) * cc.len().div_ceil(kern.nr);
-                let mut ahead = Lookahead::new(&a, &b, r.clone(), next, jc + cc.start..jc + cc.end, tiles);
                 // The tile buffer of partial tiles: the kernel (or its edge
                 // routine) writes the corner `store` reads before it reads.
                 let mut acc = std::mem::MaybeUninit::<[T<P, S>; MAX_TILE]>::uninit();
@@ -426,7 +422,6 @@ pub(crate) fn drive<S: Sync, P: Packing<S>>(
                 }
                 let mut panel: &[P::Unit] = &[];
                 for_each_tile(&kern, r.clone(), cc.clone(), |i0, j0, rows, cols| {
-                    ahead.step();
                     // This task's first tile over the panel packs it unless
                     // another task has (or is): with the fused routine when
                     // there is one for the panel, in a pass of its own else.

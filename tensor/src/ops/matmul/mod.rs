@@ -17,7 +17,6 @@ pub(crate) mod cuda;
 pub(crate) mod direct;
 pub(crate) mod gemm;
 pub(crate) mod kernel;
-mod lookahead;
 pub(crate) mod pack;
 mod shared;
 pub(crate) mod split;
