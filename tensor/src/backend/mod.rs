@@ -395,6 +395,9 @@ impl std::ops::Deref for Dispatch {
 /// GPU that cannot be opened.
 pub(crate) fn dispatch(op: &'static str, operands: &[&dyn Operands]) -> Result<Spanned> {
     let backend = on_device(op, same_device(op, operands)?.unwrap_or(Device::Cpu))?;
+    if matches!(backend, Dispatch::Cpu(_)) {
+        crate::thread_pool::keep_warm();
+    }
     let span = crate::profile::span(op, || {
         let mut shapes = Vec::new();
         for o in operands {
