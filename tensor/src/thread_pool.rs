@@ -32,6 +32,9 @@ use crate::{Error, Result};
 /// not be made a worker, since its core would idle while it waits. Results
 /// never depend on it (every op sums in a fixed order whatever the pool).
 ///
+/// Ops called from a pool thread keep the other threads looking for work
+/// for a short while ([`LINGER`]) before they sleep.
+///
 /// Errors when the global pool exists already (any parallel op builds it
 /// with the defaults), or `threads` is 0.
 pub fn init_thread_pool(threads: Option<usize>) -> Result<()> {
@@ -48,7 +51,7 @@ pub fn init_thread_pool(threads: Option<usize>) -> Result<()> {
 
 /// How long after an op starts the pool's other workers keep looking for
 /// work before rayon lets them sleep: a few of a small model's ops.
-pub const LINGER: Duration = Duration::from_micros(300);
+pub(crate) const LINGER: Duration = Duration::from_micros(300);
 
 /// Keeps the current pool's other workers looking for work until [`LINGER`]
 /// from now, so that the next parallel region finds them running instead of
