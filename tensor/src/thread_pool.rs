@@ -33,7 +33,7 @@ use crate::{Error, Result};
 /// never depend on it (every op sums in a fixed order whatever the pool).
 ///
 /// Ops called from a pool thread keep the other threads looking for work
-/// for a short while ([`LINGER`]) before they sleep.
+/// for 300 µs before they sleep.
 ///
 /// Errors when the global pool exists already (any parallel op builds it
 /// with the defaults), or `threads` is 0.
