@@ -93,8 +93,14 @@ impl Linger {
         if others == 0 {
             return;
         }
-        let until = now_ns().saturating_add(LINGER.as_nanos() as u64);
-        self.until.fetch_max(until, Ordering::Relaxed);
+        // The deadline moves once half of it is spent, not on every op:
+        // ops called back to back from several workers would otherwise all
+        // write the one cache line.
+        let linger = LINGER.as_nanos() as u64;
+        let until = now_ns().saturating_add(linger);
+        if self.until.load(Ordering::Relaxed) < until - linger / 2 {
+            self.until.fetch_max(until, Ordering::Relaxed);
+        }
         if self.active.load(Ordering::Relaxed) != 0
             || self
                 .active
@@ -174,7 +180,8 @@ mod tests {
             assert!(first >= before + LINGER.as_nanos() as u64);
             let jobs = l.active.load(Ordering::Acquire);
             assert!(jobs <= 2, "{jobs} lingering jobs for the 2 other workers");
-            // A second call moves the deadline and sends no more jobs.
+            // A second call, after the deadline has passed, moves it and
+            // sends no more jobs than are still running.
             std::thread::sleep(Duration::from_millis(1));
             l.keep_warm();
             assert!(l.until.load(Ordering::Relaxed) > first);
@@ -187,7 +194,7 @@ mod tests {
             ends(l),
             "the workers still lingered ten seconds after the deadline"
         );
-        // Lingering again after the last ended sends new jobs.
+        // Lingering again after the last ended ends too.
         pool.install(|| l.keep_warm());
         assert!(ends(l));
     }
