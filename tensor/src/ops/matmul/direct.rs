@@ -2,9 +2,11 @@
 //! or B fits in L2, the micro-kernel reads A where it lies
 //! ([`super::kernel::DirectFn`]) instead of copying it into panels first,
 //! which at 128³ costs as much as a tenth of the product. B is read in
-//! place too when its rows are contiguous, else packed once, whole. Rows below the
-//! last whole tile run on the one-row kernel; the columns right of the last
-//! whole tile go through the packed driver.
+//! place too when its rows are contiguous and it is small; else it is
+//! packed into whole column panels, in one part per thread, each part by
+//! the first task over it. The rows below the last whole tile run on a
+//! kernel of just that many rows; the columns right of the last whole
+//! tile go through the packed driver.
 //!
 //! Every output element is summed exactly as the packed driver sums it: the
 //! same depth blocks, the same kernel operation order inside a block, the
@@ -16,26 +18,47 @@ use rayon::prelude::*;
 use super::gemm::{depth_block, drive, epilogue_rows, Bias, Epilogue, GemmShape, MatMut, Native, PAR_FLOPS};
 use super::kernel::{DirectFn, GemmScalar, Isa};
 use super::pack::{pack_b, AlignedBuf, MatRef};
+use super::shared::Shared;
 use crate::{FloatElement, FloatMath};
 
 /// Multiply-adds up to which a GEMM with a row-major A skips packing it
 /// whatever the size of B.
 pub const DIRECT_FLOPS: usize = 1 << 22;
 
-/// Bytes of B up to which a larger GEMM with a row-major A skips packing
-/// it too: every row panel streams all of B, which then stays in L2
-/// (1 MiB a core on Zen 4, 2 MiB on Sapphire Rapids), and A is read once,
-/// in place. Measured on a 2-core Zen 4, interleaved: 8320x768x192 181 ->
-/// 218 GFLOP/s, 256³ 206 -> 230, 2048x512x512 216 -> 224; with B beyond
-/// L2 (8320x768x768, 1024³) packed blocks win by 1–3%.
+/// Bytes of B a core reads (all of an unpacked B, one part of a packed
+/// one) up to which a larger GEMM with a row-major A skips packing A too:
+/// every row panel streams the core's B, which then stays in L2 (1 MiB a
+/// core on Zen 4, 2 MiB on Sapphire Rapids), and A is read once, in place.
+/// Measured on a 2-core Zen 4, interleaved: 8320x768x192 181 -> 218
+/// GFLOP/s, 256³ 206 -> 230, 2048x512x512 216 -> 224; with B beyond L2
+/// (8320x768x768, 1024³) packed blocks win by 1–3%. On the 2-core Xeon,
+/// 128x784x512 in two parts: 192 -> 204 GFLOP/s median on 2 threads.
 pub const DIRECT_B_BYTES: usize = 1 << 20;
+
+/// Bytes of a row-major B above which the direct path packs it (when
+/// enough row panels reuse it, [`PACK_MIN_PANELS`]). Rows of B read in
+/// place lie a row stride apart, a power of two in most models, so a
+/// panel's rows fall into a few L1 sets and every load of them misses;
+/// and both cores read all of it. Packed, each core streams the
+/// contiguous panels of its own part. On the 2-core Xeon, 2 threads,
+/// interleaved, median GFLOP/s in place -> packed: 512³ 155 -> 178,
+/// 8320x768x192 209 -> 228; below this size packing cost more than it
+/// saved (256³ 211 -> 198, 128³ 163 -> 123).
+pub const PACK_B_BYTES: usize = 512 << 10;
+
+/// Row panels that must reuse a packed B for the copy to pay.
+const PACK_MIN_PANELS: usize = 8;
+
+/// Column panels a part of a packed B holds at least: more parts would
+/// have every thread stream all of A for a sliver of B.
+const PART_PANELS: usize = 4;
 
 /// Runs `C = A·B + beta·C` (alpha 1, beta 0 or 1) on the direct kernel of
 /// `isa` when the shape and strides allow it, returning false (having done
 /// nothing) when they do not: A not row-major in the math type, a strided
 /// output, another alpha or beta, more than [`DIRECT_FLOPS`] with more than
-/// [`DIRECT_B_BYTES`] of B, fewer columns than one tile, or no direct kernel
-/// for `isa`.
+/// [`DIRECT_B_BYTES`] of B a core, fewer columns than one tile, or no
+/// direct kernel for `isa`.
 pub(crate) fn try_direct<S: FloatElement>(
     s: GemmShape<S::Math>,
     a_elems: MatRef<S>,
@@ -54,66 +77,93 @@ where
         return false;
     };
     let kern = T::<S>::kernel(isa);
+    let nr = kern.nr;
     let (one, zero) = (<T<S> as FloatMath>::ONE, <T<S> as FloatMath>::ZERO);
     let row_major = a.cs == 1 && c.cs == 1 && a.rs >= 0 && c.rs >= n as isize;
-    if !row_major || alpha != one || (beta != zero && beta != one) || k == 0 || m == 0 || n < kern.nr {
+    if !row_major || alpha != one || (beta != zero && beta != one) || k == 0 || m == 0 || n < nr {
         return false;
     }
+    let (mf, nf) = (m / kernels.mr * kernels.mr, n / nr * nr);
+    let panels = nf / nr;
+    let parallel =
+        par && m.saturating_mul(nf).saturating_mul(k) >= PAR_FLOPS && rayon::current_num_threads() > 1;
+    // B read where it lies: its rows contiguous in the math type, and
+    // small or too little reused to pack.
     let b_bytes = k.saturating_mul(n).saturating_mul(size_of::<T<S>>());
-    if m.saturating_mul(n).saturating_mul(k) > DIRECT_FLOPS && b_bytes > DIRECT_B_BYTES {
+    let in_place = b_elems
+        .as_math()
+        .filter(|b| b.cs == 1 && b.rs >= 0)
+        .filter(|_| b_bytes <= PACK_B_BYTES || m < PACK_MIN_PANELS * kernels.mr);
+    let parts = match (&in_place, parallel) {
+        (None, true) => rayon::current_num_threads().min(panels / PART_PANELS).max(1),
+        _ => 1,
+    };
+    if m.saturating_mul(n).saturating_mul(k) > DIRECT_FLOPS && b_bytes > DIRECT_B_BYTES.saturating_mul(parts)
+    {
         return false;
     }
     // A depth-split product sums in slices, which the direct kernels do not.
     if super::split::slices(m, n, k).is_some() {
         return false;
     }
-    let (mf, nf) = (m / kern.mr * kern.mr, n / kern.nr * kern.nr);
     let kc = depth_block(k, kern.kc, 1);
-    // B is read in place when its rows are, else packed once: whole column
-    // panels of its full depth, `k × nr` each, which the direct kernels read
-    // as row-major with `ldb = nr` (a transposed weight, or f16 widened).
-    // `panel` is the distance from one column panel of B to the next.
-    let mut packed = None;
-    let (b_data, ldb, panel) = match b_elems.as_math() {
-        Some(b) if b.cs == 1 && b.rs >= 0 => {
-            assert!(
-                b.at(k - 1, n - 1) < b.data.len(),
-                "gemm: operand view outside its buffer"
-            );
-            (&b.data[b.off..], b.rs as usize, kern.nr)
-        }
-        _ => {
-            let buf = packed.insert(AlignedBuf::<T<S>>::new(nf * k));
-            pack_b(buf.as_mut_slice(), &b_elems, 0, k, 0..nf, kern.nr);
-            (&buf.as_mut_slice()[..], kern.nr, k * kern.nr)
-        }
-    };
     let (lda, ldc) = (a.rs as usize, c.rs as usize);
     // A's strides are non-negative with unit columns, so its last element
-    // is its largest index.
+    // is its largest index; B's likewise when read in place.
     assert!(
         a.at(m - 1, k - 1) < a.data.len(),
         "gemm: operand view outside its buffer"
     );
+    if let Some(b) = &in_place {
+        assert!(
+            b.at(k - 1, n - 1) < b.data.len(),
+            "gemm: operand view outside its buffer"
+        );
+    }
     assert!(
         c.off + (m - 1) * ldc + n <= c.data.len(),
         "gemm: output view outside its buffer"
     );
+    // A packed B is whole column panels of its full depth, `k × nr` each,
+    // which the direct kernels read as row-major with `ldb = nr`; part `h`
+    // is the panels `part(h)`, packed by the first task that needs it.
+    let part = |h: usize| h * panels / parts..(h + 1) * panels / parts;
+    let mut buf = in_place.is_none().then(|| AlignedBuf::<T<S>>::new(nf * k));
+    let packed = buf.as_mut().map(|buf| Shared::new(buf.as_mut_slice(), parts));
+    let b_at = in_place.map(|b| {
+        (
+            SendPtr(b.data.as_ptr().wrapping_add(b.off).cast_mut()),
+            b.rs as usize,
+        )
+    });
     let out = SendPtr(c.data.as_mut_ptr().wrapping_add(c.off));
     let ap = SendPtr(a.data.as_ptr().wrapping_add(a.off).cast_mut());
-    let bp = SendPtr(b_data.as_ptr().cast_mut());
-    // One task per row panel, all column panels: the task's B panels come
-    // from L2 (the product is small), its A rows stay in L1. A panel is a
-    // whole tile's rows, or one row below the last whole tile.
-    let panel = |(i0, rows, run): (usize, usize, DirectFn<T<S>>)| {
-        for j0 in (0..nf).step_by(kern.nr) {
+    // One task per row panel and part of B: the task's B panels come from
+    // L2, its A rows stay in L1. A row panel is a whole tile's rows, or
+    // the rows below the last whole tile.
+    let task = |(h, i0, rows, run): (usize, usize, usize, DirectFn<T<S>>)| {
+        let q = part(h);
+        // Column panel `j` of B is at `b + (j - q.start)·panel`, its depth
+        // steps `ldb` apart.
+        let (b, ldb, panel) = match (&packed, b_at) {
+            (Some(shared), _) => {
+                let block = shared.get(h, q.start * k * nr..q.end * k * nr, |dst| {
+                    pack_b(dst, &b_elems, 0, k, q.start * nr..q.end * nr, nr)
+                });
+                (SendPtr(block.as_ptr().cast_mut()), nr, k * nr)
+            }
+            (None, Some((b, ldb))) => (SendPtr(b.get().wrapping_add(q.start * nr)), ldb, nr),
+            (None, None) => unreachable!("B is packed unless read in place"),
+        };
+        for j in q.clone() {
+            let (j0, bj) = (j * nr, b.get().wrapping_add((j - q.start) * panel));
             for p0 in (0..k).step_by(kc) {
                 let kb = kc.min(k - p0);
                 let add = p0 > 0 || beta == one;
                 // SAFETY: rows i0..i0+rows ≤ m and depth p0..p0+kb ≤ k of
                 // A, depth p0.. and columns j0..j0+nr ≤ nf of B lie in their
                 // buffers (asserted above with the views' non-negative
-                // strides, or B's nf/nr packed panels of k×nr); those rows
+                // strides, or the part's packed panels of k×nr); those rows
                 // of the tile of C too, and only this task writes them; the
                 // caller picked a kernel this CPU runs.
                 unsafe {
@@ -121,7 +171,7 @@ where
                         kb,
                         ap.get().add(i0 * lda + p0),
                         lda,
-                        bp.get().add(j0 / kern.nr * panel + p0 * ldb),
+                        bj.add(p0 * ldb),
                         ldb,
                         out.get().add(i0 * ldc + j0),
                         ldc,
@@ -130,17 +180,27 @@ where
                 }
             }
             // SAFETY: the rows just written, ours alone.
-            unsafe { epilogue_rows(out.get().add(i0 * ldc + j0), ldc, i0, j0, rows, kern.nr, epi) };
+            unsafe { epilogue_rows(out.get().add(i0 * ldc + j0), ldc, i0, j0, rows, nr, epi) };
         }
     };
-    let panels = (0..mf)
-        .step_by(kern.mr)
-        .map(|i0| (i0, kern.mr, kernels.tile))
-        .chain((mf..m).map(|i0| (i0, 1, kernels.row)));
-    if par && m.saturating_mul(nf).saturating_mul(k) >= PAR_FLOPS && rayon::current_num_threads() > 1 {
-        panels.collect::<Vec<_>>().into_par_iter().for_each(panel);
+    let tasks = (0..parts).flat_map(|h| {
+        (0..mf)
+            .step_by(kernels.mr)
+            .map(move |i0| (h, i0, kernels.mr, kernels.tile))
+            .chain((mf < m).then(|| (h, mf, m - mf, (kernels.rows)(m - mf))))
+    });
+    if parallel {
+        // One task per job: rayon otherwise runs each thread's share of
+        // the tasks in a few long runs, and a thread that finishes first
+        // (a vCPU the host runs at full speed while the other is slowed,
+        // as the 2-core VMs often do) has nothing left to take over.
+        tasks
+            .collect::<Vec<_>>()
+            .into_par_iter()
+            .with_max_len(1)
+            .for_each(task);
     } else {
-        panels.for_each(panel);
+        tasks.for_each(task);
     }
     // The columns nf.. of every row.
     if nf < n {

@@ -179,15 +179,23 @@ pub type PairFusedFn<S = crate::bf16, P = u32, T = f32> = unsafe fn(
     add: bool,
 );
 
-/// The direct kernels of one [`Isa`]: the whole register tile, and its
-/// first row alone for the rows below the last whole tile (reading only
-/// that row of A and writing only that row of C).
+/// The direct kernels of one [`Isa`]: a register tile of `mr` rows, and
+/// its first rows alone for the rows below the last whole tile (reading
+/// only those rows of A and writing only those rows of C).
 #[derive(Clone, Copy)]
 pub struct Direct<T> {
+    /// Rows of the tile. It can be taller than the packed kernel's, whose
+    /// panels of A have that kernel's height: a taller tile reads each row
+    /// of B — from L2 here, not from a packed panel in L1 — for more rows
+    /// of A (14 against 8 rows of f32 on AVX-512: at 512³ on the 2-core
+    /// Xeon, 1 thread, interleaved, 72 -> 80 GFLOP/s median when the VM
+    /// is slow).
+    pub mr: usize,
     /// The `mr × nr` tile.
     pub tile: DirectFn<T>,
-    /// One row of `nr` columns, summed as the tile sums it.
-    pub row: DirectFn<T>,
+    /// The routine of the first `rows` rows (`1 ≤ rows < mr`) of the tile,
+    /// each summed as the tile sums it.
+    pub rows: fn(rows: usize) -> DirectFn<T>,
 }
 
 /// A float type the GEMM computes in natively (f32 and f64).
@@ -352,9 +360,12 @@ mod x86 {
     use std::arch::x86_64::*;
 
     /// Defines a kernel with `$mr` rows and `$nv` vectors of `$w` lanes per
-    /// row: `$set1` broadcasts an element of A, `$fma` multiplies-adds.
+    /// row, and its direct kernel of `$dmr` rows with the routines of its
+    /// first `$dr` rows (each count below `$dmr`): `$set1` broadcasts an
+    /// element of A, `$fma` multiplies-adds.
     macro_rules! simd_kernel {
         ($name:ident, $feat:literal, $t:ty, $mr:literal, $nv:literal, $w:literal,
+         direct $dmr:literal [$($dr:literal),*],
          $zero:ident, $load:ident, $store:ident, $set1:ident, $fma:ident, $add:ident) => {
             /// One register tile in two addressings.
             pub mod $name {
@@ -399,11 +410,21 @@ mod x86 {
                     unsafe { tile::<MR, NV>(kc, a, 1, $mr, b, $nv * $w, c, ldc, add) }
                 }
 
-                /// The direct kernels: the whole tile and its first row.
+                /// The direct kernels: the whole tile of `$dmr` rows and
+                /// its first rows.
                 pub const DIRECT: super::super::Direct<$t> = super::super::Direct {
-                    tile: direct::<$mr>,
-                    row: direct::<1>,
+                    mr: $dmr,
+                    tile: direct::<$dmr>,
+                    rows: direct_rows,
                 };
+
+                /// The direct kernel of the first `rows` rows of the tile.
+                fn direct_rows(rows: usize) -> super::super::DirectFn<$t> {
+                    match rows {
+                        $($dr => direct::<$dr>,)*
+                        _ => panic!("gemm: no direct kernel of {rows} rows"),
+                    }
+                }
 
                 /// The first `MR` rows of the direct kernel's tile
                 /// ([`super::super::DirectFn`]).
@@ -499,6 +520,7 @@ mod x86 {
         8,
         2,
         16,
+        direct 14 [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13],
         _mm512_setzero_ps,
         _mm512_loadu_ps,
         _mm512_storeu_ps,
@@ -513,6 +535,7 @@ mod x86 {
         8,
         2,
         8,
+        direct 8 [1, 2, 3, 4, 5, 6, 7],
         _mm512_setzero_pd,
         _mm512_loadu_pd,
         _mm512_storeu_pd,
@@ -527,6 +550,7 @@ mod x86 {
         6,
         2,
         8,
+        direct 6 [1, 2, 3, 4, 5],
         _mm256_setzero_ps,
         _mm256_loadu_ps,
         _mm256_storeu_ps,
@@ -541,6 +565,7 @@ mod x86 {
         6,
         2,
         4,
+        direct 6 [1, 2, 3, 4, 5],
         _mm256_setzero_pd,
         _mm256_loadu_pd,
         _mm256_storeu_pd,

@@ -597,3 +597,50 @@ fn edge_routines_equal_the_full_tile() {
         check::<f64>(isa, |v| v);
     }
 }
+
+/// Every direct routine of the first rows of the direct tile writes those
+/// rows bit for bit as the whole tile does, and only those rows, for
+/// depths 0–37, both write modes and a padded row stride.
+#[test]
+fn direct_row_routines_equal_the_full_tile() {
+    use super::kernel::GemmScalar;
+    fn check<T: GemmScalar>(isa: Isa, to: impl Fn(f64) -> T) {
+        let Some(direct) = T::direct(isa) else { return };
+        let (mr, nr) = (direct.mr, T::kernel(isa).nr);
+        let (lda, ldb, ldc) = (41, nr + 3, nr + 2);
+        for kc in [0, 1, 7, 37] {
+            let a: Vec<T> = rand_f64(3, mr * lda).into_iter().map(&to).collect();
+            let b: Vec<T> = rand_f64(4, kc.max(1) * ldb).into_iter().map(&to).collect();
+            let c0: Vec<T> = rand_f64(5, mr * ldc).into_iter().map(&to).collect();
+            for add in [false, true] {
+                let mut full = c0.clone();
+                // SAFETY: A holds mr rows of lda ≥ kc elements, B kc rows of
+                // ldb ≥ nr, C mr rows of ldc ≥ nr; `isa` is one this CPU runs.
+                unsafe { (direct.tile)(kc, a.as_ptr(), lda, b.as_ptr(), ldb, full.as_mut_ptr(), ldc, add) };
+                for rows in 1..mr {
+                    let mut part = c0.clone();
+                    // SAFETY: as above, for the first `rows` rows.
+                    unsafe {
+                        (direct.rows)(rows)(kc, a.as_ptr(), lda, b.as_ptr(), ldb, part.as_mut_ptr(), ldc, add)
+                    };
+                    let cut = rows * ldc;
+                    assert!(
+                        bytemuck::cast_slice::<T, u8>(&part[..cut])
+                            == bytemuck::cast_slice::<T, u8>(&full[..cut]),
+                        "{isa:?} {}: {rows} of {mr} rows, kc {kc}, add {add}",
+                        std::any::type_name::<T>()
+                    );
+                    assert!(
+                        bytemuck::cast_slice::<T, u8>(&part[cut..])
+                            == bytemuck::cast_slice::<T, u8>(&c0[cut..]),
+                        "{isa:?}: the {rows}-row routine wrote below its rows"
+                    );
+                }
+            }
+        }
+    }
+    for isa in Isa::available() {
+        check::<f32>(isa, |v| v as f32);
+        check::<f64>(isa, |v| v);
+    }
+}
