@@ -128,14 +128,17 @@ where
     // which the direct kernels read as row-major with `ldb = nr`; part `h`
     // is the panels `part(h)`, packed by the first task that needs it.
     let part = |h: usize| h * panels / parts..(h + 1) * panels / parts;
-    let mut buf = in_place.is_none().then(|| AlignedBuf::<T<S>>::new(nf * k));
-    let packed = buf.as_mut().map(|buf| Shared::new(buf.as_mut_slice(), parts));
-    let b_at = in_place.map(|b| {
-        (
+    let mut buf = None;
+    let source = match in_place {
+        Some(b) => BSource::InPlace(
             SendPtr(b.data.as_ptr().wrapping_add(b.off).cast_mut()),
             b.rs as usize,
-        )
-    });
+        ),
+        None => BSource::Packed(Shared::new(
+            buf.insert(AlignedBuf::<T<S>>::new(nf * k)).as_mut_slice(),
+            parts,
+        )),
+    };
     let out = SendPtr(c.data.as_mut_ptr().wrapping_add(c.off));
     let ap = SendPtr(a.data.as_ptr().wrapping_add(a.off).cast_mut());
     // One task per row panel and part of B: the task's B panels come from
@@ -145,15 +148,14 @@ where
         let q = part(h);
         // Column panel `j` of B is at `b + (j - q.start)·panel`, its depth
         // steps `ldb` apart.
-        let (b, ldb, panel) = match (&packed, b_at) {
-            (Some(shared), _) => {
+        let (b, ldb, panel) = match &source {
+            BSource::Packed(shared) => {
                 let block = shared.get(h, q.start * k * nr..q.end * k * nr, |dst| {
                     pack_b(dst, &b_elems, 0, k, q.start * nr..q.end * nr, nr)
                 });
                 (SendPtr(block.as_ptr().cast_mut()), nr, k * nr)
             }
-            (None, Some((b, ldb))) => (SendPtr(b.get().wrapping_add(q.start * nr)), ldb, nr),
-            (None, None) => unreachable!("B is packed unless read in place"),
+            &BSource::InPlace(b, ldb) => (SendPtr(b.get().wrapping_add(q.start * nr)), ldb, nr),
         };
         for j in q.clone() {
             let (j0, bj) = (j * nr, b.get().wrapping_add((j - q.start) * panel));
@@ -229,6 +231,14 @@ where
         );
     }
     true
+}
+
+/// Where the direct tasks read B.
+enum BSource<'a, T> {
+    /// In place: element `(0, 0)` and the row stride.
+    InPlace(SendPtr<T>, usize),
+    /// Packed into whole column panels, one block per part.
+    Packed(Shared<'a, T>),
 }
 
 /// A raw pointer the panel tasks share: each writes only its own rows of C
