@@ -4,7 +4,12 @@
 //! which at 128³ costs as much as a tenth of the product. B is read in
 //! place too when its rows are contiguous and it is small; else it is
 //! packed into whole column panels, in one part per thread, each part by
-//! the first task over it. The rows below the last whole tile run on a
+//! the first task over it: with its rows contiguous, by that task's kernel
+//! as it reads them ([`super::kernel::DirectPackFn`]; on the 2-core Xeon,
+//! 2 threads, interleaved, median GFLOP/s against a packing pass of its
+//! own: 512³ 278 -> 284, 128x784x512 233 -> 242, 1024x512x512 293 ->
+//! 296), while tasks that find the part still being packed read B in place
+//! rather than wait. The rows below the last whole tile run on a
 //! kernel of just that many rows; the columns right of the last whole
 //! tile go through the packed driver.
 //!
@@ -18,7 +23,7 @@ use rayon::prelude::*;
 use super::gemm::{depth_block, drive, epilogue_rows, Bias, Epilogue, GemmShape, MatMut, Native, PAR_FLOPS};
 use super::kernel::{DirectFn, GemmScalar, Isa};
 use super::pack::{pack_b, AlignedBuf, MatRef};
-use super::shared::Shared;
+use super::shared::{Claim, Shared};
 use crate::{FloatElement, FloatMath};
 
 /// Multiply-adds up to which a GEMM with a row-major A skips packing it
@@ -87,16 +92,15 @@ where
     let panels = nf / nr;
     let parallel =
         par && m.saturating_mul(nf).saturating_mul(k) >= PAR_FLOPS && rayon::current_num_threads() > 1;
-    // B read where it lies: its rows contiguous in the math type, and
-    // small or too little reused to pack.
+    // B's rows contiguous in the math type: read where they lie when B is
+    // small or too little reused to pack, else by the tasks that pack it.
     let b_bytes = k.saturating_mul(n).saturating_mul(size_of::<T<S>>());
-    let in_place = b_elems
-        .as_math()
-        .filter(|b| b.cs == 1 && b.rs >= 0)
-        .filter(|_| b_bytes <= PACK_B_BYTES || m < PACK_MIN_PANELS * kernels.mr);
-    let parts = match (&in_place, parallel) {
-        (None, true) => rayon::current_num_threads().min(panels / PART_PANELS).max(1),
-        _ => 1,
+    let b_rows = b_elems.as_math().filter(|b| b.cs == 1 && b.rs >= 0);
+    let pack = b_rows.is_none() || (b_bytes > PACK_B_BYTES && m >= PACK_MIN_PANELS * kernels.mr);
+    let parts = if pack && parallel {
+        rayon::current_num_threads().min(panels / PART_PANELS).max(1)
+    } else {
+        1
     };
     if m.saturating_mul(n).saturating_mul(k) > DIRECT_FLOPS && b_bytes > DIRECT_B_BYTES.saturating_mul(parts)
     {
@@ -109,12 +113,12 @@ where
     let kc = depth_block(k, kern.kc, 1);
     let (lda, ldc) = (a.rs as usize, c.rs as usize);
     // A's strides are non-negative with unit columns, so its last element
-    // is its largest index; B's likewise when read in place.
+    // is its largest index; B's likewise when its rows are contiguous.
     assert!(
         a.at(m - 1, k - 1) < a.data.len(),
         "gemm: operand view outside its buffer"
     );
-    if let Some(b) = &in_place {
+    if let Some(b) = &b_rows {
         assert!(
             b.at(k - 1, n - 1) < b.data.len(),
             "gemm: operand view outside its buffer"
@@ -128,16 +132,19 @@ where
     // which the direct kernels read as row-major with `ldb = nr`; part `h`
     // is the panels `part(h)`, packed by the first task that needs it.
     let part = |h: usize| h * panels / parts..(h + 1) * panels / parts;
-    let mut buf = None;
-    let source = match in_place {
-        Some(b) => BSource::InPlace(
+    let rows_at = b_rows.map(|b| {
+        (
             SendPtr(b.data.as_ptr().wrapping_add(b.off).cast_mut()),
             b.rs as usize,
-        ),
-        None => BSource::Packed(Shared::new(
-            buf.insert(AlignedBuf::<T<S>>::new(nf * k)).as_mut_slice(),
-            parts,
-        )),
+        )
+    });
+    let mut buf = None;
+    let source = match (pack, rows_at) {
+        (false, Some((b, ldb))) => BSource::InPlace(b, ldb),
+        _ => BSource::Packed {
+            parts: Shared::new(buf.insert(AlignedBuf::<T<S>>::new(nf * k)).as_mut_slice(), parts),
+            rows: rows_at,
+        },
     };
     let out = SendPtr(c.data.as_mut_ptr().wrapping_add(c.off));
     let ap = SendPtr(a.data.as_ptr().wrapping_add(a.off).cast_mut());
@@ -146,43 +153,70 @@ where
     // the rows below the last whole tile.
     let task = |(h, i0, rows, run): (usize, usize, usize, DirectFn<T<S>>)| {
         let q = part(h);
+        let span = q.start * k * nr..q.end * k * nr;
+        let packed = |block: &[T<S>]| (SendPtr(block.as_ptr().cast_mut()), nr, k * nr);
+        let in_place =
+            |(b, ldb): (SendPtr<T<S>>, usize)| (SendPtr(b.get().wrapping_add(q.start * nr)), ldb, nr);
         // Column panel `j` of B is at `b + (j - q.start)·panel`, its depth
-        // steps `ldb` apart.
+        // steps `ldb` apart. A whole tile that claims the part packs it as
+        // it reads B's rows; a task finding it claimed but not yet packed
+        // reads B's rows in place rather than wait.
+        let mut packer = None;
         let (b, ldb, panel) = match &source {
-            BSource::Packed(shared) => {
-                let block = shared.get(h, q.start * k * nr..q.end * k * nr, |dst| {
-                    pack_b(dst, &b_elems, 0, k, q.start * nr..q.end * nr, nr)
-                });
-                (SendPtr(block.as_ptr().cast_mut()), nr, k * nr)
+            &BSource::InPlace(b, ldb) => in_place((b, ldb)),
+            BSource::Packed { parts, rows: None } => packed(parts.get(h, span, |dst| {
+                pack_b(dst, &b_elems, 0, k, q.start * nr..q.end * nr, nr)
+            })),
+            BSource::Packed { parts, rows: Some(b) } => {
+                let claim = if rows == kernels.mr {
+                    parts.try_claim(h, span)
+                } else {
+                    parts.filled(h, span).map(Claim::Ready)
+                };
+                match claim {
+                    Some(Claim::Ready(block)) => packed(block),
+                    Some(Claim::Mine(p)) => {
+                        packer = Some(p);
+                        in_place(*b)
+                    }
+                    None => in_place(*b),
+                }
             }
-            &BSource::InPlace(b, ldb) => (SendPtr(b.get().wrapping_add(q.start * nr)), ldb, nr),
         };
+        let fill = packer.as_mut().map(|p| SendPtr(p.dst().as_mut_ptr()));
         for j in q.clone() {
             let (j0, bj) = (j * nr, b.get().wrapping_add((j - q.start) * panel));
             for p0 in (0..k).step_by(kc) {
                 let kb = kc.min(k - p0);
                 let add = p0 > 0 || beta == one;
+                let (a, b, c) = (
+                    ap.get().wrapping_add(i0 * lda + p0),
+                    bj.wrapping_add(p0 * ldb),
+                    out.get().wrapping_add(i0 * ldc + j0),
+                );
                 // SAFETY: rows i0..i0+rows ≤ m and depth p0..p0+kb ≤ k of
                 // A, depth p0.. and columns j0..j0+nr ≤ nf of B lie in their
                 // buffers (asserted above with the views' non-negative
-                // strides, or the part's packed panels of k×nr); those rows
-                // of the tile of C too, and only this task writes them; the
-                // caller picked a kernel this CPU runs.
+                // strides, or the part's packed panels of k×nr), as does
+                // the packed panel being filled; those rows of the tile of
+                // C too, and only this task writes them; the caller picked
+                // a kernel this CPU runs, `kernels.packing` the whole tile's
+                // (claimed only for `rows == mr`).
                 unsafe {
-                    run(
-                        kb,
-                        ap.get().add(i0 * lda + p0),
-                        lda,
-                        bj.add(p0 * ldb),
-                        ldb,
-                        out.get().add(i0 * ldc + j0),
-                        ldc,
-                        add,
-                    );
+                    match fill {
+                        Some(dst) => {
+                            let dst = dst.get().add(((j - q.start) * k + p0) * nr);
+                            (kernels.packing)(kb, a, lda, b, ldb, dst, c, ldc, add)
+                        }
+                        None => run(kb, a, lda, b, ldb, c, ldc, add),
+                    }
                 }
             }
             // SAFETY: the rows just written, ours alone.
             unsafe { epilogue_rows(out.get().add(i0 * ldc + j0), ldc, i0, j0, rows, nr, epi) };
+        }
+        if let Some(p) = packer {
+            p.ready();
         }
     };
     let tasks = (0..parts).flat_map(|h| {
@@ -237,8 +271,14 @@ where
 enum BSource<'a, T> {
     /// In place: element `(0, 0)` and the row stride.
     InPlace(SendPtr<T>, usize),
-    /// Packed into whole column panels, one block per part.
-    Packed(Shared<'a, T>),
+    /// Packed into whole column panels, one block per part; `rows` is
+    /// where B's rows lie when they are contiguous in the math type (the
+    /// packing kernel's source, and where a task reads a part not packed
+    /// yet).
+    Packed {
+        parts: Shared<'a, T>,
+        rows: Option<(SendPtr<T>, usize)>,
+    },
 }
 
 /// A raw pointer the panel tasks share: each writes only its own rows of C

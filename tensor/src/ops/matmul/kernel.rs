@@ -129,6 +129,28 @@ pub const MAX_TILE: usize = 32 * 32;
 pub type DirectFn<T> =
     unsafe fn(kc: usize, a: *const T, lda: usize, b: *const T, ldb: usize, c: *mut T, ldc: usize, add: bool);
 
+/// Computes the same tile as [`DirectFn`], B read where it lies, and
+/// copies each row of B it reads into a packed panel as it goes:
+/// `panel[p*nr + j] = b[p*ldb + j]`. The first tile over a panel packs it
+/// with its own arithmetic hiding the copy, where a pass of its own would
+/// wait on B's rows arriving from L3 (a stride apart, which the hardware
+/// prefetchers catch late; the routine prefetches the rows ahead).
+///
+/// # Safety
+/// As [`DirectFn`]'s, and `panel` is writable for `kc*nr` elements and
+/// disjoint from the operands.
+pub type DirectPackFn<T> = unsafe fn(
+    kc: usize,
+    a: *const T,
+    lda: usize,
+    b: *const T,
+    ldb: usize,
+    panel: *mut T,
+    c: *mut T,
+    ldc: usize,
+    add: bool,
+);
+
 /// Computes the same tile as a pair kernel ([`KernelFn`] over `P` units
 /// holding two elements of `S` each, `T` sums) with A read where it lies:
 /// the unit of depths `2p`, `2p + 1` of row `i` is the two elements at
@@ -193,6 +215,8 @@ pub struct Direct<T> {
     pub mr: usize,
     /// The `mr × nr` tile.
     pub tile: DirectFn<T>,
+    /// The `mr × nr` tile, packing the panel of B it reads.
+    pub packing: DirectPackFn<T>,
     /// The routine of the first `rows` rows (`1 ≤ rows < mr`) of the tile,
     /// each summed as the tile sums it.
     pub rows: fn(rows: usize) -> DirectFn<T>,
@@ -363,6 +387,10 @@ mod x86 {
     /// row, and its direct kernel of `$dmr` rows with the routines of its
     /// first `$dr` rows (each count below `$dmr`): `$set1` broadcasts an
     /// element of A, `$fma` multiplies-adds.
+    /// Rows of B ahead of the one it reads that a packing direct kernel
+    /// prefetches: a few hundred cycles of arithmetic, an L3 access.
+    const AHEAD: usize = 16;
+
     macro_rules! simd_kernel {
         ($name:ident, $feat:literal, $t:ty, $mr:literal, $nv:literal, $w:literal,
          direct $dmr:literal [$($dr:literal),*],
@@ -407,7 +435,7 @@ mod x86 {
                     // SAFETY: packed panels are the strided operands with
                     // A's rows one unit apart and depth steps mr (A), nr (B);
                     // this tile reads and writes a corner of the full one.
-                    unsafe { tile::<MR, NV>(kc, a, 1, $mr, b, $nv * $w, c, ldc, add) }
+                    unsafe { tile::<MR, NV, false>(kc, a, 1, $mr, b, $nv * $w, std::ptr::null_mut(), c, ldc, add) }
                 }
 
                 /// The direct kernels: the whole tile of `$dmr` rows and
@@ -415,6 +443,7 @@ mod x86 {
                 pub const DIRECT: super::super::Direct<$t> = super::super::Direct {
                     mr: $dmr,
                     tile: direct::<$dmr>,
+                    packing: direct_packing,
                     rows: direct_rows,
                 };
 
@@ -441,27 +470,49 @@ mod x86 {
                     add: bool,
                 ) {
                     // SAFETY: the contract of `DirectFn`.
-                    unsafe { tile::<MR, $nv>(kc, a, lda, 1, b, ldb, c, ldc, add) }
+                    unsafe { tile::<MR, $nv, false>(kc, a, lda, 1, b, ldb, std::ptr::null_mut(), c, ldc, add) }
+                }
+
+                /// The direct kernel's whole tile, packing B's panel
+                /// ([`super::super::DirectPackFn`]).
+                #[target_feature(enable = $feat)]
+                #[allow(clippy::too_many_arguments)]
+                unsafe fn direct_packing(
+                    kc: usize,
+                    a: *const $t,
+                    lda: usize,
+                    b: *const $t,
+                    ldb: usize,
+                    panel: *mut $t,
+                    c: *mut $t,
+                    ldc: usize,
+                    add: bool,
+                ) {
+                    // SAFETY: the contract of `DirectPackFn`.
+                    unsafe { tile::<$dmr, $nv, true>(kc, a, lda, 1, b, ldb, panel, c, ldc, add) }
                 }
 
                 /// The `MR × NV` register tile over strided operands: A's
                 /// element `(i, p)` at `a[i*ars + p*aps]`, B's `(p, j)` at
                 /// `b[p*bps + j]`, inlined into every kernel with its
                 /// constant strides, so each compiles its own addressing.
+                /// With `PACK` it also copies B's row `p` to
+                /// `panel[p*nr..][..nr]`, prefetching the rows ahead.
                 ///
                 /// # Safety
                 /// As the kernels', and only ever inlined into them
                 /// (`inline(always)`), whose target features its intrinsics
-                /// need.
+                /// need; with `PACK`, `panel` writable for `kc*nr` elements.
                 #[inline(always)]
                 #[allow(clippy::too_many_arguments)]
-                unsafe fn tile<const MR: usize, const NV: usize>(
+                unsafe fn tile<const MR: usize, const NV: usize, const PACK: bool>(
                     kc: usize,
                     a: *const $t,
                     ars: usize,
                     aps: usize,
                     b: *const $t,
                     bps: usize,
+                    panel: *mut $t,
                     c: *mut $t,
                     ldc: usize,
                     add: bool,
@@ -485,6 +536,15 @@ mod x86 {
                         unsafe {
                             let bp = b.add(p * bps);
                             let bv: [_; NV] = std::array::from_fn(|v| $load(bp.add(v * $w)));
+                            if PACK {
+                                // B's rows `AHEAD` on: prefetches never fault.
+                                let ahead = bp.wrapping_add(AHEAD * bps).cast::<i8>();
+                                _mm_prefetch::<_MM_HINT_T0>(ahead);
+                                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(nr * size_of::<$t>() - 1));
+                                for v in 0..NV {
+                                    $store(panel.add(p * nr + v * $w), bv[v]);
+                                }
+                            }
                             let ap = a.add(p * aps);
                             for i in 0..MR {
                                 let av = $set1(*ap.add(i * ars));

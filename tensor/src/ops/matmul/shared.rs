@@ -86,6 +86,30 @@ impl<'a, T> Shared<'a, T> {
         })
     }
 
+    /// Block `b` as [`Shared::claim`] hands it out, without waiting:
+    /// `None` while another task fills it.
+    pub(super) fn try_claim(&self, b: usize, range: Range<usize>) -> Option<Claim<'_, 'a, T>> {
+        if let Some(packer) = self.claim_run(b..b + 1, |_| range.clone()) {
+            return Some(Claim::Mine(packer));
+        }
+        self.filled(b, range).map(Claim::Ready)
+    }
+
+    /// Block `b` when a task has filled it, `None` before (the block stays
+    /// unclaimed).
+    pub(super) fn filled(&self, b: usize, range: Range<usize>) -> Option<&[T]> {
+        match self.state[b].load(Ordering::Acquire) {
+            READY => {
+                assert!(range.end <= self.len, "gemm: packed block outside its buffer");
+                // SAFETY: in bounds, and READY: written once, never again
+                // in this region.
+                Some(unsafe { std::slice::from_raw_parts(self.ptr.add(range.start), range.len()) })
+            }
+            FAILED => panic!("gemm: packing a shared block panicked on another thread"),
+            _ => None,
+        }
+    }
+
     /// Block `b`, the elements `range` of the buffer (the same range at
     /// every call for `b`): for the calling task to fill when no other task
     /// has claimed it, else once the task that did has filled it.
@@ -93,23 +117,19 @@ impl<'a, T> Shared<'a, T> {
         if let Some(packer) = self.claim_run(b..b + 1, |_| range.clone()) {
             return Claim::Mine(packer);
         }
-        let state = &self.state[b];
         let mut spins = 0u32;
         loop {
-            match state.load(Ordering::Acquire) {
-                READY => break,
-                FAILED => panic!("gemm: packing a shared block panicked on another thread"),
-                _ if spins < 256 => {
-                    spins += 1;
-                    std::hint::spin_loop();
-                }
+            if let Some(block) = self.filled(b, range.clone()) {
+                return Claim::Ready(block);
+            }
+            if spins < 256 {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
                 // The packer may have been preempted on a busy machine.
-                _ => std::thread::yield_now(),
+                std::thread::yield_now();
             }
         }
-        // SAFETY: in bounds (asserted), and READY: written once, never
-        // again in this region.
-        Claim::Ready(unsafe { std::slice::from_raw_parts(self.ptr.add(range.start), range.len()) })
     }
 }
 

@@ -402,6 +402,10 @@ fn shared_packing_is_thread_count_independent() {
         (9, 784, 32, 4),
         (40, 513, 2100, 0),
         (300, 40, 33, 1),
+        // Row-major B over the direct path's packing size, packed by the
+        // kernel of the first tile over each part, rows below the last
+        // whole tile and columns right of the last whole panel.
+        (130, 513, 300, 0),
     ] {
         let a = pick::<f32>(&rand_f64(21, m * k), &[m, k], sel);
         let b = pick::<f32>(&rand_f64(22, k * n), &[k, n], sel + 1);
@@ -419,6 +423,67 @@ fn shared_packing_is_thread_count_independent() {
             runs.iter().all(|r| r == &runs[0]),
             "{m}x{k}x{n}: thread counts disagree"
         );
+    }
+}
+
+/// A row-major B over the direct path's packing size (each part packed by
+/// the kernel of the first whole tile over it, tasks that find it still
+/// being packed reading B in place) rounds exactly as the packed driver
+/// does (a column-major output goes through it), on every ISA, both
+/// write modes, on 1 and 3 threads (more threads than cores: tasks race
+/// for the parts).
+#[test]
+fn direct_packed_b_rounds_as_the_packed_driver() {
+    let (m, k, n) = (130, 513, 300);
+    let a = tensor_of::<f32>(&rand_f64(31, m * k), &[m, k]);
+    let b = tensor_of::<f32>(&rand_f64(32, k * n), &[k, n]);
+    let c0: Vec<f32> = rand_f64(33, m * n).iter().map(|&x| x as f32).collect();
+    for threads in [1, 3] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        for isa in Isa::available() {
+            for beta in [0.0f32, 1.0] {
+                let mut rows = c0.clone();
+                let mut cols: Vec<f32> = (0..m * n).map(|e| c0[(e % m) * n + e / m]).collect();
+                let shape = GemmShape {
+                    m,
+                    n,
+                    k,
+                    alpha: 1.0,
+                    beta,
+                };
+                let epi = || Epilogue {
+                    bias: Bias::None,
+                    relu: false,
+                };
+                pool.install(|| {
+                    let out = MatMut {
+                        data: &mut rows,
+                        off: 0,
+                        rs: n as isize,
+                        cs: 1,
+                    };
+                    gemm::<f32>(shape, mat(&a), mat(&b), out, epi(), isa, true);
+                    let out = MatMut {
+                        data: &mut cols,
+                        off: 0,
+                        rs: 1,
+                        cs: m as isize,
+                    };
+                    gemm::<f32>(shape, mat(&a), mat(&b), out, epi(), isa, true);
+                });
+                for (e, r) in rows.iter().enumerate() {
+                    let (i, j) = (e / n, e % n);
+                    assert_eq!(
+                        r.to_bits(),
+                        cols[j * m + i].to_bits(),
+                        "{isa:?}, {threads} threads, beta {beta}: ({i}, {j})"
+                    );
+                }
+            }
+        }
     }
 }
 
@@ -599,10 +664,11 @@ fn edge_routines_equal_the_full_tile() {
 }
 
 /// Every direct routine of the first rows of the direct tile writes those
-/// rows bit for bit as the whole tile does, and only those rows, for
-/// depths 0–37, both write modes and a padded row stride.
+/// rows bit for bit as the whole tile does, and only those rows; the
+/// packing tile writes the whole tile so and copies B's rows into its
+/// panel; for depths 0–37, both write modes and padded row strides.
 #[test]
-fn direct_row_routines_equal_the_full_tile() {
+fn direct_row_and_packing_routines_equal_the_full_tile() {
     use super::kernel::GemmScalar;
     fn check<T: GemmScalar>(isa: Isa, to: impl Fn(f64) -> T) {
         let Some(direct) = T::direct(isa) else { return };
@@ -617,6 +683,34 @@ fn direct_row_routines_equal_the_full_tile() {
                 // SAFETY: A holds mr rows of lda ≥ kc elements, B kc rows of
                 // ldb ≥ nr, C mr rows of ldc ≥ nr; `isa` is one this CPU runs.
                 unsafe { (direct.tile)(kc, a.as_ptr(), lda, b.as_ptr(), ldb, full.as_mut_ptr(), ldc, add) };
+                let mut packing = c0.clone();
+                let mut panel = vec![to(f64::NAN); kc * nr];
+                // SAFETY: as above, and the panel holds kc×nr elements.
+                unsafe {
+                    (direct.packing)(
+                        kc,
+                        a.as_ptr(),
+                        lda,
+                        b.as_ptr(),
+                        ldb,
+                        panel.as_mut_ptr(),
+                        packing.as_mut_ptr(),
+                        ldc,
+                        add,
+                    )
+                };
+                assert!(
+                    bytemuck::cast_slice::<T, u8>(&packing) == bytemuck::cast_slice::<T, u8>(&full),
+                    "{isa:?} {}: the packing tile, kc {kc}, add {add}",
+                    std::any::type_name::<T>()
+                );
+                let rows_of_b: Vec<T> = (0..kc)
+                    .flat_map(|p| b[p * ldb..p * ldb + nr].iter().copied())
+                    .collect();
+                assert!(
+                    bytemuck::cast_slice::<T, u8>(&panel) == bytemuck::cast_slice::<T, u8>(&rows_of_b),
+                    "{isa:?}: the packed panel is not B's rows, kc {kc}"
+                );
                 for rows in 1..mr {
                     let mut part = c0.clone();
                     // SAFETY: as above, for the first `rows` rows.
