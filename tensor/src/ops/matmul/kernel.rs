@@ -202,8 +202,9 @@ pub type PairFusedFn<S = crate::bf16, P = u32, T = f32> = unsafe fn(
 );
 
 /// The direct kernels of one [`Isa`]: a register tile of `mr` rows, and
-/// its first rows alone for the rows below the last whole tile (reading
-/// only those rows of A and writing only those rows of C).
+/// its first rows alone, each summed as the whole tile sums it (reading
+/// only those rows of A and writing only those rows of C), so a GEMM can
+/// cut its rows into panels of any height up to `mr`.
 #[derive(Clone, Copy)]
 pub struct Direct<T> {
     /// Rows of the tile. It can be taller than the packed kernel's, whose
@@ -213,13 +214,17 @@ pub struct Direct<T> {
     /// Xeon, 1 thread, interleaved, 72 -> 80 GFLOP/s median when the VM
     /// is slow).
     pub mr: usize,
-    /// The `mr × nr` tile.
+    /// The routines of the first `rows` rows of the tile (`1 ≤ rows ≤ mr`).
+    pub rows: fn(rows: usize) -> DirectRows<T>,
+}
+
+/// The direct routines of one tile height.
+#[derive(Clone, Copy)]
+pub struct DirectRows<T> {
+    /// The tile, B read where it lies or from a packed panel.
     pub tile: DirectFn<T>,
-    /// The `mr × nr` tile, packing the panel of B it reads.
+    /// The tile, B read where it lies and copied into a packed panel.
     pub packing: DirectPackFn<T>,
-    /// The routine of the first `rows` rows (`1 ≤ rows < mr`) of the tile,
-    /// each summed as the tile sums it.
-    pub rows: fn(rows: usize) -> DirectFn<T>,
 }
 
 /// A float type the GEMM computes in natively (f32 and f64).
@@ -383,14 +388,14 @@ unsafe fn f64_portable(kc: usize, a: *const f64, b: *const f64, c: *mut f64, ldc
 mod x86 {
     use std::arch::x86_64::*;
 
-    /// Defines a kernel with `$mr` rows and `$nv` vectors of `$w` lanes per
-    /// row, and its direct kernel of `$dmr` rows with the routines of its
-    /// first `$dr` rows (each count below `$dmr`): `$set1` broadcasts an
-    /// element of A, `$fma` multiplies-adds.
     /// Rows of B ahead of the one it reads that a packing direct kernel
     /// prefetches: a few hundred cycles of arithmetic, an L3 access.
     const AHEAD: usize = 16;
 
+    /// Defines a kernel with `$mr` rows and `$nv` vectors of `$w` lanes per
+    /// row, and its direct kernel of `$dmr` rows with the routines of its
+    /// first `$dr` rows (every count from 1 to `$dmr`): `$set1` broadcasts
+    /// an element of A, `$fma` multiplies-adds.
     macro_rules! simd_kernel {
         ($name:ident, $feat:literal, $t:ty, $mr:literal, $nv:literal, $w:literal,
          direct $dmr:literal [$($dr:literal),*],
@@ -442,15 +447,16 @@ mod x86 {
                 /// its first rows.
                 pub const DIRECT: super::super::Direct<$t> = super::super::Direct {
                     mr: $dmr,
-                    tile: direct::<$dmr>,
-                    packing: direct_packing,
                     rows: direct_rows,
                 };
 
-                /// The direct kernel of the first `rows` rows of the tile.
-                fn direct_rows(rows: usize) -> super::super::DirectFn<$t> {
+                /// The direct routines of the first `rows` rows of the tile.
+                fn direct_rows(rows: usize) -> super::super::DirectRows<$t> {
                     match rows {
-                        $($dr => direct::<$dr>,)*
+                        $($dr => super::super::DirectRows {
+                            tile: direct::<$dr>,
+                            packing: direct_packing::<$dr>,
+                        },)*
                         _ => panic!("gemm: no direct kernel of {rows} rows"),
                     }
                 }
@@ -473,11 +479,11 @@ mod x86 {
                     unsafe { tile::<MR, $nv, false>(kc, a, lda, 1, b, ldb, std::ptr::null_mut(), c, ldc, add) }
                 }
 
-                /// The direct kernel's whole tile, packing B's panel
-                /// ([`super::super::DirectPackFn`]).
+                /// The first `MR` rows of the direct kernel's tile, packing
+                /// B's panel ([`super::super::DirectPackFn`]).
                 #[target_feature(enable = $feat)]
                 #[allow(clippy::too_many_arguments)]
-                unsafe fn direct_packing(
+                unsafe fn direct_packing<const MR: usize>(
                     kc: usize,
                     a: *const $t,
                     lda: usize,
@@ -489,7 +495,7 @@ mod x86 {
                     add: bool,
                 ) {
                     // SAFETY: the contract of `DirectPackFn`.
-                    unsafe { tile::<$dmr, $nv, true>(kc, a, lda, 1, b, ldb, panel, c, ldc, add) }
+                    unsafe { tile::<MR, $nv, true>(kc, a, lda, 1, b, ldb, panel, c, ldc, add) }
                 }
 
                 /// The `MR × NV` register tile over strided operands: A's
@@ -580,7 +586,7 @@ mod x86 {
         8,
         2,
         16,
-        direct 14 [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13],
+        direct 14 [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14],
         _mm512_setzero_ps,
         _mm512_loadu_ps,
         _mm512_storeu_ps,
@@ -595,7 +601,7 @@ mod x86 {
         8,
         2,
         8,
-        direct 8 [1, 2, 3, 4, 5, 6, 7],
+        direct 8 [1, 2, 3, 4, 5, 6, 7, 8],
         _mm512_setzero_pd,
         _mm512_loadu_pd,
         _mm512_storeu_pd,
@@ -610,7 +616,7 @@ mod x86 {
         6,
         2,
         8,
-        direct 6 [1, 2, 3, 4, 5],
+        direct 6 [1, 2, 3, 4, 5, 6],
         _mm256_setzero_ps,
         _mm256_loadu_ps,
         _mm256_storeu_ps,
@@ -625,7 +631,7 @@ mod x86 {
         6,
         2,
         4,
-        direct 6 [1, 2, 3, 4, 5],
+        direct 6 [1, 2, 3, 4, 5, 6],
         _mm256_setzero_pd,
         _mm256_loadu_pd,
         _mm256_storeu_pd,

@@ -663,9 +663,9 @@ fn edge_routines_equal_the_full_tile() {
     }
 }
 
-/// Every direct routine of the first rows of the direct tile writes those
-/// rows bit for bit as the whole tile does, and only those rows; the
-/// packing tile writes the whole tile so and copies B's rows into its
+/// Every direct routine of the first rows of the direct tile, in place
+/// and packing, writes those rows bit for bit as the whole tile does, and
+/// only those rows, and the packing routines copy B's rows into their
 /// panel; for depths 0–37, both write modes and padded row strides.
 #[test]
 fn direct_row_and_packing_routines_equal_the_full_tile() {
@@ -674,60 +674,45 @@ fn direct_row_and_packing_routines_equal_the_full_tile() {
         let Some(direct) = T::direct(isa) else { return };
         let (mr, nr) = (direct.mr, T::kernel(isa).nr);
         let (lda, ldb, ldc) = (41, nr + 3, nr + 2);
+        let bytes = |v: &[T]| bytemuck::cast_slice::<T, u8>(v).to_vec();
         for kc in [0, 1, 7, 37] {
             let a: Vec<T> = rand_f64(3, mr * lda).into_iter().map(&to).collect();
             let b: Vec<T> = rand_f64(4, kc.max(1) * ldb).into_iter().map(&to).collect();
             let c0: Vec<T> = rand_f64(5, mr * ldc).into_iter().map(&to).collect();
+            let rows_of_b: Vec<T> = (0..kc)
+                .flat_map(|p| b[p * ldb..p * ldb + nr].iter().copied())
+                .collect();
             for add in [false, true] {
                 let mut full = c0.clone();
-                // SAFETY: A holds mr rows of lda ≥ kc elements, B kc rows of
-                // ldb ≥ nr, C mr rows of ldc ≥ nr; `isa` is one this CPU runs.
-                unsafe { (direct.tile)(kc, a.as_ptr(), lda, b.as_ptr(), ldb, full.as_mut_ptr(), ldc, add) };
-                let mut packing = c0.clone();
-                let mut panel = vec![to(f64::NAN); kc * nr];
-                // SAFETY: as above, and the panel holds kc×nr elements.
-                unsafe {
-                    (direct.packing)(
-                        kc,
-                        a.as_ptr(),
-                        lda,
-                        b.as_ptr(),
-                        ldb,
-                        panel.as_mut_ptr(),
-                        packing.as_mut_ptr(),
-                        ldc,
-                        add,
-                    )
-                };
-                assert!(
-                    bytemuck::cast_slice::<T, u8>(&packing) == bytemuck::cast_slice::<T, u8>(&full),
-                    "{isa:?} {}: the packing tile, kc {kc}, add {add}",
-                    std::any::type_name::<T>()
-                );
-                let rows_of_b: Vec<T> = (0..kc)
-                    .flat_map(|p| b[p * ldb..p * ldb + nr].iter().copied())
-                    .collect();
-                assert!(
-                    bytemuck::cast_slice::<T, u8>(&panel) == bytemuck::cast_slice::<T, u8>(&rows_of_b),
-                    "{isa:?}: the packed panel is not B's rows, kc {kc}"
-                );
-                for rows in 1..mr {
-                    let mut part = c0.clone();
-                    // SAFETY: as above, for the first `rows` rows.
+                // SAFETY (of every call): A holds mr rows of lda ≥ kc
+                // elements, B kc rows of ldb ≥ nr, C mr rows of ldc ≥ nr,
+                // a panel kc×nr elements; `isa` is one this CPU runs.
+                let (ap, bp) = (a.as_ptr(), b.as_ptr());
+                unsafe { ((direct.rows)(mr).tile)(kc, ap, lda, bp, ldb, full.as_mut_ptr(), ldc, add) };
+                for rows in 1..=mr {
+                    let routines = (direct.rows)(rows);
+                    let (mut part, mut packing) = (c0.clone(), c0.clone());
+                    let mut panel = vec![to(f64::NAN); kc * nr];
                     unsafe {
-                        (direct.rows)(rows)(kc, a.as_ptr(), lda, b.as_ptr(), ldb, part.as_mut_ptr(), ldc, add)
-                    };
+                        (routines.tile)(kc, ap, lda, bp, ldb, part.as_mut_ptr(), ldc, add);
+                        let (dst, c) = (panel.as_mut_ptr(), packing.as_mut_ptr());
+                        (routines.packing)(kc, ap, lda, bp, ldb, dst, c, ldc, add);
+                    }
                     let cut = rows * ldc;
-                    assert!(
-                        bytemuck::cast_slice::<T, u8>(&part[..cut])
-                            == bytemuck::cast_slice::<T, u8>(&full[..cut]),
+                    let what = format!(
                         "{isa:?} {}: {rows} of {mr} rows, kc {kc}, add {add}",
                         std::any::type_name::<T>()
                     );
+                    for (name, out) in [("in place", &part), ("packing", &packing)] {
+                        assert!(bytes(&out[..cut]) == bytes(&full[..cut]), "{what}, {name}");
+                        assert!(
+                            bytes(&out[cut..]) == bytes(&c0[cut..]),
+                            "{what}, {name}: wrote below its rows"
+                        );
+                    }
                     assert!(
-                        bytemuck::cast_slice::<T, u8>(&part[cut..])
-                            == bytemuck::cast_slice::<T, u8>(&c0[cut..]),
-                        "{isa:?}: the {rows}-row routine wrote below its rows"
+                        bytes(&panel) == bytes(&rows_of_b),
+                        "{what}: the panel is not B's rows"
                     );
                 }
             }
