@@ -142,7 +142,7 @@ where
     let source = match (pack, rows_at) {
         (false, Some((b, ldb))) => BSource::InPlace(b, ldb),
         _ => BSource::Packed {
-            parts: Shared::new(buf.insert(AlignedBuf::<T<S>>::new(nf * k)).as_mut_slice(), parts),
+            shared: Shared::new(buf.insert(AlignedBuf::<T<S>>::new(nf * k)).as_mut_slice(), parts),
             rows: rows_at,
         },
     };
@@ -164,10 +164,13 @@ where
         let mut packer = None;
         let (b, ldb, panel) = match &source {
             &BSource::InPlace(b, ldb) => in_place((b, ldb)),
-            BSource::Packed { parts, rows: None } => packed(parts.get(h, span, |dst| {
+            BSource::Packed { shared, rows: None } => packed(shared.get(h, span, |dst| {
                 pack_b(dst, &b_elems, 0, k, q.start * nr..q.end * nr, nr)
             })),
-            BSource::Packed { parts, rows: Some(b) } => match parts.try_claim(h, span) {
+            BSource::Packed {
+                shared,
+                rows: Some(b),
+            } => match shared.try_claim(h, span) {
                 Some(Claim::Ready(block)) => packed(block),
                 Some(Claim::Mine(p)) => {
                     packer = Some(p);
@@ -272,7 +275,7 @@ enum BSource<'a, T> {
     /// packing kernel's source, and where a task reads a part not packed
     /// yet).
     Packed {
-        parts: Shared<'a, T>,
+        shared: Shared<'a, T>,
         rows: Option<(SendPtr<T>, usize)>,
     },
 }
