@@ -426,61 +426,77 @@ fn shared_packing_is_thread_count_independent() {
     }
 }
 
-/// A row-major B over the direct path's packing size (each part packed by
-/// the kernel of the first whole tile over it, tasks that find it still
-/// being packed reading B in place) rounds exactly as the packed driver
-/// does (a column-major output goes through it), on every ISA, both
-/// write modes, on 1 and 3 threads (more threads than cores: tasks race
-/// for the parts).
+/// A B the direct path packs (a row-major one by the kernel of the first
+/// whole tile over each part, tasks that find it still being packed
+/// reading B in place; a transposed one by the packing routine), in one
+/// region of the depth or in several with more parts than threads,
+/// rounds exactly as the packed driver does (a column-major output goes
+/// through it), with the fused bias and ReLU, on every ISA, both write
+/// modes, on 1 and 3 threads (more threads than cores: tasks race for
+/// the parts).
 #[test]
 fn direct_packed_b_rounds_as_the_packed_driver() {
-    let (m, k, n) = (130, 513, 300);
-    let a = tensor_of::<f32>(&rand_f64(31, m * k), &[m, k]);
-    let b = tensor_of::<f32>(&rand_f64(32, k * n), &[k, n]);
-    let c0: Vec<f32> = rand_f64(33, m * n).iter().map(|&x| x as f32).collect();
-    for threads in [1, 3] {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
-        for isa in Isa::available() {
-            for beta in [0.0f32, 1.0] {
-                let mut rows = c0.clone();
-                let mut cols: Vec<f32> = (0..m * n).map(|e| c0[(e % m) * n + e / m]).collect();
-                let shape = GemmShape {
-                    m,
-                    n,
-                    k,
-                    alpha: 1.0,
-                    beta,
-                };
-                let epi = || Epilogue {
-                    bias: Bias::None,
-                    relu: false,
-                };
-                pool.install(|| {
-                    let out = MatMut {
-                        data: &mut rows,
-                        off: 0,
-                        rs: n as isize,
-                        cs: 1,
+    // (m, k, n, B stored transposed): 615 KB of row-major B, packed by the
+    // tasks' kernels in one region; 3 MB, wide enough for parts beyond the
+    // thread count and a region per depth block (600 = 3 × 200), with
+    // columns right of the last panel; the same B stored transposed,
+    // packed by the packing routine.
+    for (m, k, n, bt) in [
+        (130, 513, 300, false),
+        (120, 600, 1300, false),
+        (40, 600, 1300, true),
+    ] {
+        let a = tensor_of::<f32>(&rand_f64(31, m * k), &[m, k]);
+        let b = match bt {
+            false => tensor_of::<f32>(&rand_f64(32, k * n), &[k, n]),
+            true => tensor_of::<f32>(&rand_f64(32, k * n), &[n, k]).t().unwrap(),
+        };
+        let c0: Vec<f32> = rand_f64(33, m * n).iter().map(|&x| x as f32).collect();
+        for threads in [1, 3] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            for isa in Isa::available() {
+                for beta in [0.0f32, 1.0] {
+                    let mut rows = c0.clone();
+                    let mut cols: Vec<f32> = (0..m * n).map(|e| c0[(e % m) * n + e / m]).collect();
+                    let shape = GemmShape {
+                        m,
+                        n,
+                        k,
+                        alpha: 1.0,
+                        beta,
                     };
-                    gemm::<f32>(shape, mat(&a), mat(&b), out, epi(), isa, true);
-                    let out = MatMut {
-                        data: &mut cols,
-                        off: 0,
-                        rs: 1,
-                        cs: m as isize,
+                    let bias: Vec<f32> = (0..n).map(|j| j as f32 / 7.0 - 20.0).collect();
+                    let epi = || Epilogue {
+                        bias: Bias::Col(&bias),
+                        relu: true,
                     };
-                    gemm::<f32>(shape, mat(&a), mat(&b), out, epi(), isa, true);
-                });
-                for (e, r) in rows.iter().enumerate() {
-                    let (i, j) = (e / n, e % n);
-                    assert_eq!(
-                        r.to_bits(),
-                        cols[j * m + i].to_bits(),
-                        "{isa:?}, {threads} threads, beta {beta}: ({i}, {j})"
-                    );
+                    pool.install(|| {
+                        let out = MatMut {
+                            data: &mut rows,
+                            off: 0,
+                            rs: n as isize,
+                            cs: 1,
+                        };
+                        gemm::<f32>(shape, mat(&a), mat(&b), out, epi(), isa, true);
+                        let out = MatMut {
+                            data: &mut cols,
+                            off: 0,
+                            rs: 1,
+                            cs: m as isize,
+                        };
+                        gemm::<f32>(shape, mat(&a), mat(&b), out, epi(), isa, true);
+                    });
+                    for (e, r) in rows.iter().enumerate() {
+                        let (i, j) = (e / n, e % n);
+                        assert_eq!(
+                            r.to_bits(),
+                            cols[j * m + i].to_bits(),
+                            "{m}x{k}x{n}, {isa:?}, {threads} threads, beta {beta}: ({i}, {j})"
+                        );
+                    }
                 }
             }
         }
