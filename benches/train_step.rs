@@ -15,8 +15,9 @@
 //!
 //! Each figure is the best of 3 rounds of N steps (after 3 warm-up steps):
 //! the machines we measure on are shared, and the best round is the one
-//! least disturbed by other load. Both implementations of a workload are
-//! measured back to back.
+//! least disturbed by other load. The two implementations' rounds of a
+//! workload alternate (ours, then PyTorch's, three times), so a spell of
+//! the machine running slow or fast falls on both sides alike.
 //!
 //! `cargo bench --bench train_step [-- --steps N] [--only WORKLOAD] [--profile DIR]`
 //!
@@ -24,8 +25,9 @@
 //! [`tessera::profile`], prints its op table (as `#` lines) and writes
 //! `DIR/<workload>.trace.json` (Chrome trace format).
 
-use std::process::Command;
-use std::time::Instant;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use tessera::autograd::{autocast, CrossEntropyOptions, Parameter, Target, Var};
 use tessera::nn::models::{mnist_cnn, mnist_mlp, ResNet, ResNetConfig};
@@ -131,8 +133,20 @@ fn main() {
         if only.as_deref().is_some_and(|o| o != name) {
             continue;
         }
+        let mut twin = match &torch_python {
+            Some(py) => TorchTwin::start(py, name, steps),
+            None => {
+                println!("# TESSERA_TORCH_PYTHON not set: skipped PyTorch eager for {name}");
+                None
+            }
+        };
         reset_peak_rss();
-        let (rate, phases) = run_workload(name, input, steps, profile_dir.as_deref());
+        let mut their_round = || {
+            if let Some(t) = twin.as_mut() {
+                t.round();
+            }
+        };
+        let (rate, phases) = run_workload(name, input, steps, profile_dir.as_deref(), &mut their_round);
         let rss = peak_rss_mib();
         println!("bench\t{name}\ttessera\tthroughput\t{rate:.1}\tsamples/s");
         println!("bench\t{name}\ttessera\tpeak_rss\t{rss:.1}\tMiB");
@@ -140,16 +154,15 @@ fn main() {
             "# {name} tessera phases (ms per step, best round): forward {:.2}, loss {:.2}, backward {:.2}, optimizer {:.2}, drop {:.2}",
             phases[0], phases[1], phases[2], phases[3], phases[4]
         );
-        match &torch_python {
-            Some(py) => torch(py, steps, name, rate),
-            None => println!("# TESSERA_TORCH_PYTHON not set: skipped PyTorch eager for {name}"),
+        if let Some(t) = twin {
+            t.report(name, rate);
         }
         if name == "train_step_vit" {
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(1)
                 .build()
                 .expect("a 1-thread pool");
-            let (one, _) = pool.install(|| run_workload(name, input, steps, None));
+            let (one, _) = pool.install(|| run_workload(name, input, steps, None, &mut || ()));
             println!("bench\t{name}\ttessera_1thread\tthroughput\t{one:.1}\tsamples/s");
             println!("bench\t{name}\ttessera\tthread_scaling\t{:.3}\tx", rate / one);
         }
@@ -157,9 +170,16 @@ fn main() {
 }
 
 /// Builds workload `name`'s model and optimizer (fresh, seeded) and
-/// measures it as [`measure`] does; a `_bf16` suffix runs the model's
-/// forward and loss under bf16 autocast.
-fn run_workload(name: &str, input: &[usize], steps: usize, profile_dir: Option<&str>) -> (f64, [f64; 5]) {
+/// measures it as [`measure`] does, calling `between` after each timed
+/// round; a `_bf16` suffix runs the model's forward and loss under bf16
+/// autocast.
+fn run_workload(
+    name: &str,
+    input: &[usize],
+    steps: usize,
+    profile_dir: Option<&str>,
+    between: &mut dyn FnMut(),
+) -> (f64, [f64; 5]) {
     manual_seed(0);
     let (model_name, low) = match name.strip_suffix("_bf16") {
         Some(base) => (base, Some(DType::BF16)),
@@ -174,19 +194,19 @@ fn run_workload(name: &str, input: &[usize], steps: usize, profile_dir: Option<&
         "train_step_mlp" => {
             let model = mnist_mlp(&[512, 512]).expect("model builds");
             let mut opt = Sgd::new(model.parameters(), sgd).expect("optimizer");
-            measure(name, &model, &mut opt, input, steps, low, profile_dir)
+            measure(name, &model, &mut opt, input, steps, low, profile_dir, between)
         }
         "train_step_cnn" => {
             let model = mnist_cnn().expect("model builds");
             let mut opt = Sgd::new(model.parameters(), sgd).expect("optimizer");
-            measure(name, &model, &mut opt, input, steps, low, profile_dir)
+            measure(name, &model, &mut opt, input, steps, low, profile_dir, between)
         }
         "train_step_resnet18_cifar" => {
             let cfg = ResNetConfig::resnet18().small_input().num_classes(10);
             let model = ResNet::new(&cfg).expect("model builds");
             assert_eq!(model.num_parameters(), RESNET18_CIFAR_PARAMETERS);
             let mut opt = Sgd::new(model.parameters(), sgd).expect("optimizer");
-            measure(name, &model, &mut opt, input, steps, low, profile_dir)
+            measure(name, &model, &mut opt, input, steps, low, profile_dir, between)
         }
         _ => {
             let model = Vit::new().expect("model builds");
@@ -197,18 +217,20 @@ fn run_workload(name: &str, input: &[usize], steps: usize, profile_dir: Option<&
                 ..Default::default()
             };
             let mut opt = AdamW::new(model.parameters(), hyper).expect("optimizer");
-            measure(name, &model, &mut opt, input, steps, low, profile_dir)
+            measure(name, &model, &mut opt, input, steps, low, profile_dir, between)
         }
     }
 }
 
 /// Samples per second of the best of [`ROUNDS`] rounds of `steps` training
-/// steps on random inputs of `shape`, after 3 warm-up steps; and the time
+/// steps on random inputs of `shape`, after 3 warm-up steps, `between`
+/// called after each (PyTorch's round of the workload); and the time
 /// per step of its phases (forward, loss, backward, optimizer step, freeing
 /// the graph and gradients) in ms, from the best of [`ROUNDS`] further
 /// rounds timed phase by phase. With `low`, the forward pass and the loss
 /// run under autocast to that dtype. With `profile_dir`, then profiles one
 /// step (see the module docs).
+#[allow(clippy::too_many_arguments)]
 fn measure(
     name: &str,
     model: &dyn Module,
@@ -217,6 +239,7 @@ fn measure(
     steps: usize,
     low: Option<DType>,
     profile_dir: Option<&str>,
+    between: &mut dyn FnMut(),
 ) -> (f64, [f64; 5]) {
     let amp = |f: &mut dyn FnMut() -> Result<Var>| match low {
         Some(d) => autocast(d, f).unwrap(),
@@ -239,6 +262,7 @@ fn measure(
             step();
         }
         best = best.min(t.elapsed().as_secs_f64());
+        between();
     }
     if let Some(dir) = profile_dir {
         let ((), prof) = tessera::profile(&mut step);
@@ -294,31 +318,89 @@ fn peak_rss_mib() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-/// Runs the PyTorch twin of workload `name` in its own process and prints
-/// its lines and our ratio to it (`rate` is ours).
-fn torch(py: &str, steps: usize, name: &str, rate: f64) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/train_step_torch.py");
-    let out = Command::new(py).args([script, name, &steps.to_string()]).output();
-    let out = match out {
-        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
-        Ok(o) => {
-            println!(
-                "# torch {name} failed: {}",
-                String::from_utf8_lossy(&o.stderr).trim()
-            );
+/// The PyTorch twin of one workload (`benches/train_step_torch.py` in
+/// `serve` mode), in a process of its own, timing a round when asked.
+struct TorchTwin {
+    child: Child,
+    input: Option<ChildStdin>,
+    output: BufReader<ChildStdout>,
+    rounds: usize,
+}
+
+/// How long each side's idle threads get to settle before the other side
+/// times a round: rayon's spin briefly after a parallel region, OpenMP's
+/// as its wait policy says (PyTorch's measured idle within a quarter
+/// second).
+const SETTLE: Duration = Duration::from_millis(500);
+
+impl TorchTwin {
+    /// Starts the twin of `name` under `py` and waits until it has built
+    /// its model and warmed up; `None`, saying why, when it does not start.
+    fn start(py: &str, name: &str, steps: usize) -> Option<TorchTwin> {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/train_step_torch.py");
+        let spawned = Command::new(py)
+            .args([script, name, &steps.to_string(), "serve"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn();
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                println!("# could not run {py}: {e}");
+                return None;
+            }
+        };
+        let mut twin = TorchTwin {
+            input: child.stdin.take(),
+            output: BufReader::new(child.stdout.take().expect("piped stdout")),
+            child,
+            rounds: 0,
+        };
+        let mut line = String::new();
+        if twin.output.read_line(&mut line).is_err() || line.trim_end() != "ready" {
+            println!("# torch {name} did not start (its error is above)");
+            return None;
+        }
+        Some(twin)
+    }
+
+    /// Has the twin time one round (its figure is reported at the end);
+    /// a twin that has stopped is left alone.
+    fn round(&mut self) {
+        let Some(input) = self.input.as_mut() else {
+            return;
+        };
+        std::thread::sleep(SETTLE);
+        let mut line = String::new();
+        let asked = writeln!(input, "round").and_then(|()| input.flush());
+        if asked.is_ok() && self.output.read_line(&mut line).is_ok_and(|n| n > 0) {
+            self.rounds += 1;
+        } else {
+            println!("# torch stopped during its rounds (its error is above)");
+            self.input = None;
+        }
+        std::thread::sleep(SETTLE);
+    }
+
+    /// Ends the twin's rounds and prints its lines and our ratio to its
+    /// best round (`rate` is ours).
+    fn report(mut self, name: &str, rate: f64) {
+        // End of input: the twin times its phases and reports.
+        self.input = None;
+        let mut out = String::new();
+        let read = self.output.read_to_string(&mut out);
+        let _ = self.child.wait();
+        if read.is_err() || self.rounds == 0 {
+            println!("# torch {name} ran no round");
             return;
         }
-        Err(e) => {
-            println!("# could not run {py}: {e}");
-            return;
+        print!("{out}");
+        let theirs = out
+            .lines()
+            .filter(|l| l.contains("\tthroughput\t"))
+            .find_map(|l| l.split('\t').nth(4).and_then(|v| v.parse::<f64>().ok()));
+        if let Some(t) = theirs {
+            println!("bench\t{name}\ttessera/torch\tratio\t{:.3}\tx", rate / t);
         }
-    };
-    print!("{out}");
-    let theirs = out
-        .lines()
-        .filter(|l| l.contains("\tthroughput\t"))
-        .find_map(|l| l.split('\t').nth(4).and_then(|v| v.parse::<f64>().ok()));
-    if let Some(t) = theirs {
-        println!("bench\t{name}\ttessera/torch\tratio\t{:.3}\tx", rate / t);
     }
 }

@@ -1,10 +1,15 @@
 """PyTorch eager twin of benches/train_step.rs: one workload per process
 (so ru_maxrss is that workload's peak), same shapes, loss, optimizer and
-best-of-3 timing, on as many threads as this process may use.
+best-of-rounds timing, on as many threads as this process may use.
 
-usage: python train_step_torch.py {train_step_mlp|train_step_cnn|train_step_vit|train_step_resnet18_cifar}[_bf16] STEPS
+usage: python train_step_torch.py {train_step_mlp|train_step_cnn|train_step_vit|train_step_resnet18_cifar}[_bf16] STEPS [serve]
 
 A `_bf16` suffix runs forward and loss under torch.autocast("cpu", torch.bfloat16).
+Alone it times 3 rounds of STEPS steps. With `serve` (how the Rust bench
+runs it) it says `ready` after the warm-up steps, then times one round per
+`round` line on stdin, answering with the round's seconds, so that its
+rounds alternate with the Rust side's on a machine whose speed drifts;
+at the end of input it reports on the rounds it ran.
 """
 import contextlib
 import os
@@ -116,15 +121,26 @@ def main():
         loss.backward()
         opt.step()
 
-    for _ in range(3):
-        step()
-    best = float("inf")
-    for _ in range(3):  # best of 3 rounds, as the Rust side
+    def timed_round():
         t = time.perf_counter()
         for _ in range(steps):
             step()
-        best = min(best, time.perf_counter() - t)
-    rate = steps * BATCH / best
+        return time.perf_counter() - t
+
+    for _ in range(3):
+        step()
+    if sys.argv[3:] == ["serve"]:
+        print("ready", flush=True)
+        rounds = []
+        for line in sys.stdin:
+            if line.strip() == "round":
+                rounds.append(timed_round())
+                print(f"{rounds[-1]:.6f}", flush=True)
+        if not rounds:
+            return
+    else:
+        rounds = [timed_round() for _ in range(3)]  # as the Rust side
+    rate = steps * BATCH / min(rounds)
     phases = None  # best round, timed phase by phase (as the Rust side)
     for _ in range(3):
         rnd = [0.0] * 5
