@@ -13,7 +13,7 @@
 //! stem (3×3 stride-1 convolution, no max-pool) on 3×32×32 inputs, 10
 //! classes, SGD with momentum, in train mode (batch statistics).
 //!
-//! Each figure is the best of 3 rounds of N steps (after 3 warm-up steps):
+//! Each figure is the best of 3 rounds of N steps, each after 3 warm-up steps:
 //! the machines we measure on are shared, and the best round is the one
 //! least disturbed by other load. The two implementations' rounds of a
 //! workload alternate (ours, then PyTorch's, three times), so a spell of
@@ -223,7 +223,7 @@ fn run_workload(
 }
 
 /// Samples per second of the best of [`ROUNDS`] rounds of `steps` training
-/// steps on random inputs of `shape`, after 3 warm-up steps, `between`
+/// steps on random inputs of `shape`, each after 3 warm-up steps, `between`
 /// called after each (PyTorch's round of the workload); and the time
 /// per step of its phases (forward, loss, backward, optimizer step, freeing
 /// the graph and gradients) in ms, from the best of [`ROUNDS`] further
@@ -252,11 +252,14 @@ fn measure(
         let loss = amp(&mut || model.forward(&x)?.cross_entropy(Target::Indices(&y), &ce));
         opt.step(&loss.backward().unwrap()).unwrap();
     };
-    for _ in 0..3 {
-        step();
-    }
     let mut best = f64::INFINITY;
     for _ in 0..ROUNDS {
+        // Warm-up steps first: after an idle spell (the other side's round)
+        // the first steps run slow (PyTorch's MLP step at 18k samples/s
+        // against 28k after 1.5 s idle on the 2-core VM).
+        for _ in 0..3 {
+            step();
+        }
         let t = Instant::now();
         for _ in 0..steps {
             step();
