@@ -25,9 +25,7 @@
 //! [`tessera::profile`], prints its op table (as `#` lines) and writes
 //! `DIR/<workload>.trace.json` (Chrome trace format).
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tessera::autograd::{autocast, CrossEntropyOptions, Parameter, Target, Var};
 use tessera::nn::models::{mnist_cnn, mnist_mlp, ResNet, ResNetConfig};
@@ -37,6 +35,11 @@ use tessera::nn::{
 };
 use tessera::optim::{AdamW, AdamWOptions, Optimizer, Sgd, SgdOptions};
 use tessera::tensor::{manual_seed, DType, Result, Tensor};
+
+#[path = "../tensor/benches/peak/twin.rs"]
+mod twin;
+
+use twin::Twin;
 
 const BATCH: usize = 128;
 const ROUNDS: usize = 3;
@@ -324,79 +327,37 @@ fn peak_rss_mib() -> f64 {
 /// The PyTorch twin of one workload (`benches/train_step_torch.py` in
 /// `serve` mode), in a process of its own, timing a round when asked.
 struct TorchTwin {
-    child: Child,
-    input: Option<ChildStdin>,
-    output: BufReader<ChildStdout>,
+    twin: Twin,
     rounds: usize,
 }
-
-/// How long each side's idle threads get to settle before the other side
-/// times a round: rayon's spin briefly after a parallel region, OpenMP's
-/// as its wait policy says (PyTorch's measured idle within a quarter
-/// second).
-const SETTLE: Duration = Duration::from_millis(500);
 
 impl TorchTwin {
     /// Starts the twin of `name` under `py` and waits until it has built
     /// its model and warmed up; `None`, saying why, when it does not start.
     fn start(py: &str, name: &str, steps: usize) -> Option<TorchTwin> {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/train_step_torch.py");
-        let spawned = Command::new(py)
-            .args([script, name, &steps.to_string(), "serve"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn();
-        let mut child = match spawned {
-            Ok(c) => c,
-            Err(e) => {
-                println!("# could not run {py}: {e}");
-                return None;
-            }
-        };
-        let mut twin = TorchTwin {
-            input: child.stdin.take(),
-            output: BufReader::new(child.stdout.take().expect("piped stdout")),
-            child,
-            rounds: 0,
-        };
-        let mut line = String::new();
-        if twin.output.read_line(&mut line).is_err() || line.trim_end() != "ready" {
-            println!("# torch {name} did not start (its error is above)");
-            return None;
-        }
-        Some(twin)
+        let twin = Twin::start(py, &[script, name, &steps.to_string(), "serve"])?;
+        Some(TorchTwin { twin, rounds: 0 })
     }
 
     /// Has the twin time one round (its figure is reported at the end);
     /// a twin that has stopped is left alone.
     fn round(&mut self) {
-        let Some(input) = self.input.as_mut() else {
-            return;
-        };
-        std::thread::sleep(SETTLE);
-        let mut line = String::new();
-        let asked = writeln!(input, "round").and_then(|()| input.flush());
-        if asked.is_ok() && self.output.read_line(&mut line).is_ok_and(|n| n > 0) {
+        if self.twin.ask("round").is_some() {
             self.rounds += 1;
-        } else {
-            println!("# torch stopped during its rounds (its error is above)");
-            self.input = None;
         }
-        std::thread::sleep(SETTLE);
     }
 
-    /// Ends the twin's rounds and prints its lines and our ratio to its
-    /// best round (`rate` is ours).
-    fn report(mut self, name: &str, rate: f64) {
-        // End of input: the twin times its phases and reports.
-        self.input = None;
-        let mut out = String::new();
-        let read = self.output.read_to_string(&mut out);
-        let _ = self.child.wait();
-        if read.is_err() || self.rounds == 0 {
-            println!("# torch {name} ran no round");
-            return;
-        }
+    /// Ends the twin's rounds (it then times its phases) and prints its
+    /// lines and our ratio to its best round (`rate` is ours).
+    fn report(self, name: &str, rate: f64) {
+        let out = match self.twin.finish() {
+            Some(out) if self.rounds > 0 => out,
+            _ => {
+                println!("# torch {name} ran no round");
+                return;
+            }
+        };
         print!("{out}");
         let theirs = out
             .lines()

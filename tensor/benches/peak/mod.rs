@@ -2,9 +2,11 @@
 //! measured by a register-only loop, timing by medians, the bench-line
 //! printer and the PyTorch reference runner.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Instant;
+
+mod twin;
+
+use twin::Twin;
 
 /// The median and best rate in GFLOP/s of `reps` timed runs of `f` (after
 /// one warm-up run), each doing `flop` floating-point operations.
@@ -351,11 +353,7 @@ mod x86 {
 /// both sides' figures come from the same minutes: this machine's speed
 /// drifts between minutes, and measured a whole bench run apart the
 /// ratios moved by 10%.
-pub struct Torch {
-    child: Child,
-    input: Option<ChildStdin>,
-    output: BufReader<ChildStdout>,
-}
+pub struct Torch(Twin);
 
 impl Torch {
     /// Starts the script under the python `TESSERA_TORCH_PYTHON` names, on
@@ -368,71 +366,24 @@ impl Torch {
         };
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/torch_ref.py");
         let threads = rayon::current_num_threads().to_string();
-        let spawned = Command::new(&py)
-            .args([script, what, &threads])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn();
-        let mut torch = match spawned {
-            Ok(mut child) => Torch {
-                input: child.stdin.take(),
-                output: BufReader::new(child.stdout.take().expect("piped stdout")),
-                child,
-            },
-            Err(e) => {
-                println!("# torch reference skipped: cannot run {py}: {e}");
-                return None;
-            }
-        };
-        // Importing torch takes both cores for seconds: wait for it.
-        let mut line = String::new();
-        if torch.output.read_line(&mut line).is_err() || line.trim_end() != "ready" {
-            println!("# torch reference skipped: {py} did not start the script (its error is above)");
-            return None;
-        }
-        Some(torch)
+        Twin::start(&py, &[script, what, &threads]).map(Torch)
     }
 
     /// PyTorch's rate on `workload`, measured now; `None`, saying why,
     /// when the script does not know the workload or has stopped (its
     /// error is on stderr).
     pub fn measure(&mut self, workload: &str) -> Option<Rate> {
-        let input = self.input.as_mut()?;
-        let mut line = String::new();
-        // Idle pool threads may spin a while after a parallel region
-        // (rayon's briefly, OpenMP's as its wait policy says; PyTorch's here
-        // measured idle within a quarter second): let them go to sleep
-        // before the other side's timing starts.
-        std::thread::sleep(SETTLE);
-        let asked = writeln!(input, "{workload}").and_then(|()| input.flush());
-        let answered = asked.is_ok() && self.output.read_line(&mut line).is_ok_and(|n| n > 0);
-        std::thread::sleep(SETTLE);
-        if !answered {
-            println!("# torch reference stopped before {workload}");
-            self.input = None;
-            return None;
-        }
-        let f: Vec<&str> = line.trim_end().split('\t').collect();
+        let line = self.0.ask(workload)?;
+        let f: Vec<&str> = line.split('\t').collect();
         match (
             f.get(1).and_then(|v| v.parse().ok()),
             f.get(2).and_then(|v| v.parse().ok()),
         ) {
             (Some(median), Some(best)) => Some(Rate { median, best }),
             _ => {
-                println!("# torch: {}", line.trim_end());
+                println!("# torch: {line}");
                 None
             }
         }
-    }
-}
-
-/// How long [`Torch::measure`] lets each side's idle threads settle.
-const SETTLE: std::time::Duration = std::time::Duration::from_millis(500);
-
-impl Drop for Torch {
-    fn drop(&mut self) {
-        // End of input ends the script.
-        self.input = None;
-        let _ = self.child.wait();
     }
 }
