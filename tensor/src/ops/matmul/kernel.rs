@@ -9,6 +9,9 @@ use std::sync::OnceLock;
 
 use crate::{Element, FloatMath};
 
+#[cfg(target_arch = "x86_64")]
+mod direct_asm;
+
 /// An instruction-set level a micro-kernel is compiled for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Isa {
@@ -277,7 +280,7 @@ impl GemmScalar for f32 {
     fn direct(isa: Isa) -> Option<Direct<f32>> {
         match isa {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => Some(x86::f32_avx512::DIRECT),
+            Isa::Avx512 => Some(direct_asm::F32_AVX512),
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => Some(x86::f32_avx2::DIRECT),
             _ => None,
@@ -323,7 +326,7 @@ impl GemmScalar for f64 {
     fn direct(isa: Isa) -> Option<Direct<f64>> {
         match isa {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => Some(x86::f64_avx512::DIRECT),
+            Isa::Avx512 => Some(direct_asm::F64_AVX512),
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => Some(x86::f64_avx2::DIRECT),
             _ => None,
