@@ -22,12 +22,11 @@
 //! blocks added to C in sequence. So which path ran never shows in a result,
 //! and results do not depend on the thread count.
 
-use rayon::prelude::*;
-
 use super::gemm::{depth_block, drive, epilogue_rows, Bias, Epilogue, GemmShape, MatMut, Native, PAR_FLOPS};
 use super::kernel::{DirectRows, GemmScalar, Isa};
 use super::pack::{pack_b, AlignedBuf, MatRef};
 use super::shared::{Claim, Shared};
+use crate::thread_pool::for_each_grouped;
 use crate::{FloatElement, FloatMath};
 
 /// Multiply-adds up to which a GEMM reads a B it does not pack in place
@@ -175,11 +174,6 @@ where
     // GFLOP/s 128³ 223 -> 234, 128x784x512 217 -> 227, 512³ unchanged).
     let row_panels = m.div_ceil(kernels.mr);
     let (height, taller) = (m / row_panels, m % row_panels);
-    let tasks: Vec<_> = (0..parts)
-        .flat_map(|h| {
-            (0..row_panels).map(move |r| (h, r * height + r.min(taller), height + usize::from(r < taller)))
-        })
-        .collect();
     for r0 in (0..k).step_by(depth) {
         let rk = depth.min(k - r0);
         let last = r0 + rk == k;
@@ -196,7 +190,8 @@ where
         };
         // One task per row panel and part of B: the task's B panels come
         // from L2, its A rows stay in L1.
-        let task = |&(h, i0, rows): &(usize, usize, usize)| {
+        let task = |h: usize, r: usize| {
+            let (i0, rows) = (r * height + r.min(taller), height + usize::from(r < taller));
             let DirectRows { tile, packing } = (kernels.rows)(rows);
             let q = part(h);
             let span = q.start * rk * nr..q.end * rk * nr;
@@ -265,13 +260,13 @@ where
             }
         };
         if parallel {
-            // One task per job: rayon otherwise runs each thread's share of
-            // the tasks in a few long runs, and a thread that finishes first
-            // (a vCPU the host runs at full speed while the other is slowed,
-            // as the 2-core VMs often do) has nothing left to take over.
-            tasks.par_iter().with_max_len(1).for_each(task);
+            // Each thread starts on a part of its own and takes one row
+            // panel at a time, so a thread that finishes first (a vCPU the
+            // host runs at full speed while the other is slowed, as the
+            // 2-core VMs often do) takes over the other's remaining panels.
+            for_each_grouped(parts, row_panels, task);
         } else {
-            tasks.iter().for_each(task);
+            (0..parts).for_each(|h| (0..row_panels).for_each(|r| task(h, r)));
         }
     }
     // The columns nf.. of every row.
