@@ -7,10 +7,10 @@
 //! the FMAs need. Here four base pointers reach all 14 rows through the
 //! addressing modes' scale (`base + lda·{1,2,4,8}`), and four steps of the
 //! depth share them with constant displacements, so a step costs 2 loads
-//! of B, one broadcast per row and the FMAs. On the 2-core Xeon, 512³,
-//! interleaved, median GFLOP/s with the 14-row tile alone in assembly:
-//! 1 thread 147 -> 150 and 141 -> 146, 2 threads 277 -> 285 and
-//! 271 -> 280.
+//! of B, one broadcast per row and the FMAs. On the 2-core Xeon,
+//! interleaved call by call, median GFLOP/s, intrinsics -> assembly: 512³
+//! on 2 threads 280 -> 292 and 278 -> 290, on 1 thread 157 -> 160; 256³
+//! 298 -> 303, 1024³ 287 -> 291 (2 threads).
 //!
 //! Every element sums as the intrinsic tiles sum it (one fused
 //! multiply-add per depth step, in order), so results are bitwise those of
