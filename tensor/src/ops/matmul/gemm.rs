@@ -631,12 +631,12 @@ impl Grid {
     }
 
     /// The row block and column block of task `t`. Threads start on row
-    /// blocks spread over the grid (`for_each_grouped`): row block `ti` starts at column block `ti·cb/rb`
-    /// (spread the same way) and odd row blocks walk the columns backwards
-    /// (serpentine), so threads starting on different row blocks pack
-    /// different blocks of B instead of one waiting while the other packs
-    /// the block both need, and a thread moving to its next row block finds
-    /// the B block it just used.
+    /// blocks spread over the grid (`for_each_grouped`): row block `ti`
+    /// starts at column block `ti·cb/rb` (spread the same way) and odd row
+    /// blocks walk the columns backwards (serpentine), so threads starting
+    /// on different row blocks pack different blocks of B instead of one
+    /// waiting while the other packs the block both need, and a thread
+    /// moving to its next row block finds the B block it just used.
     fn block(&self, t: usize) -> (usize, usize) {
         let (rb, cb) = (self.row_blocks(), self.col_blocks());
         let (ti, j) = (t / cb, t % cb);

@@ -24,7 +24,7 @@ use super::{x86, Direct, DirectFn, DirectRows};
 
 /// The f32 direct kernel of 14 rows with its tiles in assembly.
 pub(in crate::ops::matmul) const F32_AVX512: Direct<f32> = Direct {
-    mr: 14,
+    mr: x86::f32_avx512::DIRECT.mr,
     rows: |rows| DirectRows {
         tile: f32_tile(rows),
         packing: (x86::f32_avx512::DIRECT.rows)(rows).packing,
@@ -33,7 +33,7 @@ pub(in crate::ops::matmul) const F32_AVX512: Direct<f32> = Direct {
 
 /// The f64 direct kernel of 8 rows with its tiles in assembly.
 pub(in crate::ops::matmul) const F64_AVX512: Direct<f64> = Direct {
-    mr: 8,
+    mr: x86::f64_avx512::DIRECT.mr,
     rows: |rows| DirectRows {
         tile: f64_tile(rows),
         packing: (x86::f64_avx512::DIRECT.rows)(rows).packing,
@@ -79,6 +79,20 @@ macro_rules! asm_tiles {
     (@select $rows:ident, [$($done:tt)*], [], $($x:tt)*) => {
         panic!("gemm: no direct kernel of {} rows", $rows)
     };
+    // One step of the depth as one template piece: B's row at `$b` (two
+    // vectors), then each row's element of A at its address plus `$d`
+    // broadcast and multiplied-added into its accumulators.
+    (@step $b:literal, $d:literal, $bcast:literal, $fma:literal, [$(($zb:tt, $z0:tt, $z1:tt, $addr:literal))*]) => {
+        concat!(
+            "vmovups zmm28, [", $b, "]\n",
+            "vmovups zmm29, [", $b, " + 64]\n",
+            $(
+                $bcast, " ", $zb, ", [", $addr, $d, "]\n",
+                $fma, " ", $z0, ", ", $zb, ", zmm28\n",
+                $fma, " ", $z1, ", ", $zb, ", zmm29\n",
+            )*
+        )
+    };
     (@tile $name:ident, [$(($i:tt, $z0:tt, $z1:tt, $zb:tt, $addr:literal))*], $t:ty, $feat:literal, $bcast:literal,
         $fma:literal, $d1:literal, $d2:literal, $d3:literal, $s1:literal, $s4:literal,
         $zero:ident, $load:ident, $add:ident, $store:ident, $w:literal) => {
@@ -115,34 +129,10 @@ macro_rules! asm_tiles {
                     "test {n4}, {n4}",
                     "jz 3f",
                     "2:",
-                    "vmovups zmm28, [{b}]",
-                    "vmovups zmm29, [{b} + 64]",
-                    $(
-                        concat!($bcast, " ", $zb, ", [", $addr, "]"),
-                        concat!($fma, " ", $z0, ", ", $zb, ", zmm28"),
-                        concat!($fma, " ", $z1, ", ", $zb, ", zmm29"),
-                    )*
-                    "vmovups zmm28, [{b} + {ldb}]",
-                    "vmovups zmm29, [{b} + {ldb} + 64]",
-                    $(
-                        concat!($bcast, " ", $zb, ", [", $addr, $d1, "]"),
-                        concat!($fma, " ", $z0, ", ", $zb, ", zmm28"),
-                        concat!($fma, " ", $z1, ", ", $zb, ", zmm29"),
-                    )*
-                    "vmovups zmm28, [{b} + {ldb} * 2]",
-                    "vmovups zmm29, [{b} + {ldb} * 2 + 64]",
-                    $(
-                        concat!($bcast, " ", $zb, ", [", $addr, $d2, "]"),
-                        concat!($fma, " ", $z0, ", ", $zb, ", zmm28"),
-                        concat!($fma, " ", $z1, ", ", $zb, ", zmm29"),
-                    )*
-                    "vmovups zmm28, [{b} + {ldb3}]",
-                    "vmovups zmm29, [{b} + {ldb3} + 64]",
-                    $(
-                        concat!($bcast, " ", $zb, ", [", $addr, $d3, "]"),
-                        concat!($fma, " ", $z0, ", ", $zb, ", zmm28"),
-                        concat!($fma, " ", $z1, ", ", $zb, ", zmm29"),
-                    )*
+                    asm_tiles!(@step "{b}", "", $bcast, $fma, [$(($zb, $z0, $z1, $addr))*]),
+                    asm_tiles!(@step "{b} + {ldb}", $d1, $bcast, $fma, [$(($zb, $z0, $z1, $addr))*]),
+                    asm_tiles!(@step "{b} + {ldb} * 2", $d2, $bcast, $fma, [$(($zb, $z0, $z1, $addr))*]),
+                    asm_tiles!(@step "{b} + {ldb3}", $d3, $bcast, $fma, [$(($zb, $z0, $z1, $addr))*]),
                     concat!("add {a0}, ", $s4),
                     concat!("add {a3}, ", $s4),
                     concat!("add {a5}, ", $s4),
@@ -154,13 +144,7 @@ macro_rules! asm_tiles {
                     "test {n1}, {n1}",
                     "jz 5f",
                     "4:",
-                    "vmovups zmm28, [{b}]",
-                    "vmovups zmm29, [{b} + 64]",
-                    $(
-                        concat!($bcast, " ", $zb, ", [", $addr, "]"),
-                        concat!($fma, " ", $z0, ", ", $zb, ", zmm28"),
-                        concat!($fma, " ", $z1, ", ", $zb, ", zmm29"),
-                    )*
+                    asm_tiles!(@step "{b}", "", $bcast, $fma, [$(($zb, $z0, $z1, $addr))*]),
                     concat!("add {a0}, ", $s1),
                     concat!("add {a3}, ", $s1),
                     concat!("add {a5}, ", $s1),
