@@ -7,6 +7,8 @@ mod autocast;
 mod init_stats;
 mod mha_fused;
 mod models;
+// Moves to and from `Device::Cuda`, which exists with the `cuda` feature.
+#[cfg(feature = "cuda")]
 mod module_to;
 mod state_dict;
 mod timm_layers;
