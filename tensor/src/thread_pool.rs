@@ -147,7 +147,8 @@ impl Drop for Counted<'_> {
 /// longer than [`LINGER`] would else let them sleep as it ends, and the
 /// next op would wait for a wake-up (on the 2-vCPU Xeon, 2 threads, 512³
 /// f32 GEMMs back to back: the second thread's start 22 µs late in one
-/// call of ten, median GFLOP/s of 5-second runs 310 -> 317).
+/// call of ten; median GFLOP/s of four 5-second runs 285, 312, 311, 310
+/// -> 318, 314, 315, 319).
 struct Linger {
     /// When the workers stop, in nanoseconds since [`now_ns`]'s epoch.
     until: AtomicU64,

@@ -88,9 +88,11 @@ macro_rules! asm_tiles {
     (@select $rows:ident, [$($done:tt)*], [], $($x:tt)*) => {
         panic!("gemm: no direct kernel of {} rows", $rows)
     };
-    // One step of the depth as one template piece: B's row at `$b` (two
-    // vectors), then each row's element of A at its address plus `$d`
-    // broadcast and multiplied-added into its accumulators.
+    // One step of the depth as one template piece: B's row at `{b}` plus
+    // the step's offset `$b` (two vectors), the row `B_AHEAD` steps on at
+    // `{pf}` plus the same offset prefetched, then each row's element of A
+    // at its address plus `$d` broadcast and multiplied-added into its
+    // accumulators.
     (@step $b:literal, $d:literal, $bcast:literal, $fma:literal, [$(($zb:tt, $z0:tt, $z1:tt, $addr:literal))*]) => {
         concat!(
             "vmovups zmm28, [{b}", $b, "]\n",
